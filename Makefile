@@ -1,0 +1,83 @@
+# Development tasks for cogworker_django. `make help` lists them.
+#
+# Every target that runs Python uses .venv (created by `make venv` with the
+# interpreter scripts/find-python picks; override with `make PYTHON=/path/to/python`).
+# Redis comes from COGWORKER_REDIS_URL (default redis://127.0.0.1:6379/0); `make redis`
+# starts a throwaway local one when nothing answers there.
+
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+MANAGE      := $(VPY) testproject/manage.py
+PYTHON      ?=
+PYTEST_ARGS ?=
+BENCH_ARGS  ?=
+LINT_PATHS  := cogworker_django tests
+
+# The demo's admin account; development only.
+DEMO_ADMIN_SNIPPET := from django.contrib.auth import get_user_model; \
+User = get_user_model(); \
+exists = User.objects.filter(username='admin').exists(); \
+exists or User.objects.create_superuser('admin', 'admin@example.com', 'admin'); \
+print('admin user: admin / admin' + ('' if exists else ' (created)'))
+
+.DEFAULT_GOAL := help
+.PHONY: help venv redis test demo runserver migrate lint bench clean distclean
+
+help:
+	@echo "make demo       run the demo: migrate, admin user admin/admin, enqueue demo jobs, start a worker"
+	@echo "make runserver  serve the test project (admin at http://127.0.0.1:8000/admin/)"
+	@echo "make test       run the whole test suite (PYTEST_ARGS='-k name -x' to narrow it)"
+	@echo "make lint       ruff check + ruff format --check"
+	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
+	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
+	@echo "make redis      make sure a Redis answers at \$$COGWORKER_REDIS_URL (starts a local one if needed)"
+	@echo "make clean      remove caches and the demo database; make distclean also removes .venv and .tox"
+
+venv: $(STAMP)
+
+# --clear: a venv whose interpreter vanished (e.g. a removed pyenv version) is rebuilt.
+$(VPY):
+	@py="$(PYTHON)"; [ -n "$$py" ] || py=$$(scripts/find-python) || exit 1; \
+	echo "creating $(VENV) with $$py ($$("$$py" --version 2>&1))"; \
+	"$$py" -m venv --clear $(VENV)
+
+# Re-install whenever pyproject.toml changes (dependencies or extras).
+$(STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install --upgrade pip
+	$(VPY) -m pip install -e '.[test]'
+	@touch $@
+
+pyproject.toml:
+	@echo "pyproject.toml is missing: run make from the repository root" >&2; exit 1
+
+redis:
+	@scripts/ensure-redis
+
+test: venv redis
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+migrate: venv
+	$(MANAGE) migrate --noinput
+
+demo: venv redis migrate
+	$(MANAGE) shell --no-imports -c "$(DEMO_ADMIN_SNIPPET)"
+	$(MANAGE) shell --no-imports -c "from demo.jobs import enqueue_demo; enqueue_demo()"
+	exec $(MANAGE) cogworker
+
+runserver: venv redis migrate
+	exec $(MANAGE) runserver 127.0.0.1:8000
+
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+bench: venv redis
+	$(VPY) -m bench $(BENCH_ARGS)
+
+clean:
+	find . -path ./$(VENV) -prune -o -path ./.tox -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	rm -rf .pytest_cache .ruff_cache build dist *.egg-info testproject/db.sqlite3 test-results
+
+distclean: clean
+	rm -rf $(VENV) .tox

@@ -1,0 +1,176 @@
+"""Pushing jobs: now (LPUSH), later (ZADD to the schedule), or many in one round trip.
+
+Rule 1: the push is the one write that matters. It goes first; the ``P:queues``
+listing rides in the same non-transactional pipeline but its failure is only logged,
+never raised (a raised push is retried by its caller and queues the job twice). The
+listing is refreshed at most once a minute per queue per process, so a single
+``enqueue`` costs one round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import conf, connection, errors, keys, middleware, payload
+
+log = logging.getLogger("cogworker_django")
+
+# How long this process trusts that a queue is listed in P:queues before listing it again.
+QUEUE_LISTING_REFRESH = 60.0
+# Values per LPUSH/ZADD in a bulk push: large enough to amortise, small enough to keep
+# Redis responsive to other clients.
+BULK_CHUNK = 1000
+
+_listed: dict[tuple[str, str], float] = {}
+_listed_lock = threading.Lock()
+
+# Test modes (``testing.fake()`` / ``inline()``) divert pushes here; see testing.py.
+_diverter: Callable[[dict[str, Any]], Any] | None = None
+
+
+def set_diverter(fn: Callable[[dict[str, Any]], Any] | None) -> Callable | None:
+    global _diverter
+    previous, _diverter = _diverter, fn
+    return previous
+
+
+def _active_diverter() -> Callable[[dict[str, Any]], Any] | None:
+    if _diverter is not None:
+        return _diverter
+    mode = conf.get().TESTING
+    if mode:
+        from . import testing
+
+        return testing.diverter_for(mode)
+    return None
+
+
+def _needs_listing(queue: str) -> bool:
+    now = time.monotonic()
+    key = (keys.prefix(), queue)
+    with _listed_lock:
+        if now - _listed.get(key, -QUEUE_LISTING_REFRESH) < QUEUE_LISTING_REFRESH:
+            return False
+        _listed[key] = now
+        return True
+
+
+def _forget_listing(queue: str) -> None:
+    with _listed_lock:
+        _listed.pop((keys.prefix(), queue), None)
+
+
+def _is_scheduled(job: dict[str, Any], now: float) -> bool:
+    at = job.get("at")
+    return at is not None and float(at) > now
+
+
+def push(job: dict[str, Any]) -> str | None:
+    """Push one job through the client middleware; returns its jid, or None if a
+    middleware stopped it or it is a duplicate of a unique job."""
+    return middleware.run_client_chain(job, _push_one)
+
+
+def _push_one(job: dict[str, Any]) -> str | None:
+    divert = _active_diverter()
+    if divert is not None:
+        return divert(job)
+    if job.get("unique") in ("until_executed", "until_started"):
+        from . import unique
+
+        return unique.push(job)
+    conn = connection.get_client()
+    now = time.time()
+    if _is_scheduled(job, now):
+        conn.zadd(keys.schedule(), {payload.encode(job): float(job["at"])})
+        return job["jid"]
+    job.pop("at", None)
+    job["enqueued_at"] = now
+    data = payload.encode(job)
+    queue = job["queue"]
+    if not _needs_listing(queue):
+        conn.lpush(keys.queue(queue), data)
+        return job["jid"]
+    pipe = conn.pipeline(transaction=False)
+    pipe.lpush(keys.queue(queue), data)
+    pipe.sadd(keys.queues(), queue)
+    pushed, listed = pipe.execute(raise_on_error=False)
+    if isinstance(pushed, Exception):
+        _forget_listing(queue)
+        raise pushed
+    _check_listing(listed, queue)
+    return job["jid"]
+
+
+def _check_listing(result: Any, queue: str) -> None:
+    if isinstance(result, Exception):
+        _forget_listing(queue)
+        errors.report("Queue listing", result, f"{keys.queues()} not updated for {queue!r}")
+
+
+def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
+    """Push many jobs in one round trip; the result holds each job's jid, or None
+    where a middleware stopped it or it was a duplicate of a unique job."""
+    prepared: list[dict | None] = []
+    for job in jobs:
+        kept: list[dict] = []
+        middleware.run_client_chain(job, lambda j, kept=kept: kept.append(j) or j["jid"])
+        prepared.append(kept[0] if kept else None)
+    divert = _active_diverter()
+    if divert is not None:
+        return [divert(j) if j is not None else None for j in prepared]
+
+    now = time.time()
+    by_queue: dict[str, list[str]] = {}
+    scheduled: dict[str, float] = {}
+    unique_jobs: list[int] = []
+    for i, job in enumerate(prepared):
+        if job is None:
+            continue
+        if job.get("unique") in ("until_executed", "until_started"):
+            unique_jobs.append(i)
+        elif _is_scheduled(job, now):
+            scheduled[payload.encode(job)] = float(job["at"])
+        else:
+            job.pop("at", None)
+            job["enqueued_at"] = now
+            by_queue.setdefault(job["queue"], []).append(payload.encode(job))
+
+    conn = connection.get_client()
+    pipe = conn.pipeline(transaction=False)
+    writes = 0
+    for queue, datas in by_queue.items():
+        for start in range(0, len(datas), BULK_CHUNK):
+            pipe.lpush(keys.queue(queue), *datas[start : start + BULK_CHUNK])
+            writes += 1
+    items = list(scheduled.items())
+    for start in range(0, len(items), BULK_CHUNK):
+        pipe.zadd(keys.schedule(), dict(items[start : start + BULK_CHUNK]))
+        writes += 1
+    unique_results: list[Any] = []
+    if unique_jobs:
+        from . import unique
+
+        for i in unique_jobs:
+            unique.queue_push(pipe, prepared[i])
+    if by_queue:
+        pipe.sadd(keys.queues(), *by_queue)
+    results = pipe.execute(raise_on_error=False)
+    for r in results[:writes]:
+        if isinstance(r, Exception):
+            raise r
+    unique_results = results[writes : writes + len(unique_jobs)]
+    if by_queue:
+        _check_listing(results[-1], ", ".join(by_queue))
+
+    out = [job["jid"] if job is not None else None for job in prepared]
+    if unique_jobs:
+        from . import unique
+
+        for i, result in zip(unique_jobs, unique_results, strict=True):
+            out[i] = unique.interpret(prepared[i], result)
+    return out

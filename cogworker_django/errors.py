@@ -1,0 +1,114 @@
+"""Classifying Redis errors, best-effort writes, and log-once outage reporting.
+
+Rule 5 and 12 of DESIGN.md: an outage (refused, reset, timeout, READONLY, LOADING,
+MASTERDOWN, UNBLOCKED, BUSY, OOM...) is *unavailable*: retry soon, log once per
+component until it recovers, then log "recovered". Anything else (WRONGTYPE, bad data)
+is *deterministic*: logged every time and backed off by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis.exceptions as rx
+
+log = logging.getLogger("cogworker_django")
+
+# Error replies that mean "Redis can't serve this right now", not "this command is wrong".
+_UNAVAILABLE_PREFIXES = (
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "UNBLOCKED",  # a blocked command cut off by a failover (a plain ResponseError)
+    "BUSY",  # a long-running script
+    "OOM",  # maxmemory under noeviction
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "NOREPLICAS",
+    "NOMASTERLINK",
+    "NOT_CONNECTED",
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` means Redis is away (retry later), False when it is deterministic."""
+    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError)):
+        return True
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
+        return True
+    if isinstance(exc, rx.ResponseError):
+        text = safe_str(exc).lstrip()
+        return text.upper().startswith(_UNAVAILABLE_PREFIXES)
+    return False
+
+
+def safe_str(value: Any, limit: int | None = None) -> str:
+    """``str(value)`` that never raises (rule 7)."""
+    try:
+        text = str(value)
+    except BaseException:  # noqa: BLE001 - a broken __str__ must not escape
+        try:
+            text = f"<{type(value).__name__} (str() raised)>"
+        except BaseException:  # noqa: BLE001
+            text = "<unprintable>"
+    return text[:limit] if limit else text
+
+
+def describe(exc: BaseException) -> str:
+    """``Class: message`` for log lines, never raising."""
+    return f"{type(exc).__name__}: {safe_str(exc, 500)}"
+
+
+class _Reporter:
+    """Logs an outage once per component, and "recovered" once when it ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down: set[str] = set()
+
+    def report(self, component: str, exc: BaseException, detail: str | None = None) -> None:
+        where = f"{component}: {detail}" if detail else component
+        if is_unavailable(exc):
+            with self._lock:
+                first = component not in self._down
+                self._down.add(component)
+            if first:
+                log.warning(
+                    "%s: Redis unavailable (%s); retrying until it is back", where, describe(exc)
+                )
+            return
+        log.error("%s failed: %s", where, describe(exc))
+
+    def recovered(self, component: str) -> None:
+        with self._lock:
+            was_down = component in self._down
+            self._down.discard(component)
+        if was_down:
+            log.warning("%s: Redis recovered", component)
+
+    def is_down(self, component: str) -> bool:
+        with self._lock:
+            return component in self._down
+
+    def reset(self) -> None:
+        with self._lock:
+            self._down.clear()
+
+
+reporter = _Reporter()
+report = reporter.report
+recovered = reporter.recovered
+
+
+def best_effort(component: str, fn: Callable[[], Any], detail: str | None = None) -> bool:
+    """Run ``fn``; on any error report it and return False (rule 4). True on success."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - secondary writes never fail the caller
+        report(component, exc, detail)
+        return False
+    recovered(component)
+    return True

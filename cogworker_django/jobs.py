@@ -1,0 +1,295 @@
+"""The ``@job`` decorator, the registry of runnable callables, and the ``enqueue*`` methods.
+
+Only callables in the registry can run in a worker: a payload naming anything else
+goes to dead and is never imported or called (a Redis payload must not be a way to
+execute code). ``@job`` registers a function under its dotted path
+(``module.qualname``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import inspect
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.db import transaction
+
+from . import client, conf, payload
+
+UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
+_OPTION_NAMES = ("queue", "retry", "unique", "unique_for", "on_commit", "using_db")
+
+_current = threading.local()
+_registry: dict[str, JobFunction] = {}
+_registry_lock = threading.Lock()
+# Other kinds of runnable payloads (the django.tasks backend registers "task").
+_kinds: dict[str, Callable[[dict], Callable[[], Any] | None]] = {}
+
+
+def current_job() -> dict[str, Any] | None:
+    """Inside a running job: its payload (jid, queue, retry_count, ...); else None."""
+    return getattr(_current, "job", None)
+
+
+def registered(path: str) -> JobFunction | None:
+    return _registry.get(path)
+
+
+def all_registered() -> dict[str, JobFunction]:
+    return dict(_registry)
+
+
+def register_kind(kind: str, resolver: Callable[[dict], Callable[[], Any] | None]) -> None:
+    """Let a payload with ``"kind": kind`` run through ``resolver(job)``, which returns a
+    zero-argument callable, or None when the payload names nothing runnable."""
+    _kinds[kind] = resolver
+
+
+def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
+    """A zero-argument callable that runs ``job``, or None if it names nothing registered.
+    Never imports anything: only what is already registered can run."""
+    kind = job.get("kind")
+    if kind:
+        resolver = _kinds.get(kind)
+        return resolver(job) if resolver else None
+    fn = _registry.get(job.get("func"))
+    if fn is None:
+        return None
+    args, kwargs = job.get("args") or [], job.get("kwargs") or {}
+    return lambda: fn.func(*args, **kwargs)
+
+
+class NotRegistered(LookupError):
+    """The payload names no registered job; it is never imported or called."""
+
+
+def perform(job: dict[str, Any]) -> Any:
+    """Run ``job`` (awaiting an ``async def`` job); NotRegistered if it names nothing
+    registered."""
+    runner = resolve(job)
+    if runner is None:
+        raise NotRegistered(f"{job.get('func')!r} is not a registered job")
+    result = runner()
+    if inspect.isawaitable(result):
+        result = asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _check_options(where: str, opts: dict[str, Any]) -> None:
+    unknown = set(opts) - set(_OPTION_NAMES)
+    if unknown:
+        raise TypeError(
+            f"{where}: unknown option(s) {sorted(unknown)}; allowed: {list(_OPTION_NAMES)}"
+        )
+    queue = opts.get("queue")
+    if queue is not None:
+        if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
+            raise ValueError(
+                f"{where}: queue must be a non-empty string without whitespace, got {queue!r}"
+            )
+    retry = opts.get("retry", True)
+    if not isinstance(retry, (bool, int)) or (not isinstance(retry, bool) and retry < 0):
+        raise ValueError(f"{where}: retry must be True, False or a count >= 0, got {retry!r}")
+    if opts.get("unique") not in UNIQUE_MODES:
+        raise ValueError(
+            f"{where}: unique must be one of {UNIQUE_MODES}, got {opts.get('unique')!r}"
+        )
+    unique_for = opts.get("unique_for")
+    if unique_for is not None and (
+        isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0
+    ):
+        raise ValueError(
+            f"{where}: unique_for must be a positive number of seconds, got {unique_for!r}"
+        )
+    on_commit = opts.get("on_commit")
+    if on_commit is not None and not isinstance(on_commit, bool):
+        raise ValueError(f"{where}: on_commit must be True or False, got {on_commit!r}")
+
+
+def _delay_seconds(delay: float | int | dt.timedelta) -> float:
+    if isinstance(delay, dt.timedelta):
+        return delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise TypeError(f"enqueue_in: delay must be seconds or a timedelta, got {delay!r}")
+    return float(delay)
+
+
+def _epoch(when: dt.datetime | float | int) -> float:
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            raise ValueError("enqueue_at: the datetime must be timezone-aware")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, (int, float)):
+        raise TypeError(f"enqueue_at: expected an aware datetime or epoch seconds, got {when!r}")
+    return float(when)
+
+
+class _Enqueuer:
+    """The enqueue methods, shared by a job function and its ``using()`` variants."""
+
+    _fn: JobFunction
+    _opts: dict[str, Any]
+
+    def _build(self, args: tuple, kwargs: dict, at: float | None = None) -> dict[str, Any]:
+        opts = self._opts
+        extra: dict[str, Any] = {}
+        if at is not None:
+            extra["at"] = at
+        unique = opts.get("unique")
+        if unique:
+            from . import unique as unique_mod
+
+            extra["unique"] = unique
+            extra["unique_for"] = int(opts.get("unique_for") or conf.get().UNIQUE_LOCK_TTL)
+            extra["unique_digest"] = unique_mod.digest(self._fn.path, args, kwargs, opts["queue"])
+        job = payload.build(
+            self._fn.path, args, kwargs, queue=opts["queue"], retry=opts.get("retry", True), **extra
+        )
+        payload.encode(job)  # fail now, in the caller, on arguments JSON can't hold
+        return job
+
+    def _on_commit(self) -> bool:
+        value = self._opts.get("on_commit")
+        return conf.get().ENQUEUE_ON_COMMIT if value is None else value
+
+    def _push(self, job: dict[str, Any]) -> str | None:
+        if self._on_commit():
+            transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
+            return job["jid"]
+        return client.push(job)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> str | None:
+        """Push the job; returns its jid (None for a refused duplicate of a unique job)."""
+        return self._push(self._build(args, kwargs))
+
+    def enqueue_in(
+        self, delay: float | int | dt.timedelta, *args: Any, **kwargs: Any
+    ) -> str | None:
+        import time
+
+        return self._push(self._build(args, kwargs, at=time.time() + _delay_seconds(delay)))
+
+    def enqueue_at(self, when: dt.datetime | float | int, *args: Any, **kwargs: Any) -> str | None:
+        return self._push(self._build(args, kwargs, at=_epoch(when)))
+
+    def enqueue_many(self, calls: Iterable[Any]) -> list[str | None]:
+        """Push many jobs in one round trip. Each item is a tuple (or list) of positional
+        arguments, a dict of keyword arguments, or ``(args_tuple, kwargs_dict)`` built
+        with :func:`call`; returns the jids (None in the places of refused duplicates)."""
+        jobs = []
+        for item in calls:
+            args, kwargs = _split_call(item)
+            jobs.append(self._build(args, kwargs))
+        if self._on_commit():
+            jids = [j["jid"] for j in jobs]
+            transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
+            return jids
+        return client.push_many(jobs)
+
+    def using(self, **options: Any) -> _BoundJob:
+        """A variant with other options (queue, retry, unique, unique_for, on_commit)."""
+        _check_options(f"{self._fn.path}.using()", options)
+        return _BoundJob(self._fn, {**self._opts, **options})
+
+
+class Call(tuple):
+    """``(args, kwargs)`` for :meth:`enqueue_many`; build it with :func:`call`."""
+
+
+def call(*args: Any, **kwargs: Any) -> Call:
+    return Call((args, kwargs))
+
+
+def _split_call(item: Any) -> tuple[tuple, dict]:
+    if isinstance(item, Call):
+        return tuple(item[0]), dict(item[1])
+    if isinstance(item, dict):
+        return (), item
+    if isinstance(item, (tuple, list)):
+        return tuple(item), {}
+    return (item,), {}
+
+
+class _BoundJob(_Enqueuer):
+    def __init__(self, fn: JobFunction, opts: dict[str, Any]) -> None:
+        self._fn, self._opts = fn, opts
+
+    def __repr__(self) -> str:
+        return f"<job {self._fn.path} using {self._opts}>"
+
+
+class JobFunction(_Enqueuer):
+    """What ``@job`` returns: still callable as the plain function, plus enqueue methods."""
+
+    def __init__(self, func: Callable, opts: dict[str, Any]) -> None:
+        self.func = func
+        self.path = f"{func.__module__}.{func.__qualname__}"
+        self.is_async = inspect.iscoroutinefunction(func)
+        self._fn = self
+        self._opts = {"queue": "default", "retry": True, **opts}
+        self.__wrapped__ = func
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", self.path)
+        self.__qualname__ = getattr(func, "__qualname__", self.path)
+        self.__module__ = func.__module__
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self._opts)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.path}>"
+
+    # Testing helpers (see testing.py) -------------------------------------------------------
+
+    @property
+    def jobs(self) -> list[dict[str, Any]]:
+        """The jobs of this function recorded by ``testing.fake()``, oldest first."""
+        from . import testing
+
+        return testing.recorded(self.path)
+
+    def perform_one(self) -> Any:
+        from . import testing
+
+        return testing.perform_one(self.path)
+
+    def drain(self) -> int:
+        from . import testing
+
+        return testing.drain(self.path)
+
+    def clear(self) -> None:
+        from . import testing
+
+        testing.clear(self.path)
+
+
+def job(func: Callable | None = None, /, **options: Any) -> Any:
+    """Register ``func`` as a job: ``@job`` or ``@job(queue=..., retry=..., unique=...)``."""
+
+    def register(f: Callable) -> JobFunction:
+        if isinstance(f, JobFunction):
+            raise TypeError(f"{f.path} is already a job")
+        if not callable(f):
+            raise TypeError(f"@job needs a function, got {f!r}")
+        path = f"{f.__module__}.{f.__qualname__}"
+        if "<locals>" in path:
+            raise TypeError(f"@job functions must be importable module-level functions, not {path}")
+        _check_options(f"@job on {path}", options)
+        fn = JobFunction(f, options)
+        with _registry_lock:
+            _registry[path] = fn
+        return fn
+
+    return register(func) if func is not None else register

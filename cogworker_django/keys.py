@@ -1,0 +1,156 @@
+"""Every Redis key name, one function each (DESIGN.md section 2).
+
+All keys live under ``COGWORKER["PREFIX"]`` (``P`` below), so two prefixes on one
+Redis never see each other's keys. Nothing else in the package builds a key name.
+The key guard reads :data:`FIXED_TYPES` and the ``*_TYPE`` helpers for what type
+each key must hold.
+"""
+
+from __future__ import annotations
+
+from . import conf
+
+
+def prefix() -> str:
+    return conf.get().PREFIX
+
+
+def _k(*parts: str) -> str:
+    return ":".join((prefix(), *parts))
+
+
+# Fixed keys -------------------------------------------------------------------------------
+
+
+def queues() -> str:  # set: known queue names (listing only)
+    return _k("queues")
+
+
+def paused() -> str:  # set: paused queues
+    return _k("paused")
+
+
+def schedule() -> str:  # zset: run at
+    return _k("schedule")
+
+
+def retry() -> str:  # zset: retry at
+    return _k("retry")
+
+
+def dead() -> str:  # zset: failed at
+    return _k("dead")
+
+
+def processes() -> str:  # set: worker identities
+    return _k("processes")
+
+
+def inprogress_ids() -> str:  # set: identities that may own an in-progress list
+    return _k("inprogress_ids")
+
+
+def last_beat() -> str:  # hash: identity -> last beat (Redis clock)
+    return _k("last_beat")
+
+
+def live_queues() -> str:  # zset: queue -> last time a process read it
+    return _k("live_queues")
+
+
+def unsettled() -> str:  # list: finished jobs a stopping process could not file
+    return _k("unsettled")
+
+
+def periodic_schedule() -> str:  # hash: entry name -> entry JSON
+    return _k("periodic", "schedule")
+
+
+def periodic_disabled() -> str:  # set: disabled entry names
+    return _k("periodic", "disabled")
+
+
+def history() -> str:  # stream: run records
+    return _k("history")
+
+
+def stat(name: str, day: str | None = None) -> str:  # string counters: processed / failed
+    return _k("stat", name, day) if day else _k("stat", name)
+
+
+# Per-queue, per-process, per-entry keys -----------------------------------------------------
+
+
+def queue(name: str) -> str:  # list
+    return _k("queue", name)
+
+
+def process(identity: str) -> str:  # hash: presence
+    return _k("process", identity)
+
+
+def work(identity: str) -> str:  # hash: thread -> running job
+    return _k("work", identity)
+
+
+def inprogress(identity: str) -> str:  # list: reliable fetch
+    return _k("inprogress", identity)
+
+
+def signal(identity: str) -> str:  # pub/sub channel
+    return _k("signal", identity)
+
+
+def unique(digest: str) -> str:  # string: owner jid
+    return _k("unique", digest)
+
+
+def periodic_last_slot(name: str) -> str:  # string: epoch
+    return _k("periodic", "last_slot", name)
+
+
+def periodic_lock(name: str, slot: int) -> str:  # string: per-slot NX lock
+    return _k("periodic", "lock", name, str(slot))
+
+
+def periodic_running(name: str) -> str:  # string: owner jid
+    return _k("periodic", "running", name)
+
+
+def result(task_id: str) -> str:  # hash: django.tasks result
+    return _k("result", task_id)
+
+
+def quarantine_prefix(key: str) -> str:
+    """Copies of ``key`` are ``<this><ms>:<rand>``."""
+    return _k("quarantine", key) + ":"
+
+
+def quarantine(key: str, ms: int, rand: str) -> str:
+    return f"{quarantine_prefix(key)}{ms}:{rand}"
+
+
+def all_pattern() -> str:
+    """A SCAN pattern matching every key of this prefix (tests and cleanup)."""
+    return _k("*")
+
+
+def fixed_types() -> dict[str, str]:
+    """Key -> Redis TYPE for every fixed key (the key guard's list)."""
+    return {
+        queues(): "set",
+        paused(): "set",
+        schedule(): "zset",
+        retry(): "zset",
+        dead(): "zset",
+        processes(): "set",
+        inprogress_ids(): "set",
+        last_beat(): "hash",
+        live_queues(): "zset",
+        unsettled(): "list",
+        periodic_schedule(): "hash",
+        periodic_disabled(): "set",
+        history(): "stream",
+        stat("processed"): "string",
+        stat("failed"): "string",
+    }

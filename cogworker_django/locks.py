@@ -1,0 +1,147 @@
+"""Owner-checked locks and deferred releases (rule 8), shared by unique jobs and
+``until_executed`` periodic entries.
+
+A lock's value is its owner's jid; every expire, retake and delete checks it
+atomically, so a stray older run can never shorten, extend or release a newer run's
+lock. A release that fails while Redis is away is kept in :data:`deferred` and retried
+on every heartbeat, before each periodic tick and at shutdown, instead of leaving the
+lock to its TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import redis
+
+from . import connection, errors, scripts
+
+log = logging.getLogger("cogworker_django")
+
+
+def _ttl(seconds: float) -> int:
+    # Whole seconds: EXPIRE and SET EX reject fractions.
+    return max(1, math.ceil(seconds))
+
+
+def take(key: str, owner: str, ttl: float, conn: redis.Redis | None = None) -> bool:
+    return bool(
+        scripts.run("owned_take", conn or connection.get_client(), [key], [owner, _ttl(ttl)])
+    )
+
+
+def expire(key: str, owner: str, ttl: float, conn: redis.Redis | None = None) -> bool:
+    return bool(
+        scripts.run("owned_expire", conn or connection.get_client(), [key], [owner, _ttl(ttl)])
+    )
+
+
+def retake(key: str, owner: str, ttl: float, conn: redis.Redis | None = None) -> bool:
+    return bool(
+        scripts.run("owned_retake", conn or connection.get_client(), [key], [owner, _ttl(ttl)])
+    )
+
+
+def delete(key: str, owner: str, conn: redis.Redis | None = None) -> bool:
+    return bool(scripts.run("owned_delete", conn or connection.get_client(), [key], [owner]))
+
+
+def release(key: str, owner: str, component: str = "Lock release") -> bool:
+    """Owner-checked delete that never raises; deferred when it fails (rule 4)."""
+    try:
+        delete(key, owner)
+    except Exception as exc:  # noqa: BLE001
+        errors.report(component, exc, f"release of {key} deferred")
+        deferred.add(key, owner)
+        return False
+    return True
+
+
+class DeferredReleases:
+    """Releases that failed, retried until they go through. In this process's memory
+    only: one still pending when the process exits falls back to the lock's TTL."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, str] = {}
+
+    def add(self, key: str, owner: str) -> None:
+        with self._lock:
+            self._pending[key] = owner
+
+    def pending(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._pending)
+
+    def _forget(self, key: str, owner: str) -> None:
+        with self._lock:
+            if self._pending.get(key) == owner:
+                del self._pending[key]
+
+    def retry_all(self, conn: redis.Redis | None = None) -> int:
+        """Retry every pending release; stops at the first outage (no point hammering
+        Redis) and raises it. A deterministic failure is dropped and logged once."""
+        done = 0
+        for key, owner in self.pending().items():
+            try:
+                delete(key, owner, conn)
+            except Exception as exc:
+                if errors.is_unavailable(exc):
+                    raise
+                log.error("deferred release of %s dropped: %s", key, errors.describe(exc))
+            self._forget(key, owner)
+            done += 1
+        return done
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
+
+deferred = DeferredReleases()
+
+
+def retry_deferred(component: str = "Deferred lock releases") -> None:
+    """Best-effort :meth:`DeferredReleases.retry_all`, for beats, ticks and shutdown."""
+    if deferred.pending():
+        errors.best_effort(component, deferred.retry_all)
+
+
+def job_locks(job: dict) -> list[str]:
+    """Lock keys a job holds from its push until it is done: the unique lock
+    (``until_executed``, and ``until_started`` before it starts) and the running lock of
+    an ``until_executed`` periodic entry."""
+    from . import keys
+
+    found = []
+    digest = job.get("unique_digest")
+    if (
+        digest
+        and isinstance(digest, str)
+        and job.get("unique") in ("until_executed", "until_started")
+    ):
+        found.append(keys.unique(digest))
+    entry = job.get("periodic")
+    if entry and isinstance(entry, str) and job.get("periodic_until_executed"):
+        found.append(keys.periodic_running(entry))
+    return found
+
+
+def release_job_locks(job: dict) -> None:
+    """For a job leaving the system by a path no server middleware sees (dead as a poison
+    or unregistered job, deleted or killed from the admin): release its locks."""
+    jid = job.get("jid")
+    if isinstance(jid, str):
+        for key in job_locks(job):
+            release(key, jid)
+
+
+def extend_job_locks(job: dict, ttl: float) -> None:
+    """On a retried failure: keep the job's locks for the backoff plus their own TTL."""
+    jid = job.get("jid")
+    if not isinstance(jid, str):
+        return
+    for key in job_locks(job):
+        errors.best_effort("Lock extension", lambda key=key: expire(key, jid, ttl), key)

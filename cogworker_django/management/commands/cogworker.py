@@ -1,0 +1,182 @@
+"""``manage.py cogworker``: run a worker process (or several, with ``--processes``).
+
+A bad option, bad settings or an unreachable Redis exit non-zero with one clear line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.module_loading import autodiscover_modules
+
+from cogworker_django import conf, connection, errors
+
+log = logging.getLogger("cogworker_django")
+LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
+
+
+class Command(BaseCommand):
+    help = "Run a cogworker worker process: fetch and run jobs from Redis."
+    requires_system_checks: list[str] = []  # our own checks run below, with clear exits
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "-q",
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME[:WEIGHT]",
+            help="a queue to read, with an optional weight (repeatable); "
+            "default: COGWORKER['QUEUES']",
+        )
+        parser.add_argument(
+            "-c", "--concurrency", type=int, help="processor threads (default: CONCURRENCY)"
+        )
+        parser.add_argument("--fetch", choices=conf.FETCH_MODES, help="fetch mode (default: FETCH)")
+        parser.add_argument(
+            "--processes", type=int, default=1, help="worker processes to fork (default 1)"
+        )
+        parser.add_argument("--tag", default="", help="a label shown in the admin's process list")
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            help="seconds to wait for running jobs at TERM (default: SHUTDOWN_TIMEOUT)",
+        )
+        parser.add_argument("--logfile", help="also write the log to this file")
+
+    def handle(self, *args, **opts):
+        try:
+            settings = conf.get()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        queues = settings.QUEUES
+        if opts["queues"]:
+            try:
+                queues = conf.parse_queues(opts["queues"], key="--queue")
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc).replace("COGWORKER['--queue']", "--queue")) from None
+        concurrency = settings.CONCURRENCY if opts["concurrency"] is None else opts["concurrency"]
+        if concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
+        if opts["processes"] < 1:
+            raise CommandError(f"--processes must be at least 1, got {opts['processes']}")
+        timeout = (
+            settings.SHUTDOWN_TIMEOUT
+            if opts["shutdown_timeout"] is None
+            else opts["shutdown_timeout"]
+        )
+        if timeout < 0:
+            raise CommandError(f"--shutdown-timeout must be >= 0, got {timeout}")
+        tag = opts["tag"] or ""
+        if any(c.isspace() for c in tag):
+            raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
+        self._setup_logging(opts["logfile"], opts["verbosity"])
+
+        autodiscover_modules("jobs")
+        try:
+            from cogworker_django.worker import extensions
+
+            extensions.validate()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        try:
+            connection.get_client().ping()
+        except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
+            raise CommandError(
+                f"Redis at {connection.describe_target()} is unreachable: {errors.describe(exc)}"
+            ) from None
+
+        kwargs = dict(
+            concurrency=concurrency,
+            queues=queues,
+            fetch_mode=opts["fetch"] or settings.FETCH,
+            tag=tag,
+            shutdown_timeout=timeout,
+        )
+        code = (
+            run_processes(kwargs, opts["processes"]) if opts["processes"] > 1 else run_one(kwargs)
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Threads stuck inside jobs past the shutdown timeout were handed over already;
+        # don't let them hold the process (or crash in interpreter teardown).
+        os._exit(code)
+
+    def _setup_logging(self, logfile: str | None, verbosity: int) -> None:
+        if not log.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            log.addHandler(handler)
+        if log.level == logging.NOTSET:
+            log.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+        if logfile:
+            try:
+                handler = logging.FileHandler(logfile)
+            except OSError as exc:
+                raise CommandError(f"--logfile {logfile!r} can't be opened: {exc}") from None
+            handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            log.addHandler(handler)
+
+
+def run_one(kwargs: dict) -> int:
+    from cogworker_django.worker.launcher import Launcher
+
+    return Launcher(**kwargs).run()
+
+
+def run_processes(kwargs: dict, count: int) -> int:
+    """Fork ``count`` workers and supervise them: signals are passed on, and a child that
+    dies unexpectedly is replaced (its in-progress jobs are recovered as orphans)."""
+    children: dict[int, int] = {}
+    stopping = False
+
+    def spawn(slot: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = run_one(kwargs)
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        children[pid] = slot
+
+    def forward(signum, _frame):
+        nonlocal stopping
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
+        signal.signal(sig, forward)
+    connection.reset()  # the children build their own pools
+    for slot in range(count):
+        spawn(slot)
+    log.info("supervising %d worker processes (pid %d)", count, os.getpid())
+    worst = 0
+    while children:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        slot = children.pop(pid, None)
+        code = os.waitstatus_to_exitcode(status)
+        worst = max(worst, code if code > 0 else 0)
+        if slot is not None and not stopping:
+            log.error("worker process %d exited with %s; starting a replacement", pid, code)
+            time.sleep(1.0)
+            spawn(slot)
+    return worst

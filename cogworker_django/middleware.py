@@ -1,0 +1,95 @@
+"""Client and server middleware chains.
+
+A client middleware wraps every push::
+
+    class AddTenant(ClientMiddleware):
+        def __call__(self, job, push):
+            job["kwargs"].setdefault("tenant", current_tenant())
+            return push(job)        # return None without calling push() to stop the push
+
+A server middleware wraps every run inside the worker::
+
+    class Timing(ServerMiddleware):
+        def __call__(self, job, queue, run):
+            started = time.monotonic()
+            try:
+                return run()
+            finally:
+                log.info("%s took %.3fs", job["func"], time.monotonic() - started)
+
+Both are configured as dotted paths in ``COGWORKER["MIDDLEWARE"]``; a class is
+instantiated once with no arguments, any other callable is used as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from . import conf
+
+
+class ClientMiddleware:
+    def __call__(self, job: dict[str, Any], push: Callable[[dict], Any]) -> Any:
+        return push(job)
+
+
+class ServerMiddleware:
+    def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
+        return run()
+
+
+@functools.lru_cache(maxsize=16)
+def _load(paths: tuple[str, ...]) -> tuple[Callable, ...]:
+    loaded = []
+    for path in paths:
+        obj = import_string(path)
+        loaded.append(obj() if isinstance(obj, type) else obj)
+    return tuple(loaded)
+
+
+def client_middleware() -> tuple[Callable, ...]:
+    return _load(tuple(conf.get().MIDDLEWARE["client"]))
+
+
+def server_middleware() -> tuple[Callable, ...]:
+    return _load(tuple(conf.get().MIDDLEWARE["server"]))
+
+
+def run_client_chain(job: dict[str, Any], push: Callable[[dict], Any]) -> Any:
+    chain = client_middleware()
+    if not chain:
+        return push(job)
+
+    def call(i: int, current: dict) -> Any:
+        if i == len(chain):
+            return push(current)
+        return chain[i](current, lambda j: call(i + 1, j))
+
+    return call(0, job)
+
+
+def run_server_chain(
+    chain: tuple[Callable, ...] | list[Callable],
+    job: dict[str, Any],
+    queue: str,
+    perform: Callable[[], Any],
+) -> Any:
+    def call(i: int) -> Any:
+        if i == len(chain):
+            return perform()
+        return chain[i](job, queue, lambda: call(i + 1))
+
+    return call(0)
+
+
+class Reschedule(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by a server middleware to put the job back on the schedule ``delay``
+    seconds from now without running it and without counting a failure."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        super().__init__(reason or f"rescheduled in {delay}s")
+        self.delay = delay

@@ -1,0 +1,53 @@
+"""Lua scripts as files (``lua/<name>.lua``), loaded once, run by EVALSHA.
+
+A NOSCRIPT reply (a restarted or failed-over server, ``SCRIPT FLUSH``) loads the
+script again and retries once: EVALSHA that got NOSCRIPT ran nothing, so the retry
+cannot run it twice. Every script file starts with a header naming its KEYS and ARGV.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.exceptions import NoScriptError
+
+
+class Script:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+        header = "\n".join(line for line in self.source.splitlines() if line.startswith("--"))
+        if "KEYS" not in header or "ARGV" not in header:
+            raise RuntimeError(f"lua/{name}.lua must start with a header naming KEYS and ARGV")
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __call__(self, client: redis.Redis, keys: list[str] = (), args: list[Any] = ()) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.source)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def pipelined(self, pipe: Any, keys: list[str] = (), args: list[Any] = ()) -> None:
+        """Queue an EVAL on a pipeline (pipelines can't recover from NOSCRIPT mid-batch)."""
+        pipe.eval(self.source, len(keys), *keys, *args)
+
+    def __repr__(self) -> str:
+        return f"<Script {self.name}>"
+
+
+_cache: dict[str, Script] = {}
+
+
+def get(name: str) -> Script:
+    script = _cache.get(name)
+    if script is None:
+        script = _cache[name] = Script(name)
+    return script
+
+
+def run(name: str, client: redis.Redis, keys: list[str] = (), args: list[Any] = ()) -> Any:
+    return get(name)(client, list(keys), list(args))

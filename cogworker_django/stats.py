@@ -1,0 +1,65 @@
+"""Processed and failed counters, in total and per day, buffered in memory.
+
+Never a write per job: processors add to this process's buffer, and the heartbeat
+flushes it (one pipeline) every beat and at shutdown. A flush that fails puts its
+counts back, so nothing is lost while Redis is away.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import redis
+
+from . import keys
+
+# Per-day counters are kept this long (the dashboard shows 30 days).
+DAY_KEY_TTL = 180 * 86400
+
+
+def today(now: dt.datetime | None = None) -> str:
+    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d")
+
+
+class Counters:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def incr(self, name: str, by: int = 1) -> None:
+        day = today()
+        with self._lock:
+            self._counts[(name, day)] = self._counts.get((name, day), 0) + by
+
+    def pending(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def flush(self, conn: redis.Redis) -> None:
+        """Write the buffered counts; on failure they are kept for the next flush."""
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        if not counts:
+            return
+        pipe = conn.pipeline(transaction=False)
+        for (name, day), n in counts.items():
+            pipe.incrby(keys.stat(name), n)
+            pipe.incrby(keys.stat(name, day), n)
+            pipe.expire(keys.stat(name, day), DAY_KEY_TTL)
+        try:
+            results = pipe.execute(raise_on_error=False)
+        except Exception:
+            # Nothing is known to have landed: keep every count for the next flush.
+            with self._lock:
+                for k, n in counts.items():
+                    self._counts[k] = self._counts.get(k, 0) + n
+            raise
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            # Deterministic (a counter key of the wrong type): retrying can't help, and
+            # the key guard moves the key aside. These counts are dropped.
+            raise failed[0]
+
+
+counters = Counters()

@@ -1,0 +1,121 @@
+"""Fetch strategies: how a processor thread takes its next job.
+
+``ReliableFetch`` (default) moves a job atomically into this process's in-progress list,
+so a process that dies mid-job leaves it there for orphan recovery; acking the finished
+job and fetching the next are one round trip. ``BasicFetch`` is one blocking BRPOP: a
+job taken by a process that dies is lost (Redis < 6.2, or ``FETCH="basic"``).
+
+A strategy is chosen by configuration (``for_mode``); a new one is a new class with the
+same four methods.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .. import connection, keys, scripts
+from ..conf import QueueSpec
+
+# How long a paused-set read stays fresh in basic mode (reliable fetch checks per call).
+PAUSED_REFRESH = 2.0
+
+
+@dataclass(frozen=True)
+class Work:
+    """One fetched job: its queue and its raw payload exactly as it sits in Redis."""
+
+    queue: str
+    raw: str
+
+
+def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
+    """A fresh random order, each queue's chance to come first proportional to its
+    weight (weighted sampling without replacement)."""
+    if len(queues) == 1:
+        return [queues[0].name]
+    # Efraimidis-Spirakis: sort by u ** (1 / w), descending.
+    return [
+        q.name
+        for q in sorted(queues, key=lambda q: random.random() ** (1.0 / q.weight), reverse=True)
+    ]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="surrogateescape") if isinstance(value, bytes) else value
+
+
+class ReliableFetch:
+    name = "reliable"
+    blocking = False
+
+    def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
+        self.identity = identity
+        self.queues = queues
+        self.inprogress = keys.inprogress(identity)
+        self.paused = keys.paused()
+        self._script = scripts.get("fetch")
+
+    def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
+        """Ack ``ack`` (if any) and take the next job, in one round trip."""
+        order = weighted_order(self.queues)
+        result = self._script(
+            conn,
+            [self.inprogress, self.paused, *(keys.queue(q) for q in order)],
+            [ack.raw if ack else "", *order],
+        )
+        if not result:
+            return None
+        return Work(_text(result[0]), _text(result[1]))
+
+    def ack(self, conn: redis.Redis, raw: str) -> None:
+        conn.lrem(self.inprogress, 1, raw)
+
+    def settle_key(self) -> str:
+        return self.inprogress
+
+
+class BasicFetch:
+    name = "basic"
+    blocking = True
+
+    def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
+        self.identity = identity
+        self.queues = queues
+        self._paused: set[str] = set()
+        self._paused_at = 0.0
+
+    def _active(self, conn: redis.Redis) -> list[str]:
+        now = time.monotonic()
+        if now - self._paused_at > PAUSED_REFRESH:
+            try:
+                self._paused = {_text(m) for m in conn.smembers(keys.paused())}
+            except redis.ResponseError:
+                self._paused = set()  # a paused set of the wrong type pauses nothing
+            self._paused_at = now
+        return [q for q in weighted_order(self.queues) if q not in self._paused]
+
+    def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
+        active = self._active(conn)
+        if not active:
+            time.sleep(connection.FETCH_BLOCK_SECONDS)
+            return None
+        by_key = {keys.queue(q): q for q in active}
+        result = conn.brpop(list(by_key), timeout=connection.FETCH_BLOCK_SECONDS)
+        if not result:
+            return None
+        return Work(by_key[_text(result[0])], _text(result[1]))
+
+    def ack(self, conn: redis.Redis, raw: str) -> None:
+        """Nothing to do: BRPOP already removed the job from Redis."""
+
+    def settle_key(self) -> str:
+        return ""
+
+
+def for_mode(mode: str, identity: str, queues: tuple[QueueSpec, ...]):
+    return (ReliableFetch if mode == "reliable" else BasicFetch)(identity, queues)

@@ -1,0 +1,282 @@
+"""The heartbeat: this process's presence and registries, every ``HEARTBEAT_INTERVAL``.
+
+Duties, each beat:
+- the presence key ``P:process:<id>`` (info, busy, quiet; TTL a few beats): the one
+  write that must succeed; if it fails, the beat failed;
+- every other write on its own, best-effort (one key of the wrong type fails no beat):
+  ``P:processes``, ``P:queues`` (the queues read here, even while empty),
+  ``P:live_queues``, the work snapshot, and for reliable fetch ``P:inprogress_ids`` and
+  ``P:last_beat`` (Redis ``TIME``; the local clock where ``TIME`` is refused);
+- then, each best-effort: the stats flush, pending settlements, deferred lock releases,
+  the registered beat hooks (lock refreshes), replacing dead processor threads, and
+  reconciling the in-progress list with the record.
+The first beat runs synchronously, before any fetch: a process must be visibly alive
+before its in-progress list can hold anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__, conf, connection, errors, keys, locks, scripts, stats
+from .fetch import ReliableFetch
+from .settlement import settle_pending
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+log = logging.getLogger("cogworker_django")
+
+# Hooks run on every beat after the presence write: f(conn, recovering) where
+# ``recovering`` is True on the first beat after a failed one. Periodic running locks
+# register here.
+beat_hooks: list[Callable[[Any, bool], None]] = []
+# Queue entries no live process read for this long leave P:live_queues.
+LIVE_QUEUE_RETENTION = 86400
+
+
+def presence_ttl(interval: float) -> int:
+    # A few beats: a process that stops beating disappears from the admin soon after.
+    return max(2, int(interval * 4 + 0.999))
+
+
+def _rss_kb() -> int | None:
+    try:
+        with open(f"/proc/{os.getpid()}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Heartbeat:
+    def __init__(
+        self, manager: Manager, *, tag: str = "", on_stop_signal: Callable[[], None]
+    ) -> None:
+        self.manager = manager
+        self.identity = manager.identity
+        self.tag = tag
+        self.interval = conf.get().HEARTBEAT_INTERVAL
+        self.started_at = time.time()
+        self.reliable = isinstance(manager.fetcher, ReliableFetch)
+        self._on_stop_signal = on_stop_signal
+        self._stopping = threading.Event()
+        self._beat_failed = False
+        # Monotonic time since which every beat succeeded (None while failing): orphan
+        # recovery waits for a few good beats after an outage (rule 13).
+        self.healthy_since: float | None = None
+        self._unknown_last_beat: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._subscriber: Any = None
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.beat()  # synchronous, raises if Redis is unreachable: see module docstring
+        for target, name in ((self._beat_loop, "heartbeat"), (self._subscribe_loop, "signals")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Stop both threads (never hangs: the subscriber polls with a timeout)."""
+        self._stopping.set()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(3)
+
+    def remove_presence(self) -> None:
+        conn = connection.get_client()
+        try:
+            pipe = conn.pipeline(transaction=False)
+            pipe.delete(keys.process(self.identity), keys.work(self.identity))
+            pipe.srem(keys.processes(), self.identity)
+            pipe.execute(raise_on_error=False)
+            if self.reliable and conn.llen(keys.inprogress(self.identity)) == 0:
+                # Nothing left for recovery to find: forget this identity.
+                pipe = conn.pipeline(transaction=False)
+                pipe.srem(keys.inprogress_ids(), self.identity)
+                pipe.hdel(keys.last_beat(), self.identity)
+                pipe.delete(keys.inprogress(self.identity))
+                pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - presence expires by its TTL anyway
+            errors.report("Heartbeat", exc, "presence not removed at exit")
+
+    # Beats -------------------------------------------------------------------------------
+
+    def _beat_loop(self) -> None:
+        while not self._stopping.wait(self.interval):
+            self.beat_safely()
+
+    def beat_safely(self) -> bool:
+        try:
+            self.beat()
+        except Exception as exc:  # noqa: BLE001 - a failed beat is retried next interval
+            self._beat_failed = True
+            self.healthy_since = None
+            errors.report("Heartbeat", exc)
+            return False
+        return True
+
+    def info(self) -> dict[str, Any]:
+        s = conf.get()
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "tag": self.tag,
+            "concurrency": self.manager.concurrency,
+            "queues": [f"{q.name}:{q.weight}" for q in self.manager.fetcher.queues],
+            "fetch": self.manager.fetcher.name,
+            "started_at": self.started_at,
+            "version": __version__,
+            "rss_kb": _rss_kb(),
+            "identity": self.identity,
+            "prefix": s.PREFIX,
+        }
+
+    def beat(self) -> None:
+        conn = connection.get_client()
+        ident, ttl = self.identity, presence_ttl(self.interval)
+        queue_names = [q.name for q in self.manager.fetcher.queues]
+        now = time.time()
+        pipe = conn.pipeline(transaction=False)
+        pipe.hset(
+            keys.process(ident),
+            mapping={
+                "info": json.dumps(self.info()),
+                "busy": self.manager.busy_count(),
+                "quiet": "true" if self.manager.quieted else "false",
+                "beat": now,
+            },
+        )
+        pipe.expire(keys.process(ident), ttl)
+        names = ["process registry", "queue registry", "live queue registry", "live queue pruning"]
+        pipe.sadd(keys.processes(), ident)
+        pipe.sadd(keys.queues(), *queue_names)
+        pipe.zadd(keys.live_queues(), {q: now for q in queue_names})
+        pipe.zremrangebyscore(keys.live_queues(), "-inf", now - LIVE_QUEUE_RETENTION)
+        snapshot = self.manager.work_snapshot()
+        pipe.delete(keys.work(ident))
+        names.append("work snapshot")
+        if snapshot:
+            pipe.hset(keys.work(ident), mapping=snapshot)
+            pipe.expire(keys.work(ident), ttl)
+            names += ["work snapshot", "work snapshot"]
+        if self.reliable:
+            pipe.sadd(keys.inprogress_ids(), ident)
+            names.append("in-progress registry")
+            scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [ident])
+            names.append("last-beat stamp")
+        results = pipe.execute(raise_on_error=False)
+        for r in results[:2]:
+            if isinstance(r, Exception):
+                raise r  # the presence key: without it the beat failed
+        for name, r in zip(names, results[2:], strict=True):
+            if isinstance(r, Exception):
+                if errors.is_unavailable(r):
+                    raise r
+                if name == "last-beat stamp":
+                    self._stamp_locally(conn)
+                else:
+                    log.error("Heartbeat: %s not written: %s", name, errors.describe(r))
+        recovering = self._beat_failed
+        self._beat_failed = False
+        if self.healthy_since is None:
+            self.healthy_since = time.monotonic()
+        errors.recovered("Heartbeat")
+        self._after_beat(conn, recovering)
+
+    def _stamp_locally(self, conn: Any) -> None:
+        # TIME refused (some proxies): better a skewed stamp than none.
+        errors.best_effort(
+            "Heartbeat",
+            lambda: conn.hset(keys.last_beat(), self.identity, int(time.time())),
+            "last-beat stamp",
+        )
+
+    def _after_beat(self, conn: Any, recovering: bool) -> None:
+        errors.best_effort("Stats flush", lambda: stats.counters.flush(conn))
+        if self.manager.record.pending():
+            errors.best_effort("Pending settlements", lambda: settle_pending(self.manager, conn))
+        for hook in list(beat_hooks):
+            errors.best_effort("Lock refresh", lambda hook=hook: hook(self, conn, recovering))
+        locks.retry_deferred()
+        self.manager.replace_dead()
+        if self.reliable:
+            errors.best_effort("Reconcile", lambda: self._reconcile(conn))
+
+    def _reconcile(self, conn: Any) -> None:
+        """Requeue jobs on this process's list that it does not know it has (a fetch whose
+        reply was lost): only those seen unknown on two beats in a row, so a fetch in
+        flight is never taken for one."""
+        from .recovery import requeue_from_list
+
+        listed = {
+            r.decode("utf-8", "surrogateescape") if isinstance(r, bytes) else r
+            for r in conn.lrange(keys.inprogress(self.identity), 0, -1)
+        }
+        known = self.manager.record.running_raws() | set(self.manager.record.pending())
+        unknown = listed - known
+        confirmed = unknown & self._unknown_last_beat
+        self._unknown_last_beat = unknown - confirmed
+        if confirmed:
+            n = requeue_from_list(
+                conn,
+                self.identity,
+                confirmed,
+                count_orphaning=False,
+                fallback_queue=self.manager.fetcher.queues[0].name,
+            )
+            if n:
+                log.warning(
+                    "requeued %d job(s) this process had taken without knowing it "
+                    "(a lost fetch reply)",
+                    n,
+                )
+
+    # Signals from the admin --------------------------------------------------------------
+
+    def _subscribe_loop(self) -> None:
+        channel = keys.signal(self.identity)
+        while not self._stopping.is_set():
+            pubsub = None
+            try:
+                client = connection.new_client()
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(channel)
+                errors.recovered("Signal subscriber")
+                while not self._stopping.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        self._dispatch(message.get("data"))
+            except Exception as exc:  # noqa: BLE001 - reconnect after any error
+                if self._stopping.is_set():
+                    return
+                errors.report("Signal subscriber", exc)
+                self._stopping.wait(1.0)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+    def _dispatch(self, data: Any) -> None:
+        command = data.decode() if isinstance(data, bytes) else str(data)
+        if command == "quiet":
+            log.info("quiet requested from the admin")
+            self.manager.quiet()
+        elif command == "stop":
+            log.info("stop requested from the admin")
+            self._on_stop_signal()
+        else:
+            log.warning("ignoring unknown signal %r on %s", command, keys.signal(self.identity))

@@ -1,0 +1,188 @@
+"""Boot order, signals and shutdown of one worker process.
+
+Boot: settings and options are validated (by the command), job modules imported,
+periodic callables resolved on this main thread (rule 10), the fetch mode chosen, the
+first heartbeat written synchronously, then processors, poller and ticker start, and one
+summary line is logged.
+
+Signals: TERM/INT stop gracefully (a second one cuts the wait short: the hand-over still
+runs, then the process exits), TSTP quiets, TTIN logs every thread's stack.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import sys
+import threading
+from typing import Any
+
+from .. import __version__, conf, connection, errors, locks, stats
+from ..conf import QueueSpec
+from . import fetch
+from .heartbeat import Heartbeat
+from .manager import Manager
+from .poller import Poller
+from .recovery import OrphanRecovery
+
+log = logging.getLogger("cogworker_django")
+
+
+def new_identity(tag: str = "") -> str:
+    host = socket.gethostname().split(".")[0]
+    parts = [host, str(os.getpid()), secrets.token_hex(4)]
+    if tag:
+        parts.insert(0, tag)
+    return ":".join(parts).replace(" ", "_")
+
+
+def resolve_fetch_mode(requested: str, client: Any) -> str:
+    if requested == "basic":
+        return "basic"
+    version = connection.server_version(client)
+    if version < connection.MIN_REDIS_VERSION:
+        log.warning(
+            "FETCH='reliable' needs Redis >= 6.2 (LMOVE); this one is %s, so this worker "
+            "uses basic fetch: a job taken by a worker that dies is lost",
+            ".".join(map(str, version)),
+        )
+        return "basic"
+    return "reliable"
+
+
+class Launcher:
+    def __init__(
+        self,
+        *,
+        concurrency: int,
+        queues: tuple[QueueSpec, ...],
+        fetch_mode: str,
+        tag: str = "",
+        shutdown_timeout: float,
+    ) -> None:
+        self.concurrency = concurrency
+        self.queues = queues
+        self.requested_fetch = fetch_mode
+        self.tag = tag
+        self.shutdown_timeout = shutdown_timeout
+        self.identity = new_identity(tag)
+        self._signals: queue.SimpleQueue[int | str] = queue.SimpleQueue()
+        self._stopping = False
+        self._force = threading.Event()
+        self.components: list[Any] = []  # started after the processors, stopped before them
+
+    # Signals -----------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT) and self._stopping:
+            self._force.set()  # second TERM/INT: stop waiting for running jobs
+        self._signals.put(signum)
+
+    def request_stop(self) -> None:
+        """Stop from another thread (the admin's "stop")."""
+        self._signals.put(signal.SIGTERM)
+
+    def _install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
+            signal.signal(sig, self._on_signal)
+
+    # Run ---------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        client = connection.get_client()
+        mode = resolve_fetch_mode(self.requested_fetch, client)
+        self.fetcher = fetch.for_mode(mode, self.identity, self.queues)
+        self.manager = Manager(self.identity, self.fetcher, self.concurrency)
+        self.heartbeat = Heartbeat(self.manager, tag=self.tag, on_stop_signal=self.request_stop)
+        self.recovery = OrphanRecovery(self.identity, self.heartbeat, self.queues[0].name)
+        self.poller = Poller(self.recovery)
+        self._install_signals()
+        self._add_components()
+
+        self.heartbeat.start()
+        self.manager.start()
+        self.poller.start()
+        for c in self.components:
+            c.start()
+        s = conf.get()
+        log.info(
+            "cogworker %s started: identity=%s pid=%d concurrency=%d queues=%s fetch=%s redis=%s prefix=%s",
+            __version__,
+            self.identity,
+            os.getpid(),
+            self.concurrency,
+            ",".join(f"{q.name}:{q.weight}" for q in self.queues),
+            mode,
+            connection.describe_target(),
+            s.PREFIX,
+        )
+        self._wait_for_stop()
+        return self._shutdown()
+
+    def _add_components(self) -> None:
+        """Optional parts that hook into the poller and heartbeat (periodic ticker, key
+        guard); each is imported only here, in the run layer."""
+        from . import extensions
+
+        self.components.extend(extensions.build(self))
+
+    def _wait_for_stop(self) -> None:
+        while True:
+            try:
+                signum = self._signals.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                log.info(
+                    "%s received: stopping (waiting up to %ss for running jobs)",
+                    signal.Signals(signum).name,
+                    self.shutdown_timeout,
+                )
+                self._stopping = True
+                return
+            if signum == signal.SIGTSTP:
+                self.manager.quiet()
+            elif signum == signal.SIGTTIN:
+                dump_threads()
+
+    def _shutdown(self) -> int:
+        for c in self.components:
+            errors.best_effort("Shutdown", c.stop)
+        self.poller.stop()
+        self.manager.stop(self.shutdown_timeout, self._force)
+        # Last chance for releases deferred by a recent outage (they live in memory).
+        locks.retry_deferred()
+        errors.best_effort("Stats flush", lambda: stats.counters.flush(connection.get_client()))
+        self.heartbeat.stop()
+        self.heartbeat.remove_presence()
+        log.info("cogworker %s stopped", self.identity)
+        return 0
+
+
+def dump_threads() -> None:
+    """TTIN: every thread's stack, to the log and stderr."""
+    frames = sys._current_frames()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    import traceback
+
+    for ident, frame in frames.items():
+        stack = "".join(traceback.format_stack(frame))
+        log.warning("thread %s (%s):\n%s", names.get(ident, "?"), ident, stack)
+    try:
+        faulthandler.dump_traceback(all_threads=True)
+    except Exception:  # noqa: BLE001 - stderr may be closed
+        pass
+
+
+def stuck_threads() -> list[str]:
+    return [
+        t.name for t in threading.enumerate() if t.name.startswith("processor-") and t.is_alive()
+    ]
+
+
+__all__ = ["Launcher", "dump_threads", "new_identity", "stuck_threads"]

@@ -1,0 +1,131 @@
+"""The poller thread: moves due jobs from ``P:schedule`` and ``P:retry`` to their queues,
+and runs the periodic chores (orphan recovery, filing ``P:unsettled``, timers such as
+the key guard).
+
+Each due job moves by one script that adds before it removes (rule 2), with the new
+payload (``enqueued_at`` re-stamped) built here in Python (rule 3). The poll interval
+is random around ``POLL_INTERVAL`` times the number of live processes, so a fleet polls
+about every ``POLL_INTERVAL`` in total and never in lockstep.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import conf, connection, errors, keys, payload, scripts
+from .recovery import OrphanRecovery, file_unsettled
+
+log = logging.getLogger("cogworker_django")
+
+# Due jobs moved per set per round trip batch; loops until nothing is due.
+DUE_BATCH = 100
+# Cap on the process-count scaling: a huge fleet still polls each process at least this often.
+MAX_SCALE = 10
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def enqueue_due(conn: Any, now: float | None = None) -> int:
+    """Move every due job of the schedule and retry sets to its queue; returns how many."""
+    moved = 0
+    for source in (keys.schedule(), keys.retry()):
+        while True:
+            now_ = now if now is not None else time.time()
+            due = conn.zrangebyscore(source, "-inf", now_, start=0, num=DUE_BATCH)
+            if not due:
+                break
+            for raw in due:
+                moved += _move(conn, source, _text(raw))
+            if len(due) < DUE_BATCH:
+                break
+    return moved
+
+
+def _move(conn: Any, source: str, raw: str) -> int:
+    job = payload.decode(raw)
+    queue = job.get("queue")
+    if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
+        # Can't be requeued: bury it in dead with its bytes rather than retry it forever.
+        if job["func"] != payload.UNPARSEABLE:
+            job = payload.unparseable(raw, None, "InvalidPayload", "the job has no queue")
+        return scripts.run(
+            "requeue_due",
+            conn,
+            [source, keys.dead(), keys.queues()],
+            [raw, payload.encode(job), "", repr(time.time())],
+        )
+    job.pop("at", None)
+    job["enqueued_at"] = time.time()
+    return scripts.run(
+        "requeue_due",
+        conn,
+        [source, keys.queue(queue), keys.queues()],
+        [raw, payload.encode(job), queue, ""],
+    )
+
+
+class Poller:
+    def __init__(self, recovery: OrphanRecovery) -> None:
+        s = conf.get()
+        self.recovery = recovery
+        self.interval = s.POLL_INTERVAL
+        self.orphan_interval = s.ORPHAN_CHECK_INTERVAL
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process_count = 1
+        # Extra chores: (name, interval, function(conn)); the key guard registers one.
+        self.timers: list[tuple[str, float, Callable[[Any], Any]]] = []
+        self._next_run: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _pause(self) -> float:
+        scale = min(max(self._process_count, 1), MAX_SCALE)
+        return self.interval * scale * random.uniform(0.5, 1.5)
+
+    def _loop(self) -> None:
+        self._boot_chores()
+        while not self._stopping.wait(self._pause()):
+            self.poll_once()
+
+    def _boot_chores(self) -> None:
+        conn = connection.get_client()
+        errors.best_effort("Orphan recovery", lambda: self.recovery.run(conn, at_boot=True))
+        now = time.monotonic()
+        self._next_run["orphans"] = now + self.orphan_interval
+        for name, _interval, fn in self.timers:
+            errors.best_effort(name, lambda fn=fn: fn(conn))
+            self._next_run[name] = now + _interval
+        self.poll_once()
+
+    def poll_once(self) -> None:
+        conn = connection.get_client()
+        errors.best_effort("Scheduled poller", lambda: enqueue_due(conn))
+        errors.best_effort("Unsettled jobs", lambda: file_unsettled(conn))
+
+        def count() -> None:
+            self._process_count = int(conn.scard(keys.processes()))
+
+        errors.best_effort("Process count", count)
+        now = time.monotonic()
+        if now >= self._next_run.get("orphans", 0):
+            if errors.best_effort("Orphan recovery", lambda: self.recovery.run(conn)):
+                self._next_run["orphans"] = now + self.orphan_interval
+        for name, interval, fn in self.timers:
+            if now >= self._next_run.get(name, 0):
+                errors.best_effort(name, lambda fn=fn: fn(conn))
+                self._next_run[name] = now + interval

@@ -1,0 +1,208 @@
+"""One processor thread: fetch, run the server middleware chain and the job, settle.
+
+Duties:
+- fetch the next job, acking the one just finished in the same round trip;
+- run only registered jobs: anything else goes to dead and is never imported or called;
+- settle: success is acked (counted in memory); a failure is filed in retry or dead and
+  acked in one script; what cannot be settled now is left in the record for the
+  heartbeat (never lost, never run again);
+- back off while Redis is away or every queue is empty, and notice quiet within a
+  second or two.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+
+from .. import connection, errors, jobs, keys, locks, middleware, payload, scripts, stats
+from . import failures
+from .fetch import Work
+from .record import ACK, Filing
+
+if TYPE_CHECKING:
+    from .manager import Manager
+
+log = logging.getLogger("cogworker_django")
+
+# Built into every worker's server chain, outermost first; user middleware runs inside.
+BUILTIN_SERVER_MIDDLEWARE = ("cogworker_django.unique.UniqueMiddleware",)
+# First pause after a fetch that failed or found nothing; doubles up to its cap.
+IDLE_FIRST_PAUSE = 0.02
+ERROR_MAX_PAUSE = 2.0
+
+
+def server_chain() -> tuple[Any, ...]:
+    builtin = tuple(import_string(p)() for p in BUILTIN_SERVER_MIDDLEWARE)
+    return builtin + middleware.server_middleware()
+
+
+class Processor:
+    def __init__(self, manager: Manager, index: int) -> None:
+        self.manager = manager
+        self.index = index
+        self.name = f"processor-{index}"
+        self.thread: threading.Thread | None = None
+        self.busy = False
+        self._chain = server_chain()
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    # The loop ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - logged; the manager replaces the thread
+            if not self.manager.quieted:
+                log.error("%s died: %s", self.name, errors.describe(exc), exc_info=True)
+
+    def _loop(self) -> None:
+        manager, fetcher = self.manager, self.manager.fetcher
+        conn = connection.get_client()
+        done: Work | None = None
+        idle_pause = IDLE_FIRST_PAUSE
+        error_pause = IDLE_FIRST_PAUSE
+        while not manager.quieted:
+            try:
+                work = fetcher.fetch(conn, ack=done)
+            except Exception as exc:  # noqa: BLE001 - Redis away: back off, keep the ack pending
+                errors.report("Fetch", exc)
+                done = None
+                manager.wait_quiet(error_pause)
+                error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
+                continue
+            if done is not None:
+                manager.record.settled(done.raw, ACK)
+                done = None
+            error_pause = IDLE_FIRST_PAUSE
+            errors.recovered("Fetch")
+            if work is None:
+                if not fetcher.blocking:
+                    manager.wait_quiet(idle_pause)
+                    idle_pause = min(idle_pause * 2, manager.idle_max)
+                continue
+            idle_pause = IDLE_FIRST_PAUSE
+            done = self.process(work)
+        if done is not None:
+            self._ack_alone(conn, done)
+
+    def _ack_alone(self, conn: Any, work: Work) -> None:
+        try:
+            self.manager.fetcher.ack(conn, work.raw)
+        except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
+            errors.report("Ack", exc)
+            return
+        self.manager.record.settled(work.raw, ACK)
+
+    # One job -----------------------------------------------------------------------------
+
+    def process(self, work: Work) -> Work | None:
+        """Run one job and settle it; returns the work still to ack (after a success)."""
+        record = self.manager.record
+        job = payload.decode(work.raw, work.queue)
+        record.started(work)
+        self.busy = True
+        self.manager.work_started(self.name, work)
+        jobs._current.job = job
+        try:
+            try:
+                outcome = self._execute(job, work.queue)
+            finally:
+                record.performed(work)
+            if outcome is None:
+                stats.counters.incr("processed")
+                record.settle_later(work.raw, ACK)
+                return work
+            target, score = outcome
+            if target != "schedule":
+                stats.counters.incr("failed")
+            self._file(work, Filing(target, score, payload.encode(job)), job)
+            return None
+        finally:
+            jobs._current.job = None
+            self.manager.work_finished(self.name)
+            self.busy = False
+            record.finished(work)
+
+    def _execute(self, job: dict[str, Any], queue: str) -> tuple[str, float] | None:
+        """None on success, else (target set, score) with ``job`` updated in place."""
+        if job["func"] == payload.UNPARSEABLE:
+            log.error(
+                "unparseable payload on queue %s: filed in dead (%s)",
+                queue,
+                job.get("error_message"),
+            )
+            return "dead", time.time()
+        if jobs.resolve(job) is None:
+            log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
+            locks.release_job_locks(job)
+            return failures.to_dead(
+                job,
+                "NotRegistered",
+                f"{job['func']!r} is not a registered job; it was not imported or run",
+            )
+        close_old_connections()
+        try:
+            middleware.run_server_chain(self._chain, job, queue, lambda: jobs.perform(job))
+            return None
+        except middleware.Reschedule as r:
+            return "schedule", time.time() + r.delay
+        except Exception as exc:  # noqa: BLE001 - every failure is filed
+            return self._failed(job, exc)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit from a job is its failure
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return self._failed(job, exc)
+        finally:
+            close_old_connections()
+
+    def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        target, score = failures.after_failure(job, exc)
+        log.warning(
+            "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
+        )
+        if target == "retry":
+            locks.extend_job_locks(
+                job, score - time.time() + float(job.get("unique_for") or 0) + 60
+            )
+        return target, score
+
+    def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
+        """File a failed (or rescheduled) job and ack it in one script; if Redis can't
+        take it now, the record keeps it for the heartbeat."""
+        try:
+            file_job(connection.get_client(), self.manager.fetcher.settle_key(), work.raw, filing)
+        except Exception as exc:  # noqa: BLE001
+            errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
+            self.manager.record.settle_later(work.raw, filing)
+
+
+def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
+    target_key = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
+        filing.target
+    ]
+    min_score, keep = failures.dead_trim()
+    scripts.run(
+        "settle",
+        conn,
+        [inprogress_key, target_key],
+        [
+            raw,
+            repr(filing.score),
+            filing.payload,
+            filing.target if filing.target == "dead" else "",
+            repr(min_score),
+            keep,
+        ],
+    )

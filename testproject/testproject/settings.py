@@ -1,0 +1,149 @@
+"""Settings of the cogworker_django test project (demo, tests, benchmark).
+
+Development only: fixed SECRET_KEY, DEBUG on by default, every host allowed.
+
+Environment knobs (the tests start workers with them):
+- COGWORKER_REDIS_URL      Redis URL (default redis://127.0.0.1:6379/0)
+- COGWORKER_PREFIX         key prefix (default "cogworker")
+- COGWORKER_SETTINGS_JSON  JSON object merged over COGWORKER (top-level keys replaced)
+- COGWORKER_PERIODIC_JSON  JSON object replacing COGWORKER_PERIODIC entirely
+- COGWORKER_TASKS_BACKEND  "0" leaves the django.tasks backend out (Django 6.0+)
+- COGWORKER_LOG_LEVEL      level of the cogworker_django and demo loggers (default INFO)
+- TESTPROJECT_DB           SQLite file (default testproject/db.sqlite3)
+- DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
+"""
+
+import json
+import os
+from pathlib import Path
+
+import django
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent  # testproject/
+
+
+def _json_object_from_env(name: str) -> dict | None:
+    """The JSON object in env var `name`, None when unset; anything else is an error."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON ({exc}): {raw!r}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object, got {raw!r}")
+    return value
+
+
+SECRET_KEY = "django-insecure-cogworker-testproject-not-for-production"
+DEBUG = os.environ.get("DJANGO_DEBUG", "1").lower() not in ("0", "false", "no", "off", "")
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "cogworker_django",
+    "demo",
+]
+# The tests' own app; optional so the project still runs without it.
+if (BASE_DIR / "testapp").is_dir():
+    INSTALLED_APPS.append("testapp")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+WSGI_APPLICATION = "testproject.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("TESTPROJECT_DB") or BASE_DIR / "db.sqlite3",
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+
+# --- cogworker_django -------------------------------------------------------------------
+
+COGWORKER = {
+    "REDIS_URL": os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "PREFIX": os.environ.get("COGWORKER_PREFIX", "cogworker"),
+}
+COGWORKER.update(_json_object_from_env("COGWORKER_SETTINGS_JSON") or {})
+
+COGWORKER_PERIODIC = {
+    "heartbeat-report": {
+        "cron": "* * * * *",
+        "job": "demo.jobs.heartbeat_report",
+    },
+    "slow-every-5-minutes": {
+        "cron": "*/5 * * * *",
+        "job": "demo.jobs.slow",
+        "unique": "until_executed",
+    },
+}
+_periodic = _json_object_from_env("COGWORKER_PERIODIC_JSON")
+if _periodic is not None:
+    COGWORKER_PERIODIC = _periodic
+
+# django.tasks arrived in Django 6.0.
+if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0":
+    TASKS = {
+        "default": {
+            "BACKEND": "cogworker_django.tasks_backend.CogworkerBackend",
+            "QUEUES": ["default", "low", "critical"],
+        }
+    }
+
+_log_level = os.environ.get("COGWORKER_LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "worker": {
+            "format": "%(asctime)s %(levelname)s pid=%(process)d [%(threadName)s] %(name)s: %(message)s",
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "worker"},
+    },
+    "loggers": {
+        "cogworker_django": {"handlers": ["console"], "level": _log_level, "propagate": False},
+        "demo": {"handlers": ["console"], "level": _log_level, "propagate": False},
+    },
+}
