@@ -1,0 +1,267 @@
+"""Test support: real worker subprocesses, private redis-server processes, waiting.
+
+Everything here talks to real processes: ``manage.py cogworker`` started with real
+signals, and ``redis-server`` binaries started on free ports for fault tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+MANAGE = ROOT / "testproject" / "manage.py"
+MAIN_REDIS_URL = os.environ.get("COGWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# Timings for workers under test: fast beats and polls so tests take seconds, not minutes.
+FAST_SETTINGS: dict[str, Any] = {
+    "HEARTBEAT_INTERVAL": 0.5,
+    "POLL_INTERVAL": 0.2,
+    "ORPHAN_CHECK_INTERVAL": 0.5,
+    "ORPHAN_THRESHOLD": 3,
+    "KEYGUARD_INTERVAL": 1.0,
+    "PERIODIC_TICK": 0.25,
+    "FETCH_IDLE_MAX_INTERVAL": 0.1,
+    "SHUTDOWN_TIMEOUT": 5,
+    "RETRY_BACKOFF": "testapp.jobs.fast_backoff",
+    "CONCURRENCY": 5,
+}
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            last_exc = exc
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {message}"
+        + (f" (last error: {last_exc!r})" if last_exc else "")
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port that a test may stop, restart, pause."""
+
+    def __init__(self, port: int | None = None, extra: list[str] | None = None) -> None:
+        self.port = port or free_port()
+        self.extra = extra or []
+        self.dir = tempfile.mkdtemp(prefix="cogworker-redis-")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--enable-debug-command",
+                "local",
+                *self.extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._answers, 10, message=f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            return self.client().ping()
+        except redis.RedisError:
+            return False
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(
+            port=self.port, socket_timeout=5, socket_connect_timeout=1, decode_responses=True
+        )
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Worker:
+    """A real ``manage.py cogworker`` subprocess with its log in a file."""
+
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        redis_url: str = MAIN_REDIS_URL,
+        settings: dict | None = None,
+        args: list[str] | None = None,
+        periodic: dict | None = None,
+        env: dict | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.settings = {**FAST_SETTINGS, **(settings or {})}
+        self.args = args or []
+        self.log_path = Path(tempfile.mkstemp(prefix="cogworker-worker-", suffix=".log")[1])
+        self.env = {
+            **os.environ,
+            "COGWORKER_PREFIX": prefix,
+            "COGWORKER_REDIS_URL": redis_url,
+            "COGWORKER_SETTINGS_JSON": json.dumps(self.settings),
+            "COGWORKER_PERIODIC_JSON": json.dumps(periodic or {}),
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> Worker:
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in cleanup
+        self.proc = subprocess.Popen(
+            [sys.executable, str(MANAGE), "cogworker", *self.args],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+        )
+        if wait:
+            self.wait_for_log(r"cogworker \S+ started", timeout=30)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, pattern: str, timeout: float = 15.0, count: int = 1) -> None:
+        rx = re.compile(pattern)
+
+        def found() -> bool:
+            if (
+                self.proc is not None
+                and self.proc.poll() is not None
+                and len(rx.findall(self.log())) < count
+            ):
+                raise AssertionError(
+                    f"worker exited ({self.proc.returncode}) before {pattern!r}:\n{self.log()[-3000:]}"
+                )
+            return len(rx.findall(self.log())) >= count
+
+        try:
+            wait_until(found, timeout, 0.05, message=f"log line {pattern!r}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- worker log ---\n{self.log()[-4000:]}") from None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """TERM, then wait for the exit; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(
+                f"worker did not exit within {timeout}s:\n{self.log()[-4000:]}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        self.kill()
+        try:
+            self._log.close()
+        except AttributeError:
+            pass
+        self.log_path.unlink(missing_ok=True)
+
+
+def run_command(
+    prefix: str,
+    *args: str,
+    settings: dict | None = None,
+    redis_url: str = MAIN_REDIS_URL,
+    timeout: float = 60,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """Run a manage.py command (not a long-running worker) and capture its output."""
+    full_env = {
+        **os.environ,
+        "COGWORKER_PREFIX": prefix,
+        "COGWORKER_REDIS_URL": redis_url,
+        "COGWORKER_SETTINGS_JSON": json.dumps(settings or {}),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
