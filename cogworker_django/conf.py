@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ORPHANINGS": 3,
     "FETCH_IDLE_MAX_INTERVAL": 1.0,
     "UNIQUE_LOCK_TTL": 86400,
+    # Seconds a while_executing job waits before trying again when another run holds its lock.
+    "UNIQUE_RESCHEDULE_DELAY": 5.0,
     "PERIODIC_CATCH_UP": False,
     "DEAD_MAX_JOBS": 10000,
     "DEAD_TIMEOUT": 180 * 86400,
@@ -80,6 +82,7 @@ class Settings:
     MAX_ORPHANINGS: int
     FETCH_IDLE_MAX_INTERVAL: float
     UNIQUE_LOCK_TTL: int
+    UNIQUE_RESCHEDULE_DELAY: float
     PERIODIC_CATCH_UP: bool
     DEAD_MAX_JOBS: int
     DEAD_TIMEOUT: float
@@ -206,6 +209,7 @@ def _validate(user: Any) -> Settings:
         "ORPHAN_CHECK_INTERVAL",
         "KEYGUARD_INTERVAL",
         "PERIODIC_TICK",
+        "UNIQUE_RESCHEDULE_DELAY",
     ):
         _number(key, v[key])
     for key in ("MAX_ORPHANINGS", "UNIQUE_LOCK_TTL", "RESULT_TTL"):
