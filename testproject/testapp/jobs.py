@@ -73,3 +73,37 @@ async def async_record(token=None):
 
 def fast_backoff(retry_count):
     return 0.2
+
+
+# Unique jobs (tests/test_unique_*.py) --------------------------------------------------------
+
+
+def timeline_key() -> str:
+    return f"{keys.prefix()}:test:timeline"
+
+
+@job
+def timed(seconds, token=None):
+    """Stamps its start and end in ``<prefix>:test:timeline`` (fields ``<jid>:start`` and
+    ``<jid>:end``, epoch seconds), sleeping ``seconds`` between, then counts its run."""
+    conn = connection.get_client()
+    jid = current_job()["jid"]
+    conn.hset(timeline_key(), f"{jid}:start", time.time())
+    time.sleep(seconds)
+    conn.hset(timeline_key(), f"{jid}:end", time.time())
+    _count(token)
+
+
+@job
+def kill_first_run(token):
+    """SIGKILLs its own worker on its first run (runs counted per token, each run's jid
+    appended to ``<prefix>:test:runs:<token>:jids``); later runs succeed."""
+    conn = connection.get_client()
+    conn.rpush(f"{runs_key()}:{token}:jids", current_job()["jid"])
+    if conn.hincrby(runs_key(), token, 1) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+
+
+def backoff_2s(retry_count):
+    return 2.0
