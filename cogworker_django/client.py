@@ -115,11 +115,14 @@ def _check_listing(result: Any, queue: str) -> None:
 def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     """Push many jobs in one round trip; the result holds each job's jid, or None
     where a middleware stopped it or it was a duplicate of a unique job."""
-    prepared: list[dict | None] = []
-    for job in jobs:
-        kept: list[dict] = []
-        middleware.run_client_chain(job, lambda j, kept=kept: kept.append(j) or j["jid"])
-        prepared.append(kept[0] if kept else None)
+    if middleware.client_middleware():
+        prepared: list[dict | None] = []
+        for job in jobs:
+            kept: list[dict] = []
+            middleware.run_client_chain(job, lambda j, kept=kept: kept.append(j) or j["jid"])
+            prepared.append(kept[0] if kept else None)
+    else:
+        prepared = list(jobs)
     divert = _active_diverter()
     if divert is not None:
         return [divert(j) if j is not None else None for j in prepared]

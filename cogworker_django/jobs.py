@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -72,10 +73,15 @@ def perform(job: dict[str, Any]) -> Any:
     runner = resolve(job)
     if runner is None:
         raise NotRegistered(f"{job.get('func')!r} is not a registered job")
-    result = runner()
-    if inspect.isawaitable(result):
-        result = asyncio.run(_awaited(result))
-    return result
+    previous = getattr(_current, "job", None)
+    _current.job = job
+    try:
+        result = runner()
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        return result
+    finally:
+        _current.job = previous
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -147,12 +153,16 @@ class _Enqueuer:
             from . import unique as unique_mod
 
             extra["unique"] = unique
-            extra["unique_for"] = int(opts.get("unique_for") or conf.get().UNIQUE_LOCK_TTL)
+            # Whole seconds, rounded up: int(0.5) would be 0, read as "no TTL given".
+            extra["unique_for"] = math.ceil(opts.get("unique_for") or conf.get().UNIQUE_LOCK_TTL)
             extra["unique_digest"] = unique_mod.digest(self._fn.path, args, kwargs, opts["queue"])
         job = payload.build(
             self._fn.path, args, kwargs, queue=opts["queue"], retry=opts.get("retry", True), **extra
         )
-        payload.encode(job)  # fail now, in the caller, on arguments JSON can't hold
+        if self._on_commit():
+            # The push happens at commit: fail now, in the caller, on arguments JSON can't
+            # hold. (A direct push encodes once, before anything is sent.)
+            payload.encode(job)
         return job
 
     def _on_commit(self) -> bool:

@@ -1,0 +1,55 @@
+"""Enqueue throughput from one process: ``enqueue_many`` in bulk and single ``enqueue``.
+
+    .venv/bin/python -m bench.enqueue_rate [--bulk 100000] [--single 10000]
+
+Uses the test project's settings under a throwaway prefix on BENCH_REDIS_URL (default
+redis://127.0.0.1:6379/0), and deletes its keys afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bulk", type=int, default=100_000)
+    parser.add_argument("--single", type=int, default=10_000)
+    args = parser.parse_args()
+    prefix = f"benchenq{secrets.token_hex(3)}"
+    os.environ["COGWORKER_PREFIX"] = prefix
+    os.environ.setdefault("COGWORKER_REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    sys.path[:0] = [str(ROOT / "testproject"), str(ROOT)]
+    import django
+
+    django.setup()
+    from cogworker_django import connection, keys
+    from testapp.jobs import noop
+
+    client = connection.get_client()
+    try:
+        started = time.perf_counter()
+        noop.enqueue_many([() for _ in range(args.bulk)])
+        bulk = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(args.single):
+            noop.enqueue()
+        single = time.perf_counter() - started
+        assert client.llen(keys.queue("default")) == args.bulk + args.single
+    finally:
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+    print(f"enqueue_many: {args.bulk} jobs in {bulk:.3f}s = {args.bulk / bulk:,.0f} jobs/s")
+    print(f"enqueue:      {args.single} jobs in {single:.3f}s = {args.single / single:,.0f} jobs/s")
+
+
+if __name__ == "__main__":
+    main()

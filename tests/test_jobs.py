@@ -1,0 +1,199 @@
+"""@job and its enqueue methods, the registry, pushing (one round trip each), client
+middleware, and on_commit."""
+
+import datetime as dt
+import json
+import logging
+import time
+
+import pytest
+import redis
+from django.db import transaction
+
+from cogworker_django import call, client, jobs, keys, middleware
+from testapp import jobs as tj
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts commands-or-pipelines written to Redis (each is one round trip)."""
+    counter = {"n": 0}
+    original = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        counter["n"] += 1
+        return original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    return counter
+
+
+def queued(r, queue="default"):
+    return [json.loads(x) for x in r.lrange(keys.queue(queue), 0, -1)]
+
+
+def test_job_is_registered_by_dotted_path():
+    assert jobs.registered("testapp.jobs.record") is tj.record
+    assert tj.record.path == "testapp.jobs.record"
+
+
+def test_plain_call_runs_inline(r, prefix):
+    tj.record("inline-token")
+    assert r.hget(f"{prefix}:test:runs", "inline-token") == "1"
+    assert r.llen(keys.queue("default")) == 0
+
+
+def test_enqueue_pushes_a_json_payload(r):
+    jid = tj.record.enqueue("a", token=None)
+    [job] = queued(r)
+    assert job["jid"] == jid and job["func"] == "testapp.jobs.record"
+    assert job["args"] == ["a"] and job["kwargs"] == {"token": None}
+    assert job["queue"] == "default" and job["retry"] is True and job["retry_count"] == 0
+    assert job["enqueued_at"] >= job["created_at"]
+    assert r.smembers(keys.queues()) == {"default"}
+
+
+def test_single_enqueue_is_one_round_trip(r, round_trips):
+    tj.record.enqueue("warm")  # first push also lists the queue (same pipeline)
+    round_trips["n"] = 0
+    for i in range(10):
+        tj.record.enqueue(str(i))
+    assert round_trips["n"] == 10
+
+
+def test_enqueue_many_is_one_round_trip_for_any_count(r, round_trips):
+    tj.record.enqueue("warm")
+    round_trips["n"] = 0
+    jids = tj.record.using(queue="bulk").enqueue_many([(str(i),) for i in range(5000)])
+    assert round_trips["n"] == 1
+    assert len(jids) == 5000 and len(set(jids)) == 5000
+    assert r.llen(keys.queue("bulk")) == 5000
+
+
+def test_enqueue_many_item_shapes(r):
+    tj.slow.enqueue_many([(1,), {"seconds": 2}, call(3, token="t"), 4])
+    args = sorted((j["args"], j["kwargs"]) for j in queued(r))
+    assert ([], {"seconds": 2}) in args and ([1], {}) in args
+    assert ([3], {"token": "t"}) in args and ([4], {}) in args
+
+
+def test_using_changes_queue_and_retry(r):
+    tj.record.using(queue="critical", retry=False).enqueue("x")
+    [job] = queued(r, "critical")
+    assert job["retry"] is False
+
+
+def test_enqueue_in_and_at_go_to_the_schedule(r):
+    before = time.time()
+    tj.record.enqueue_in(300, "later")
+    tj.record.enqueue_in(dt.timedelta(minutes=10), "later2")
+    when = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    tj.record.enqueue_at(when, "at")
+    tj.record.enqueue_at(when.timestamp() + 1, "epoch")
+    scored = r.zrange(keys.schedule(), 0, -1, withscores=True)
+    scores = sorted(s for _, s in scored)
+    assert len(scores) == 4
+    assert before + 299 < scores[0] < before + 302
+    assert before + 599 < scores[1] < before + 602
+    assert scores[2] == when.timestamp() and scores[3] == when.timestamp() + 1
+    assert r.llen(keys.queue("default")) == 0
+
+
+def test_enqueue_at_refuses_a_naive_datetime():
+    with pytest.raises(ValueError, match="timezone-aware"):
+        tj.record.enqueue_at(dt.datetime(2030, 1, 1), "x")
+
+
+def test_unserialisable_argument_raises_type_error_naming_it(r):
+    with pytest.raises(TypeError, match="positional argument 0 \\(datetime\\)"):
+        tj.record.enqueue(dt.datetime.now())
+    with pytest.raises(TypeError, match="keyword argument 'token'"):
+        tj.record.enqueue(token=object())
+    with pytest.raises(TypeError):
+        tj.record.enqueue_many([("ok",), (object(),)])
+    assert r.llen(keys.queue("default")) == 0  # nothing was pushed, not even the good one
+
+
+@pytest.mark.parametrize("options,fragment", [
+    ({"queue": ""}, "queue"), ({"queue": "a b"}, "queue"), ({"retry": "x"}, "retry"),
+    ({"retry": -1}, "retry"), ({"unique": "always"}, "unique"), ({"unique_for": 0}, "unique_for"),
+    ({"on_commit": "yes"}, "on_commit"), ({"priority": 1}, "unknown option"),
+])
+def test_bad_options_are_refused(options, fragment):
+    with pytest.raises((ValueError, TypeError), match=fragment):
+        tj.record.using(**options)
+
+
+def test_decorator_refuses_local_functions():
+    def local():
+        pass
+
+    with pytest.raises(TypeError, match="module-level"):
+        jobs.job(local)
+
+
+def test_a_wrong_typed_queue_listing_does_not_stop_the_push(r, caplog):
+    caplog.set_level(logging.ERROR, logger="cogworker_django")
+    r.set(keys.queues(), "not a set")
+    client._listed.clear()
+    jid = tj.record.enqueue("x")
+    assert jid and r.llen(keys.queue("default")) == 1
+    assert any("not updated" in rec.getMessage() for rec in caplog.records)
+    jids = tj.record.enqueue_many([("y",), ("z",)])
+    assert all(jids) and r.llen(keys.queue("default")) == 3
+
+
+def test_a_wrong_typed_queue_raises_and_pushes_nothing(r):
+    r.set(keys.queue("default"), "oops")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        tj.record.enqueue("x")
+
+
+class AddTag(middleware.ClientMiddleware):
+    def __call__(self, job, push):
+        job["kwargs"]["token"] = "tagged"
+        return push(job)
+
+
+class StopAll(middleware.ClientMiddleware):
+    def __call__(self, job, push):
+        return None
+
+
+def test_client_middleware_can_change_the_payload(configure, r):
+    configure(MIDDLEWARE={"client": ["tests.test_jobs.AddTag"], "server": []})
+    tj.record.enqueue()
+    assert queued(r)[0]["kwargs"] == {"token": "tagged"}
+
+
+def test_client_middleware_can_stop_the_push(configure, r):
+    configure(MIDDLEWARE={"client": ["tests.test_jobs.StopAll"], "server": []})
+    assert tj.record.enqueue("x") is None
+    assert tj.record.enqueue_many([("a",), ("b",)]) == [None, None]
+    assert r.llen(keys.queue("default")) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_pushes_after_commit_and_not_on_rollback(r):
+    with transaction.atomic():
+        jid = tj.record.using(on_commit=True).enqueue("committed")
+        assert jid and r.llen(keys.queue("default")) == 0
+    assert r.llen(keys.queue("default")) == 1
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tj.record.using(on_commit=True).enqueue("rolled back")
+        raise RuntimeError
+    assert r.llen(keys.queue("default")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_on_commit_setting(configure, r):
+    configure(ENQUEUE_ON_COMMIT=True)
+    with transaction.atomic():
+        tj.record.enqueue_many([("a",), ("b",)])
+        tj.record.enqueue("c")
+        assert r.llen(keys.queue("default")) == 0
+    assert r.llen(keys.queue("default")) == 3
+
+
+def test_current_job_outside_a_job_is_none():
+    assert jobs.current_job() is None

@@ -1,0 +1,38 @@
+"""Key names: all under the prefix; two prefixes on one Redis never see each other."""
+
+from django.test import override_settings
+
+from cogworker_django import keys
+from testapp import jobs as tj
+
+
+def test_every_key_is_under_the_prefix(prefix):
+    built = [
+        keys.queues(), keys.paused(), keys.schedule(), keys.retry(), keys.dead(),
+        keys.processes(), keys.inprogress_ids(), keys.last_beat(), keys.live_queues(),
+        keys.unsettled(), keys.periodic_schedule(), keys.periodic_disabled(), keys.history(),
+        keys.stat("processed"), keys.stat("failed"), keys.stat("failed", "2026-01-01"), keys.queue("q"),
+        keys.process("id"), keys.work("id"), keys.inprogress("id"), keys.signal("id"),
+        keys.unique("d"), keys.periodic_last_slot("n"), keys.periodic_lock("n", 1),
+        keys.periodic_running("n"), keys.result("r"), keys.quarantine("k", 1, "ab"),
+    ]
+    assert all(k.startswith(prefix + ":") for k in built)
+    assert len(set(built)) == len(built)
+    assert set(keys.fixed_types()) <= set(built)
+
+
+def test_two_prefixes_never_see_each_others_keys(r, prefix):
+    tj.record.enqueue("mine")
+    other = prefix + "x"
+    with override_settings(COGWORKER={"REDIS_URL": "redis://127.0.0.1:6379/0", "PREFIX": other}):
+        tj.record.enqueue("theirs")
+        assert r.llen(keys.queue("default")) == 1
+        theirs = r.lrange(keys.queue("default"), 0, -1)
+    try:
+        assert r.llen(keys.queue("default")) == 1
+        mine = r.lrange(keys.queue("default"), 0, -1)
+        assert '"mine"' in mine[0] and '"theirs"' in theirs[0]
+        assert not any(k.startswith(other) for k in r.scan_iter(match=f"{prefix}:*"))
+    finally:
+        for k in r.scan_iter(match=f"{other}:*"):
+            r.delete(k)
