@@ -8,6 +8,10 @@ from typing import Any
 
 def build(launcher: Any) -> list[Any]:
     components: list[Any] = []
+    from .. import history
+
+    if history.enabled():
+        components.append(history.HistoryFlusher(launcher.identity))
     return components
 
 

@@ -22,7 +22,7 @@ import sys
 import threading
 from typing import Any
 
-from .. import __version__, conf, connection, errors, locks, stats
+from .. import __version__, conf, connection, errors, history, locks, stats
 from ..conf import QueueSpec
 from . import fetch
 from .heartbeat import Heartbeat
@@ -158,6 +158,7 @@ class Launcher:
         # Last chance for releases deferred by a recent outage (they live in memory).
         locks.retry_deferred()
         errors.best_effort("Stats flush", lambda: stats.counters.flush(connection.get_client()))
+        history.flush_safely()  # runs that finished during the wait above
         self.heartbeat.stop()
         self.heartbeat.remove_presence()
         log.info("cogworker %s stopped", self.identity)

@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("cogworker_django")
 
 # Built into every worker's server chain, outermost first; user middleware runs inside.
-BUILTIN_SERVER_MIDDLEWARE = ("cogworker_django.unique.UniqueMiddleware",)
+BUILTIN_SERVER_MIDDLEWARE = (
+    "cogworker_django.history.HistoryMiddleware",  # first: it times everything inside
+    "cogworker_django.unique.UniqueMiddleware",
+)
 # First pause after a fetch that failed or found nothing; doubles up to its cap.
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0

@@ -1,0 +1,432 @@
+"""Run history: every run recorded cheaply, in a capped Redis stream.
+
+Duties:
+- :class:`HistoryMiddleware` (outermost server middleware, so it times everything)
+  records each run: jid, job, queue, status ("success"/"failed"), started_at, duration,
+  error_class, error_message, worker identity, periodic entry name;
+- records go to this process's in-memory :data:`buffer`, never one write per job
+  (DESIGN.md section 5); :class:`HistoryFlusher` writes them in batches to
+  ``P:history`` (XADD MAXLEN ~ ``HISTORY_MAX_RUNS``) every :data:`FLUSH_INTERVAL`, or
+  sooner when :data:`FLUSH_BATCH` runs are waiting, and the launcher flushes once more
+  at shutdown;
+- best-effort (rule 4): recording or writing never fails, slows or changes a job. While
+  Redis is away the buffer keeps up to :data:`MAX_BUFFERED` runs; a deterministic error
+  (the key holding the wrong type) drops that batch and backs off until the key guard
+  has moved the key aside;
+- reading for the admin: :func:`query` and :func:`summary`.
+
+``COGWORKER["HISTORY"] = False`` (or ``HISTORY_MAX_RUNS = 0``) records nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import redis
+
+from . import conf, connection, errors, keys, payload
+from .middleware import Reschedule
+
+log = logging.getLogger("cogworker_django")
+
+COMPONENT = "History"
+# How often the flusher writes, and how many waiting runs make it write at once.
+FLUSH_INTERVAL = 1.0
+FLUSH_BATCH = 500
+# XADDs per pipeline: big enough to amortise the round trip, small enough not to hog Redis.
+WRITE_CHUNK = 1000
+# Runs kept in memory while Redis is away (about 2 MB); beyond that the oldest are dropped.
+MAX_BUFFERED = 10_000
+# Error text kept per run: the full text is in the dead/retry payload already.
+ERROR_MESSAGE_LIMIT = 1000
+# A deterministic write failure (WRONGTYPE) backs off this long, doubling to the cap;
+# the key guard moves the key aside within KEYGUARD_INTERVAL (60 s).
+BACKOFF_FIRST = 5.0
+BACKOFF_MAX = 60.0
+# Stream ids come from the Redis clock, started_at from the worker's: time filters
+# allow this much skew before skipping entries by id.
+CLOCK_SKEW_MARGIN = 300.0
+READ_BATCH = 1000
+
+FIELDS = (
+    "jid",
+    "job",
+    "queue",
+    "status",
+    "started_at",
+    "duration",
+    "error_class",
+    "error_message",
+    "worker",
+    "periodic",
+)
+
+
+def enabled() -> bool:
+    s = conf.get()
+    return s.HISTORY and s.HISTORY_MAX_RUNS > 0
+
+
+class Buffer:
+    """This process's runs not yet written, oldest first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: deque[dict[str, str]] = deque()
+        self.dropped = 0
+        self.wakeup = threading.Event()
+        # Set by the worker at boot (extensions.build); a fallback for other callers.
+        self.worker = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
+
+    def add(self, run: dict[str, str]) -> None:
+        with self._lock:
+            self._runs.append(run)
+            if len(self._runs) > MAX_BUFFERED:
+                self._runs.popleft()
+                self.dropped += 1
+            full = len(self._runs) >= FLUSH_BATCH
+        if full and not self.wakeup.is_set():
+            self.wakeup.set()
+
+    def take(self, n: int) -> list[dict[str, str]]:
+        with self._lock:
+            return [self._runs.popleft() for _ in range(min(n, len(self._runs)))]
+
+    def put_back(self, runs: list[dict[str, str]]) -> None:
+        """Return runs a failed write did not store, in front (they are the oldest)."""
+        with self._lock:
+            self._runs.extendleft(reversed(runs))
+            while len(self._runs) > MAX_BUFFERED:
+                self._runs.popleft()
+                self.dropped += 1
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._runs.clear()
+            self.dropped = 0
+
+
+buffer = Buffer()
+
+
+def _run_record(
+    job: dict[str, Any],
+    queue: str,
+    started_at: float,
+    duration: float,
+    exc: BaseException | None,
+) -> dict[str, str]:
+    periodic = job.get("periodic")
+    return {
+        "jid": errors.safe_str(job.get("jid", "")),
+        "job": errors.safe_str(job.get("func", "")),
+        "queue": errors.safe_str(queue),
+        "status": "failed" if exc is not None else "success",
+        "started_at": repr(started_at),
+        "duration": repr(duration),
+        "error_class": payload.error_class(exc) if exc is not None else "",
+        "error_message": errors.safe_str(exc, ERROR_MESSAGE_LIMIT) if exc is not None else "",
+        "worker": buffer.worker,
+        "periodic": periodic if isinstance(periodic, str) else "",
+    }
+
+
+class HistoryMiddleware:
+    """Server middleware timing every run; only the job's own exception ever leaves it."""
+
+    def __init__(self) -> None:
+        self.enabled = enabled()
+
+    def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
+        if not self.enabled:
+            return run()
+        started_at = time.time()
+        t0 = time.perf_counter()
+        try:
+            result = run()
+        except Reschedule:
+            raise  # not a run: the job goes back on the schedule without running
+        except BaseException as exc:
+            self._record(job, queue, started_at, time.perf_counter() - t0, exc)
+            raise
+        self._record(job, queue, started_at, time.perf_counter() - t0, None)
+        return result
+
+    @staticmethod
+    def _record(job, queue, started_at, duration, exc) -> None:
+        try:
+            buffer.add(_run_record(job, queue, started_at, duration, exc))
+        except Exception as err:  # noqa: BLE001 - rule 4: history never fails a job
+            errors.report(COMPONENT, err, "a run was not recorded")
+
+
+# Writing ------------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Writes the buffer in chunks; remembers a deterministic failure's backoff."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one flush at a time (flusher thread, shutdown)
+        self.retry_at = 0.0
+        self.backoff = BACKOFF_FIRST
+
+    def flush(self, conn: redis.Redis) -> int:
+        """Write every buffered run; returns how many were written. Raises what the
+        write raised (after putting back what Redis may not have stored)."""
+        with self._lock:
+            if time.monotonic() < self.retry_at:
+                return 0
+            written = 0
+            while True:
+                runs = buffer.take(WRITE_CHUNK)
+                if not runs:
+                    break
+                written += self._write(conn, runs)
+            self.backoff = BACKOFF_FIRST
+            if buffer.dropped:
+                dropped, buffer.dropped = buffer.dropped, 0
+                log.warning(
+                    "History: %d run(s) not recorded (more than %d waited while Redis was "
+                    "unavailable)",
+                    dropped,
+                    MAX_BUFFERED,
+                )
+            return written
+
+    def _write(self, conn: redis.Redis, runs: list[dict[str, str]]) -> int:
+        key, cap = keys.history(), conf.get().HISTORY_MAX_RUNS
+        pipe = conn.pipeline(transaction=False)
+        for run in runs:
+            pipe.xadd(key, run, maxlen=cap, approximate=True)
+        try:
+            results = pipe.execute(raise_on_error=False)
+        except Exception:
+            # Unknown how much landed: keep them all (a duplicate run record is better
+            # than a lost one, and this only happens when the connection drops).
+            buffer.put_back(runs)
+            raise
+        failed = [
+            (run, r) for run, r in zip(runs, results, strict=True) if isinstance(r, Exception)
+        ]
+        if not failed:
+            return len(runs)
+        first = failed[0][1]
+        if errors.is_unavailable(first):
+            buffer.put_back([run for run, _ in failed])
+            raise first
+        # Deterministic (P:history of the wrong type): this batch is lost, never a job;
+        # retrying every second can't help, so back off until the key guard moved it.
+        self.retry_at = time.monotonic() + self.backoff
+        delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
+        raise type(first)(
+            f"{len(failed)} run record(s) dropped, next write in {delay:.0f}s: "
+            f"{errors.safe_str(first)}"
+        )
+
+
+writer = _Writer()
+
+
+def flush(conn: redis.Redis | None = None) -> int:
+    """Write the buffered runs now (raises on failure; see :func:`flush_safely`)."""
+    return writer.flush(conn or connection.get_client())
+
+
+def flush_safely(conn: redis.Redis | None = None) -> bool:
+    """Best-effort :func:`flush`: an outage is logged once, never raised."""
+    if not len(buffer) and not buffer.dropped:
+        return True
+    return errors.best_effort(COMPONENT, lambda: flush(conn))
+
+
+class HistoryFlusher:
+    """Worker component: a thread flushing the buffer every FLUSH_INTERVAL, or as soon
+    as FLUSH_BATCH runs wait. The launcher flushes once more after the processors stop."""
+
+    def __init__(self, worker: str) -> None:
+        buffer.worker = worker
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="history", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        buffer.wakeup.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            buffer.wakeup.wait(FLUSH_INTERVAL)
+            buffer.wakeup.clear()
+            flush_safely()
+
+
+# Reading -----------------------------------------------------------------------------------
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ValueError("history: since/until datetimes must be timezone-aware")
+        return value.timestamp()
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _decode(entry_id: Any, fields: dict) -> dict[str, Any]:
+    f = {_text(k): _text(v) for k, v in fields.items()}
+    return {
+        "id": _text(entry_id),
+        "jid": f.get("jid", ""),
+        "job": f.get("job", ""),
+        "queue": f.get("queue", ""),
+        "status": f.get("status", ""),
+        "started_at": _float(f.get("started_at", "")),
+        "duration": _float(f.get("duration", "")),
+        "error_class": f.get("error_class") or None,
+        "error_message": f.get("error_message") or None,
+        "worker": f.get("worker", ""),
+        "periodic": f.get("periodic") or None,
+    }
+
+
+def _before(entry_id: str) -> str:
+    """The stream id just below ``entry_id`` (exclusive ranges without Redis 6.2's "(")."""
+    ms, _, seq = entry_id.partition("-")
+    if int(seq or 0) > 0:
+        return f"{ms}-{int(seq) - 1}"
+    return f"{int(ms) - 1}-18446744073709551615" if int(ms) > 0 else ""
+
+
+def _newest_first(conn: redis.Redis, low: str = "-"):
+    """Every entry from newest to ``low`` (a stream id bound), in batches. A history key
+    of the wrong type reads as empty (the key guard moves it aside)."""
+    high = "+"
+    while high:
+        try:
+            batch = conn.xrevrange(keys.history(), max=high, min=low, count=READ_BATCH)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" in errors.safe_str(exc):
+                return
+            raise
+        if not batch:
+            return
+        for entry_id, fields in batch:
+            yield _decode(entry_id, fields)
+        if len(batch) < READ_BATCH:
+            return
+        high = _before(_text(batch[-1][0]))
+
+
+def query(
+    job: str | None = None,
+    status: str | None = None,
+    since: Any = None,
+    until: Any = None,
+    start: int = 0,
+    count: int = 50,
+    *,
+    conn: redis.Redis | None = None,
+) -> list[dict[str, Any]]:
+    """Runs, newest first, filtered by job (dotted path), status ("success"/"failed") and
+    started_at within [since, until] (epoch seconds or aware datetimes); ``start`` and
+    ``count`` page through the matches. Each run: jid, job, queue, status, started_at,
+    duration, error_class, error_message, worker, periodic (and the stream ``id``)."""
+    conn = conn or connection.get_client()
+    low_t, high_t = _epoch(since), _epoch(until)
+    low = "-" if low_t is None else str(max(0, int((low_t - CLOCK_SKEW_MARGIN) * 1000)))
+    out: list[dict[str, Any]] = []
+    skipped = 0
+    for run in _newest_first(conn, low):
+        if job is not None and run["job"] != job:
+            continue
+        if status is not None and run["status"] != status:
+            continue
+        started = run["started_at"]
+        if low_t is not None and (started is None or started < low_t):
+            continue
+        if high_t is not None and (started is None or started > high_t):
+            continue
+        if skipped < start:
+            skipped += 1
+            continue
+        out.append(run)
+        if len(out) >= count:
+            break
+    return out
+
+
+def _percentile(ordered: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile of an ascending list."""
+    if not ordered:
+        return None
+    rank = max(1, -(-len(ordered) * pct // 100))  # ceil without floats drifting
+    return ordered[int(rank) - 1]
+
+
+def _summarise(durations: list[float], failed: int) -> dict[str, Any]:
+    durations.sort()
+    n = len(durations)
+    return {
+        "count": n,
+        "failed": failed,
+        "failure_rate": failed / n if n else 0.0,
+        "p50": _percentile(durations, 50),
+        "p95": _percentile(durations, 95),
+        "p99": _percentile(durations, 99),
+    }
+
+
+def summary_by_job(*, conn: redis.Redis | None = None) -> dict[str, dict[str, Any]]:
+    """:func:`summary` for every job in the retained history, in one pass."""
+    conn = conn or connection.get_client()
+    durations: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
+    for run in _newest_first(conn):
+        name = run["job"]
+        durations.setdefault(name, []).append(run["duration"] or 0.0)
+        if run["status"] == "failed":
+            failed[name] = failed.get(name, 0) + 1
+    return {name: _summarise(d, failed.get(name, 0)) for name, d in sorted(durations.items())}
+
+
+def summary(job: str | None = None, *, conn: redis.Redis | None = None) -> dict[str, Any]:
+    """Over every retained run (of ``job`` if given): count, failed, failure_rate (0..1),
+    and p50/p95/p99 durations in seconds (None without runs)."""
+    conn = conn or connection.get_client()
+    durations: list[float] = []
+    failed = 0
+    for run in _newest_first(conn):
+        if job is not None and run["job"] != job:
+            continue
+        durations.append(run["duration"] or 0.0)
+        failed += run["status"] == "failed"
+    return _summarise(durations, failed)
