@@ -72,7 +72,9 @@ lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
+# The peers (RQ, Dramatiq, Huey, Celery) are installed only for the benchmark.
 bench: venv redis
+	$(VPY) -m pip install -q -r bench/requirements.txt
 	$(VPY) -m bench $(BENCH_ARGS)
 
 clean:

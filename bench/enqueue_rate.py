@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.enqueue_rate [--bulk 100000] [--single 10000]
 
 Uses the test project's settings under a throwaway prefix on BENCH_REDIS_URL (default
-redis://127.0.0.1:6379/0), and deletes its keys afterwards.
+redis://127.0.0.1:6379/14), and deletes its keys afterwards.
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ def main() -> None:
     args = parser.parse_args()
     prefix = f"benchenq{secrets.token_hex(3)}"
     os.environ["COGWORKER_PREFIX"] = prefix
-    os.environ.setdefault("COGWORKER_REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    os.environ.setdefault(
+        "COGWORKER_REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    )
     os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
     sys.path[:0] = [str(ROOT / "testproject"), str(ROOT)]
     import django
 
     django.setup()
-    from cogworker_django import connection, keys
     from testapp.jobs import noop
+
+    from cogworker_django import connection, keys
 
     client = connection.get_client()
     try:

@@ -1,0 +1,17 @@
+"""Celery with the Redis broker, no result backend, default acks (early) and prefetch."""
+
+from celery import Celery
+
+from bench.targets import QUEUE, url_for
+
+app = Celery("bench", broker=url_for("celery"))
+app.conf.update(
+    task_default_queue=QUEUE,
+    task_ignore_result=True,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="bench.noop")
+def noop() -> None:
+    """Does nothing."""
