@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.enqueue_rate [--bulk 100000] [--single 10000]
 
 Uses the test project's settings under a throwaway prefix on BENCH_REDIS_URL (default
-redis://127.0.0.1:6379/14), and deletes its keys afterwards.
+redis://127.0.0.1:6379/0), and deletes its keys afterwards.
 """
 
 from __future__ import annotations
