@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
     "ORPHAN_CHECK_INTERVAL": 60.0,
     "KEYGUARD_INTERVAL": 60.0,
     "PERIODIC_TICK": 5.0,
+    # How long an until_executed periodic run's lock outlives its last heartbeat refresh.
+    "PERIODIC_ACTIVE_TTL": 60.0,
     "RETRY_BACKOFF": None,  # dotted path to f(retry_count) -> seconds; None = built-in formula
     "HISTORY": True,
 }
@@ -96,6 +98,7 @@ class Settings:
     ORPHAN_CHECK_INTERVAL: float
     KEYGUARD_INTERVAL: float
     PERIODIC_TICK: float
+    PERIODIC_ACTIVE_TTL: float
     RETRY_BACKOFF: str | None
     HISTORY: bool
     raw: dict = field(default_factory=dict, compare=False, repr=False)
@@ -209,6 +212,7 @@ def _validate(user: Any) -> Settings:
         "ORPHAN_CHECK_INTERVAL",
         "KEYGUARD_INTERVAL",
         "PERIODIC_TICK",
+        "PERIODIC_ACTIVE_TTL",
         "UNIQUE_RESCHEDULE_DELAY",
     ):
         _number(key, v[key])
