@@ -45,8 +45,16 @@ def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
     ]
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A raw payload (or name) read from Redis as text. Bytes that are not UTF-8 are kept
+    as surrogates, so :func:`wire` gives back exactly what Redis holds."""
     return value.decode("utf-8", errors="surrogateescape") if isinstance(value, bytes) else value
+
+
+def wire(raw: str) -> bytes:
+    """The exact bytes of a raw payload read with :func:`text`: what to send back to
+    Redis to ack, file or requeue it (a plain str with surrogates can't be sent)."""
+    return raw.encode("utf-8", errors="surrogateescape")
 
 
 class ReliableFetch:
@@ -66,14 +74,14 @@ class ReliableFetch:
         result = self._script(
             conn,
             [self.inprogress, self.paused, *(keys.queue(q) for q in order)],
-            [ack.raw if ack else "", *order],
+            [wire(ack.raw) if ack else "", *order],
         )
         if not result:
             return None
-        return Work(_text(result[0]), _text(result[1]))
+        return Work(text(result[0]), text(result[1]))
 
     def ack(self, conn: redis.Redis, raw: str) -> None:
-        conn.lrem(self.inprogress, 1, raw)
+        conn.lrem(self.inprogress, 1, wire(raw))
 
     def settle_key(self) -> str:
         return self.inprogress
@@ -93,7 +101,7 @@ class BasicFetch:
         now = time.monotonic()
         if now - self._paused_at > PAUSED_REFRESH:
             try:
-                self._paused = {_text(m) for m in conn.smembers(keys.paused())}
+                self._paused = {text(m) for m in conn.smembers(keys.paused())}
             except redis.ResponseError:
                 self._paused = set()  # a paused set of the wrong type pauses nothing
             self._paused_at = now
@@ -108,7 +116,7 @@ class BasicFetch:
         result = conn.brpop(list(by_key), timeout=connection.FETCH_BLOCK_SECONDS)
         if not result:
             return None
-        return Work(by_key[_text(result[0])], _text(result[1]))
+        return Work(by_key[text(result[0])], text(result[1]))
 
     def ack(self, conn: redis.Redis, raw: str) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__, conf, connection, errors, keys, locks, scripts, stats
-from .fetch import ReliableFetch
+from .fetch import ReliableFetch, text
 from .settlement import settle_pending
 
 if TYPE_CHECKING:
@@ -220,10 +220,7 @@ class Heartbeat:
         flight is never taken for one."""
         from .recovery import requeue_from_list
 
-        listed = {
-            r.decode("utf-8", "surrogateescape") if isinstance(r, bytes) else r
-            for r in conn.lrange(keys.inprogress(self.identity), 0, -1)
-        }
+        listed = {text(r) for r in conn.lrange(keys.inprogress(self.identity), 0, -1)}
         known = self.manager.record.running_raws() | set(self.manager.record.pending())
         unknown = listed - known
         confirmed = unknown & self._unknown_last_beat

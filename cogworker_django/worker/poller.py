@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import conf, connection, errors, keys, payload, scripts
+from .fetch import text, wire
 from .recovery import OrphanRecovery, file_unsettled
 
 log = logging.getLogger("cogworker_django")
@@ -26,10 +27,6 @@ log = logging.getLogger("cogworker_django")
 DUE_BATCH = 100
 # Cap on the process-count scaling: a huge fleet still polls each process at least this often.
 MAX_SCALE = 10
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def enqueue_due(conn: Any, now: float | None = None) -> int:
@@ -42,24 +39,24 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
             if not due:
                 break
             for raw in due:
-                moved += _move(conn, source, _text(raw))
+                moved += _move(conn, source, text(raw))
             if len(due) < DUE_BATCH:
                 break
     return moved
 
 
 def _move(conn: Any, source: str, raw: str) -> int:
-    job = payload.decode(raw)
+    job = payload.decode(wire(raw))
     queue = job.get("queue")
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         # Can't be requeued: bury it in dead with its bytes rather than retry it forever.
         if job["func"] != payload.UNPARSEABLE:
-            job = payload.unparseable(raw, None, "InvalidPayload", "the job has no queue")
+            job = payload.unparseable(wire(raw), None, "InvalidPayload", "the job has no queue")
         return scripts.run(
             "requeue_due",
             conn,
             [source, keys.dead(), keys.queues()],
-            [raw, payload.encode(job), "", repr(time.time())],
+            [wire(raw), payload.encode(job), "", repr(time.time())],
         )
     job.pop("at", None)
     job["enqueued_at"] = time.time()
@@ -67,7 +64,7 @@ def _move(conn: Any, source: str, raw: str) -> int:
         "requeue_due",
         conn,
         [source, keys.queue(queue), keys.queues()],
-        [raw, payload.encode(job), queue, ""],
+        [wire(raw), payload.encode(job), queue, ""],
     )
 
 

@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 
 from .. import connection, errors, jobs, keys, locks, middleware, payload, scripts, stats
 from . import failures
-from .fetch import Work
+from .fetch import Work, wire
 from .record import ACK, Filing
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Processor:
     def process(self, work: Work) -> Work | None:
         """Run one job and settle it; returns the work still to ack (after a success)."""
         record = self.manager.record
-        job = payload.decode(work.raw, work.queue)
+        job = payload.decode(wire(work.raw), work.queue)
         record.started(work)
         self.busy = True
         self.manager.work_started(self.name, work)
@@ -163,9 +163,10 @@ class Processor:
             return "schedule", time.time() + r.delay
         except Exception as exc:  # noqa: BLE001 - every failure is filed
             return self._failed(job, exc)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit from a job is its failure
-            if isinstance(exc, KeyboardInterrupt):
-                raise
+        except BaseException as exc:  # noqa: BLE001 - SystemExit (or any BaseException)
+            # raised by a job is its failure. Even KeyboardInterrupt: signals reach only
+            # the main thread, so here it can only come from the job; re-raised, it would
+            # kill this thread and leave the job to be re-run, killing the next one too.
             return self._failed(job, exc)
         finally:
             close_old_connections()
@@ -201,7 +202,7 @@ def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
         conn,
         [inprogress_key, target_key],
         [
-            raw,
+            wire(raw),
             repr(filing.score),
             filing.payload,
             filing.target if filing.target == "dead" else "",

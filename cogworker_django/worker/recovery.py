@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import conf, errors, keys, locks, payload, scripts
 from . import failures
+from .fetch import text, wire
 from .processor import file_job
 from .record import Filing
 
@@ -32,10 +33,6 @@ log = logging.getLogger("cogworker_django")
 # Beats a process must have had since its last outage before it declares others dead.
 HEALTHY_BEATS_BEFORE_RECOVERY = 2
 UNSETTLED_BATCH = 100
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def requeue_from_list(
@@ -47,7 +44,7 @@ def requeue_from_list(
     max_orphanings = conf.get().MAX_ORPHANINGS
     moved = 0
     for raw in raws:
-        job = payload.decode(raw)
+        job = payload.decode(wire(raw))
         queue = (
             job.get("queue")
             if isinstance(job.get("queue"), str) and job.get("queue")
@@ -74,7 +71,7 @@ def requeue_from_list(
             target, score = keys.queue(queue), ""
         new = payload.encode(job)
         if scripts.run(
-            "recover_job", conn, [source, target, keys.queues()], [raw, new, queue, score]
+            "recover_job", conn, [source, target, keys.queues()], [wire(raw), new, queue, score]
         ):
             moved += 1
             if to_dead:
@@ -107,8 +104,8 @@ class OrphanRecovery:
             return 0
         threshold = conf.get().ORPHAN_THRESHOLD
         now = int(conn.time()[0])
-        ids = [_text(i) for i in conn.smembers(keys.inprogress_ids())]
-        beats = {_text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
+        ids = [text(i) for i in conn.smembers(keys.inprogress_ids())]
+        beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
         moved = 0
         for ident in ids:
             if ident == self.identity:
@@ -131,7 +128,7 @@ class OrphanRecovery:
             return 0
         if conn.exists(keys.process(ident)):
             return 0  # alive (its stamp may be failing while its presence works)
-        raws = [_text(r) for r in conn.lrange(keys.inprogress(ident), 0, -1)]
+        raws = [text(r) for r in conn.lrange(keys.inprogress(ident), 0, -1)]
         moved = requeue_from_list(
             conn,
             ident,
@@ -153,16 +150,16 @@ def file_unsettled(conn: Any) -> int:
     """File jobs that stopping processes ran but could not file; never run them again."""
     filed = 0
     for entry in conn.lrange(keys.unsettled(), 0, UNSETTLED_BATCH - 1):
-        entry = _text(entry)
+        entry = text(entry)
         try:
-            data = json.loads(entry)
+            data = json.loads(wire(entry))
             filing = Filing(data["target"], float(data["score"]), data["payload"])
             if filing.target not in ("retry", "dead", "schedule"):
                 raise ValueError(f"unknown target {filing.target!r}")
         except (ValueError, KeyError, TypeError) as exc:
             # An entry we can't read is still a job: bury it in dead with its bytes.
             wrapper = payload.unparseable(
-                entry, None, "InvalidUnsettledEntry", errors.safe_str(exc)
+                wire(entry), None, "InvalidUnsettledEntry", errors.safe_str(exc)
             )
             filing = Filing("dead", time.time(), payload.encode(wrapper))
             entry_ok = False
@@ -175,7 +172,7 @@ def file_unsettled(conn: Any) -> int:
             "file_unsettled",
             conn,
             [keys.unsettled(), target],
-            [entry, repr(filing.score), filing.payload],
+            [wire(entry), repr(filing.score), filing.payload],
         ):
             filed += 1
             if not entry_ok:

@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import connection, errors, keys, payload, scripts
-from .fetch import ReliableFetch
+from .fetch import ReliableFetch, text, wire
 from .processor import file_job
 from .record import ACK, Filing
 
@@ -62,17 +62,14 @@ def _hand_over_reliable(manager: Manager) -> None:
     acks = [raw for raw, how in pending.items() if how == ACK]
     filings = {raw: how for raw, how in pending.items() if how != ACK}
     try:
-        listed = [
-            r.decode("utf-8", "surrogateescape") if isinstance(r, bytes) else r
-            for r in conn.lrange(key, 0, -1)
-        ]
+        listed = [text(r) for r in conn.lrange(key, 0, -1)]
         requeue = [r for r in dict.fromkeys(listed) if r not in pending]
         fallback = manager.fetcher.queues[0].name
         queue_keys = [keys.queue(_queue_of(r, fallback)) for r in requeue]
-        args: list[Any] = [len(acks), *acks, len(filings)]
+        args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
         for raw, filing in filings.items():
-            args += [raw, unsettled_entry(filing)]
-        args += requeue
+            args += [wire(raw), unsettled_entry(filing)]
+        args += map(wire, requeue)
         acked, handed, requeued = scripts.run(
             "handover", conn, [key, keys.unsettled(), *queue_keys], args
         )
@@ -94,7 +91,7 @@ def _hand_over_reliable(manager: Manager) -> None:
 
 
 def _queue_of(raw: str, fallback: str) -> str:
-    job = payload.decode(raw)
+    job = payload.decode(wire(raw))
     queue = job.get("queue")
     # An unparseable payload has no queue of its own: it goes to the first configured
     # queue, where a processor files it in dead with its raw bytes.
@@ -110,7 +107,7 @@ def _hand_over_basic(manager: Manager) -> None:
         if work.raw in pending:
             continue
         try:
-            conn.rpush(keys.queue(work.queue), work.raw)
+            conn.rpush(keys.queue(work.queue), wire(work.raw))
             moved += 1
         except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
             log.error(
