@@ -1,4 +1,12 @@
+import sys
+
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
+
+
+def _running_worker_command() -> bool:
+    # Django's own rule: the subcommand is argv[1].
+    return len(sys.argv) > 1 and sys.argv[1] == "cogworker"
 
 
 class CogworkerConfig(AppConfig):
@@ -10,4 +18,10 @@ class CogworkerConfig(AppConfig):
         from . import checks, conf  # noqa: F401 - checks registers the system checks
 
         # Fail at startup, naming the bad key, rather than at the first enqueue.
-        conf.get()
+        try:
+            conf.get()
+        except ImproperlyConfigured:
+            # `manage.py cogworker` validates again and exits with this message on one
+            # line; raised from here it would come with a traceback.
+            if not _running_worker_command():
+                raise
