@@ -109,6 +109,46 @@ def backoff_2s(retry_count):
     return 2.0
 
 
+# --- worker and reliability tests (tests/test_worker_*.py, tests/test_reliable_*.py) ---
+
+
+@job
+def count_then_sleep(seconds, token=None):
+    """Counts its run first, then sleeps: a run is visible even if it never finishes."""
+    _count(token)
+    time.sleep(seconds)
+
+
+@job(retry=False)
+def raises_keyboard_interrupt():
+    raise KeyboardInterrupt("from a job")
+
+
+@job
+def crash_processor_thread(token=None):
+    """Test hook: makes the processor code right after this job raise once in this
+    thread (as a bug in it would), so the processor thread dies and must be replaced."""
+    import threading
+
+    from cogworker_django import stats
+
+    _count(token)
+    thread = threading.current_thread()
+    real = stats.counters
+
+    class _CrashOnce:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def incr(self, *args, **kwargs):
+            if threading.current_thread() is thread:
+                stats.counters = real
+                raise RuntimeError("processor crash injected by crash_processor_thread")
+            return real.incr(*args, **kwargs)
+
+    stats.counters = _CrashOnce()
+
+
 @job
 def sleeper(seconds):
     """Stamps its start (``<jid>:start`` in the timeline hash), then only sleeps: it
