@@ -130,6 +130,11 @@ def quarantine(key: str, ms: int, rand: str) -> str:
     return f"{quarantine_prefix(key)}{ms}:{rand}"
 
 
+def quarantine_root() -> str:
+    """Every quarantined copy's name starts with this (``P:quarantine:``)."""
+    return _k("quarantine") + ":"
+
+
 def all_pattern() -> str:
     """A SCAN pattern matching every key of this prefix (tests and cleanup)."""
     return _k("*")

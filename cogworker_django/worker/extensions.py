@@ -8,8 +8,11 @@ from typing import Any
 
 def build(launcher: Any) -> list[Any]:
     components: list[Any] = []
-    from .. import history
+    from .. import conf, history, keyguard
 
+    # Key guard: at boot and every KEYGUARD_INTERVAL, in every process (rule 9).
+    guard = keyguard.timer(q.name for q in launcher.queues)
+    launcher.poller.timers.append(("Key guard", conf.get().KEYGUARD_INTERVAL, guard))
     if history.enabled():
         components.append(history.HistoryFlusher(launcher.identity))
     return components

@@ -1,0 +1,295 @@
+"""The key guard: keys of the wrong type are moved aside, never deleted (rule 9).
+
+A key of the wrong type (only a manual write or corruption makes one) breaks every
+command on it, deterministically: a queue nobody can push to, a dead set nothing can be
+filed in, a registry failing every beat. Every worker process checks, at boot and every
+``KEYGUARD_INTERVAL``, the TYPE of every key it knows, in ONE pipeline:
+
+- the fixed keys (:func:`keys.fixed_types`) and today's per-day counters;
+- per queue (configured here, and members of ``P:queues``): ``P:queue:<q>`` list (plus
+  ``P:priority:<q>`` zset where keys.py defines one);
+- per process (members of ``P:processes``): ``P:process:<id>`` and ``P:work:<id>``
+  hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list;
+- per periodic entry (fields of ``P:periodic:schedule``): ``last_slot`` and ``running``
+  strings.
+
+A wrong one is renamed by lua/keyguard_quarantine.lua (type re-checked atomically with
+the move) to ``P:quarantine:<key>:<ms>:<rand>`` with a 30-day TTL, one error line names
+the key and both types, and only the newest :data:`MAX_COPIES` copies of that key are
+kept. Everything then carries on with a fresh key of the right type.
+
+For the admin: :func:`quarantined`, :func:`preview`, :func:`delete`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+
+from . import conf, connection, errors, keys, scripts, stats
+
+log = logging.getLogger("cogworker_django")
+
+COMPONENT = "Key guard"
+# Long enough for a human to notice and look; the copy is never needed by the system.
+QUARANTINE_TTL = 30 * 86400
+# Something that keeps writing the wrong type would otherwise leave a copy every check.
+MAX_COPIES = 5
+# Bounds on what preview() reads and returns, whatever the size of the copy.
+PREVIEW_ITEMS = 20
+PREVIEW_ITEM_CHARS = 300
+PREVIEW_CHARS = 4000
+SCAN_COUNT = 1000
+
+_SIZE_COMMANDS = {
+    "string": "STRLEN",
+    "list": "LLEN",
+    "set": "SCARD",
+    "zset": "ZCARD",
+    "hash": "HLEN",
+    "stream": "XLEN",
+}
+_COPY_SUFFIX = re.compile(r"^(\d+):([0-9a-f]{8})$")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _per_queue(name: str) -> dict[str, str]:
+    found = {keys.queue(name): "list"}
+    priority = getattr(keys, "priority_queue", None)  # django.tasks priorities, if defined
+    if priority is not None:
+        found[priority(name)] = "zset"
+    return found
+
+
+# Checking ----------------------------------------------------------------------------------
+
+
+def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, str]:
+    """Key -> type for every key this process knows of. Registries are read in one
+    pipeline; one of the wrong type lists nothing this round (it is quarantined by this
+    check, and listed again once the heartbeats refill it)."""
+    types = dict(keys.fixed_types())
+    day = stats.today()
+    for name in ("processed", "failed"):
+        types[keys.stat(name, day)] = "string"
+    pipe = conn.pipeline(transaction=False)
+    pipe.smembers(keys.queues())
+    pipe.smembers(keys.processes())
+    pipe.smembers(keys.inprogress_ids())
+    pipe.hkeys(keys.periodic_schedule())
+    listed = []
+    for result in pipe.execute(raise_on_error=False):
+        if isinstance(result, Exception):
+            if errors.is_unavailable(result):
+                raise result
+            result = ()
+        listed.append(sorted(_text(m) for m in result))
+    queue_names, process_ids, inprogress_ids, entries = listed
+    for name in dict.fromkeys([*queues, *queue_names]):
+        types.update(_per_queue(name))
+    for ident in process_ids:
+        types[keys.process(ident)] = "hash"
+        types[keys.work(ident)] = "hash"
+    for ident in inprogress_ids:
+        types[keys.inprogress(ident)] = "list"
+    for entry in entries:
+        types[keys.periodic_last_slot(entry)] = "string"
+        types[keys.periodic_running(entry)] = "string"
+    return types
+
+
+def check(conn: redis.Redis | None = None, queues: Iterable[str] | None = None) -> list[str]:
+    """One pass: TYPE of every expected key in one pipeline; quarantine the wrong ones.
+    ``queues`` defaults to the configured ones. Returns the keys moved. Raises on an
+    outage (the poller reports it once)."""
+    conn = conn or connection.get_client()
+    expected = expected_types(conn, conf.get().queue_names if queues is None else queues)
+    names = list(expected)
+    pipe = conn.pipeline(transaction=False)
+    for key in names:
+        pipe.type(key)
+    moved = []
+    for key, actual in zip(names, pipe.execute(), strict=True):
+        actual = _text(actual)
+        if actual in ("none", expected[key]):
+            continue
+        try:
+            if quarantine(conn, key, expected[key]):
+                moved.append(key)
+        except Exception as exc:  # noqa: BLE001 - rule 6: one key never stops the others
+            if errors.is_unavailable(exc):
+                raise
+            log.error("Key guard: could not move %s aside: %s", key, errors.describe(exc))
+    return moved
+
+
+def quarantine(conn: redis.Redis, key: str, expected: str) -> str | None:
+    """Move ``key`` aside if it still holds something other than ``expected``; returns
+    the copy's name, or None if the key was fine (or gone) by then."""
+    # Milliseconds sort copies by age; the random part keeps two moves in the same
+    # millisecond (two processes) from overwriting each other's copy.
+    target = keys.quarantine(key, int(time.time() * 1000), secrets.token_hex(4))
+    actual = scripts.run("keyguard_quarantine", conn, [key, target], [expected, QUARANTINE_TTL])
+    if not actual:
+        return None
+    log.error(
+        "Key guard: %s held a %s, not a %s: moved to %s (kept %d days)",
+        key,
+        _text(actual),
+        expected,
+        target,
+        QUARANTINE_TTL // 86400,
+    )
+    errors.best_effort(COMPONENT, lambda: prune(conn, key), f"pruning copies of {key}")
+    return target
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def copies(conn: redis.Redis, key: str) -> list[tuple[int, str]]:
+    """(moved_at ms, name) of every quarantined copy of exactly ``key``, newest first
+    (a SCAN, made only when a key was just moved, or by the admin)."""
+    prefix = keys.quarantine_prefix(key)
+    found = []
+    for name in conn.scan_iter(match=_glob_escape(prefix) + "*", count=SCAN_COUNT):
+        name = _text(name)
+        # This key's copies only, not those of "<key>:<more>".
+        m = _COPY_SUFFIX.match(name[len(prefix) :])
+        if m:
+            found.append((int(m.group(1)), name))
+    return sorted(found, reverse=True)
+
+
+def prune(conn: redis.Redis, key: str) -> int:
+    """Delete all but the newest MAX_COPIES copies of ``key``; returns how many went."""
+    stale = [name for _ms, name in copies(conn, key)[MAX_COPIES:]]
+    if stale:
+        conn.delete(*stale)
+    return len(stale)
+
+
+def timer(queues: Iterable[str]) -> Callable[[redis.Redis], list[str]]:
+    """The poller timer function for this process's queues."""
+    names = list(queues)
+    return lambda conn: check(conn, names)
+
+
+# For the admin -----------------------------------------------------------------------------
+
+
+def _parse(name: str) -> tuple[str, int] | None:
+    """(original key, moved_at ms) of a quarantine copy's name, or None."""
+    root = keys.quarantine_root()
+    if not name.startswith(root):
+        return None
+    original, sep, suffix = name[len(root) :].rpartition(":")
+    original, sep2, ms = original.rpartition(":")
+    if not sep or not sep2 or not original or not _COPY_SUFFIX.match(f"{ms}:{suffix}"):
+        return None
+    return original, int(ms)
+
+
+def quarantined(
+    start: int = 0, count: int = 50, *, conn: redis.Redis | None = None
+) -> list[dict[str, Any]]:
+    """Quarantined copies, newest first: key, original_key, type, size, moved_at (epoch
+    ms), ttl (seconds). Found by SCAN over this prefix's keyspace."""
+    conn = conn or connection.get_client()
+    found = []
+    for name in conn.scan_iter(match=_glob_escape(keys.quarantine_root()) + "*", count=SCAN_COUNT):
+        name = _text(name)
+        parsed = _parse(name)
+        if parsed:
+            found.append((parsed[1], name, parsed[0]))
+    page = sorted(found, reverse=True)[start : start + count]
+    if not page:
+        return []
+    pipe = conn.pipeline(transaction=False)
+    for _ms, name, _orig in page:
+        pipe.type(name)
+        pipe.ttl(name)
+    meta = pipe.execute()
+    types = [_text(t) for t in meta[0::2]]
+    pipe = conn.pipeline(transaction=False)
+    for (_ms, name, _orig), kind in zip(page, types, strict=True):
+        pipe.execute_command(_SIZE_COMMANDS.get(kind, "EXISTS"), name)
+    sizes = pipe.execute(raise_on_error=False)
+    return [
+        {
+            "key": name,
+            "original_key": original,
+            "type": kind,
+            "size": size if isinstance(size, int) else None,
+            "moved_at": ms,
+            "ttl": ttl,
+        }
+        for (ms, name, original), kind, ttl, size in zip(
+            page, types, meta[1::2], sizes, strict=True
+        )
+    ]
+
+
+def _require_copy(key: str) -> None:
+    if _parse(key) is None:
+        raise ValueError(
+            f"{key!r} is not a quarantined copy (names start with {keys.quarantine_root()!r})"
+        )
+
+
+def _clip(value: Any) -> str:
+    text = _text(value)
+    return text if len(text) <= PREVIEW_ITEM_CHARS else text[:PREVIEW_ITEM_CHARS] + "..."
+
+
+def preview(key: str, *, conn: redis.Redis | None = None) -> str:
+    """A bounded text rendering of a quarantined copy (first PREVIEW_ITEMS items, each
+    cut at PREVIEW_ITEM_CHARS, all within PREVIEW_CHARS). ValueError for other keys."""
+    _require_copy(key)
+    conn = conn or connection.get_client()
+    kind = _text(conn.type(key))
+    n = PREVIEW_ITEMS
+    if kind == "none":
+        return "(gone: expired or deleted)"
+    if kind == "string":
+        lines = [_text(conn.getrange(key, 0, PREVIEW_CHARS))]
+    elif kind == "list":
+        lines = [_clip(v) for v in conn.lrange(key, 0, n - 1)]
+    elif kind == "set":
+        lines = [_clip(v) for v in conn.sscan(key, 0, count=n)[1][:n]]
+    elif kind == "zset":
+        lines = [f"{s!r}  {_clip(v)}" for v, s in conn.zrange(key, 0, n - 1, withscores=True)]
+    elif kind == "hash":
+        lines = [
+            f"{_clip(f)}: {_clip(v)}" for f, v in list(conn.hscan(key, 0, count=n)[1].items())[:n]
+        ]
+    elif kind == "stream":
+        lines = [
+            f"{_text(i)} " + " ".join(f"{_text(f)}={_clip(v)}" for f, v in fields.items())
+            for i, fields in conn.xrange(key, count=n)
+        ]
+    else:
+        lines = [f"(a {kind}: no preview)"]
+    size = conn.execute_command(_SIZE_COMMANDS[kind], key) if kind in _SIZE_COMMANDS else None
+    head = f"{kind}" + (f", size {size}" if size is not None else "")
+    text = "\n".join([head, *lines])
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "\n..."
+
+
+def delete(key: str, *, conn: redis.Redis | None = None) -> bool:
+    """Delete a quarantined copy (True if it existed). ValueError for any other key."""
+    _require_copy(key)
+    return bool((conn or connection.get_client()).delete(key))
+
+
+__all__ = ["check", "delete", "expected_types", "preview", "prune", "quarantine", "quarantined"]
