@@ -50,3 +50,9 @@ def enqueue_demo():
         print(f"enqueued slow({seconds}) -> {slow.enqueue(seconds)}")
     print(f"enqueued flaky() -> {flaky.enqueue()} (fails; retried twice, then dead)")
     print(f"enqueued add(1, 2) in 10 s -> {add.enqueue_in(10, 1, 2)}")
+
+
+def demo_backoff(retry_count):
+    """The demo's retry delay (seconds), so flaky reaches the dead set within a minute.
+    Set by `make demo`; the built-in backoff starts at about 16 s and grows fast."""
+    return 5 * retry_count
