@@ -1,0 +1,48 @@
+"""The operator api: read and act on what is in Redis, from the admin or a shell.
+
+    from cogworker_django.api import DeadSet, Queue
+    Queue("default").size()
+    dead = DeadSet()
+    for record in dead.page(0, 25): ...
+    dead.retry(dead.find(jid))
+
+Nothing here loads a whole set or list: reads are paginated, searches bounded.
+"""
+
+from .history import History, Run
+from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
+from .optional import Unavailable
+from .periodic import PeriodicEntries, PeriodicEntry
+from .processes import BusyJob, ProcessRecord, ProcessSet, Workers
+from .quarantine import Quarantine, QuarantinedKey
+from .queues import Queue, QueueInfo
+from .records import JobRecord
+from .search import SearchPage
+from .stats import DayStat, Overview, Stats
+
+__all__ = [
+    "BulkResult",
+    "BusyJob",
+    "DayStat",
+    "DeadSet",
+    "History",
+    "JobRecord",
+    "JobSet",
+    "Outcome",
+    "Overview",
+    "PeriodicEntries",
+    "PeriodicEntry",
+    "ProcessRecord",
+    "ProcessSet",
+    "Quarantine",
+    "QuarantinedKey",
+    "Queue",
+    "QueueInfo",
+    "RetrySet",
+    "Run",
+    "ScheduledSet",
+    "SearchPage",
+    "Stats",
+    "Unavailable",
+    "Workers",
+]

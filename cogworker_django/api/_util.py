@@ -1,0 +1,52 @@
+"""Small helpers shared by the api modules: the client, bytes to text, epoch fields."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import redis
+
+from .. import connection
+
+
+def client() -> redis.Redis:
+    return connection.get_client()
+
+
+def text(value: Any) -> str:
+    """Display text of a Redis reply; bytes that are not UTF-8 are shown escaped."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return "" if value is None else str(value)
+
+
+def as_bytes(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8")
+
+
+def epoch(value: Any) -> float | None:
+    """A payload timestamp as a float, or None when it is missing or not a number (a
+    hand-edited payload must not break a page)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (bytes, str)):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def as_datetime(value: Any) -> dt.datetime | None:
+    """An aware UTC datetime for an epoch value (templates format it in the current zone)."""
+    seconds = epoch(value)
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None

@@ -1,0 +1,166 @@
+"""``Queue``: one pending list (``P:queue:<name>``), LPUSHed and taken from the right.
+
+Size, latency (now minus ``enqueued_at`` of the oldest job, the one at index -1),
+paused flag, pause/resume, clear, and a paginated view in run order. The known queues
+are ``P:queues`` (written by pushes and heartbeats) plus the paused ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .. import keys, locks, payload
+from ._util import client, epoch, text
+from .records import JobRecord
+
+# Jobs removed (and their locks released) per round trip when a queue is cleared.
+CLEAR_BATCH = 500
+# LRANGE batch and cap for a find by jid in a queue.
+FIND_BATCH = 1000
+FIND_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    name: str
+    size: int
+    latency: float | None  # seconds the oldest job has waited; None when empty or undecodable
+    paused: bool
+
+
+def _latency(oldest: bytes | None, now: float) -> float | None:
+    if oldest is None:
+        return None
+    job = payload.decode(oldest)
+    if job.get("func") == payload.UNPARSEABLE:
+        return None  # the wrapper's timestamps are of this read, not of the push
+    enqueued = epoch(job.get("enqueued_at"))
+    return max(0.0, now - enqueued) if enqueued is not None else None
+
+
+class Queue:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    @property
+    def key(self) -> str:
+        return keys.queue(self.name)
+
+    # Listing ----------------------------------------------------------------------------
+
+    @staticmethod
+    def names() -> list[str]:
+        conn = client()
+        pipe = conn.pipeline(transaction=False)
+        pipe.smembers(keys.queues())
+        pipe.smembers(keys.paused())
+        known, paused = pipe.execute()
+        return sorted({text(n) for n in known} | {text(n) for n in paused})
+
+    @classmethod
+    def all(cls) -> list[Queue]:
+        return [cls(n) for n in cls.names()]
+
+    @classmethod
+    def overview(cls) -> list[QueueInfo]:
+        """Size, latency and paused flag of every known queue, in two round trips."""
+        names = cls.names()
+        if not names:
+            return []
+        conn = client()
+        pipe = conn.pipeline(transaction=False)
+        for n in names:
+            pipe.llen(keys.queue(n))
+            pipe.lindex(keys.queue(n), -1)
+        pipe.smembers(keys.paused())
+        replies = pipe.execute(raise_on_error=False)
+        paused = replies[-1] if isinstance(replies[-1], set) else set()
+        paused_names = {text(p) for p in paused}
+        now = time.time()
+        out = []
+        for i, n in enumerate(names):
+            size, oldest = replies[2 * i], replies[2 * i + 1]
+            # A queue key of the wrong type (moved aside by the key guard soon) shows as empty.
+            size = size if isinstance(size, int) else 0
+            oldest = oldest if isinstance(oldest, bytes) else None
+            out.append(QueueInfo(n, size, _latency(oldest, now), n in paused_names))
+        return out
+
+    # Reads ------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        return int(client().llen(self.key))
+
+    def latency(self) -> float | None:
+        return _latency(client().lindex(self.key, -1), time.time())
+
+    def paused(self) -> bool:
+        return bool(client().sismember(keys.paused(), self.name))
+
+    def info(self) -> QueueInfo:
+        conn = client()
+        pipe = conn.pipeline(transaction=False)
+        pipe.llen(self.key)
+        pipe.lindex(self.key, -1)
+        pipe.sismember(keys.paused(), self.name)
+        size, oldest, paused = pipe.execute()
+        return QueueInfo(self.name, int(size), _latency(oldest, time.time()), bool(paused))
+
+    def jobs(self, start: int = 0, count: int = 25) -> list[JobRecord]:
+        """Jobs in the order they will run: ``start`` 0 is the next one (index -1)."""
+        start = max(int(start), 0)
+        count = max(int(count), 1)
+        rows = client().lrange(self.key, -(start + count), -(start + 1))
+        return [JobRecord.from_raw(raw, None, "queue", self.name) for raw in reversed(rows)]
+
+    def find(self, jid: str, limit: int = FIND_LIMIT) -> JobRecord | None:
+        """The job with this jid among the first ``limit`` to run (None beyond that)."""
+        needle = f'"jid":"{jid}"'.encode()
+        conn = client()
+        for start in range(0, limit, FIND_BATCH):
+            rows = conn.lrange(self.key, -(start + FIND_BATCH), -(start + 1))
+            for raw in reversed(rows):
+                if needle in raw:
+                    record = JobRecord.from_raw(raw, None, "queue", self.name)
+                    if record.jid == jid:
+                        return record
+            if len(rows) < FIND_BATCH:
+                return None
+        return None
+
+    # Actions ----------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Workers stop fetching from this queue (within one fetch) until resumed."""
+        client().sadd(keys.paused(), self.name)
+
+    def resume(self) -> None:
+        client().srem(keys.paused(), self.name)
+
+    def clear(self, batch: int = CLEAR_BATCH) -> int:
+        """Remove the jobs queued when the call starts; returns how many. Taken from the
+        right (as workers take them) ``batch`` at a time, each batch's locks released, so
+        a job pushed meanwhile stays and a huge queue is never read at once."""
+        locks.retry_deferred()
+        conn = client()
+        remaining = int(conn.llen(self.key))
+        removed = 0
+        while remaining > 0:
+            rows = conn.rpop(self.key, min(batch, remaining)) or []
+            if not rows:
+                break
+            removed += len(rows)
+            remaining -= len(rows)
+            for raw in rows:
+                job = payload.decode(raw)
+                if locks.job_locks(job):
+                    locks.release_job_locks(job)
+        if not conn.exists(self.key) and not conn.sismember(keys.paused(), self.name):
+            # Empty and not paused: drop it from the listing (a worker reading it, or the
+            # next push, lists it again).
+            conn.srem(keys.queues(), self.name)
+        return removed
