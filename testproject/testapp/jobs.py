@@ -156,3 +156,42 @@ def sleeper(seconds):
     jid = current_job()["jid"]
     connection.get_client().hset(timeline_key(), f"{jid}:start", time.time())
     time.sleep(seconds)
+
+
+# --- periodic jobs (tests/test_periodic_*.py) ---
+
+
+def periodic_slots_key() -> str:
+    return f"{keys.prefix()}:test:slots"
+
+
+def periodic_spans_key() -> str:
+    return f"{keys.prefix()}:test:spans"
+
+
+def _periodic_slot() -> str:
+    return str((current_job() or {}).get("periodic_slot", "manual"))
+
+
+@job
+def periodic_tick():
+    """Counts its runs per periodic slot (``<prefix>:test:slots``, field = the slot)."""
+    connection.get_client().hincrby(periodic_slots_key(), _periodic_slot(), 1)
+
+
+@job(retry=False)
+def periodic_span(seconds=0.0):
+    """Counts its run per slot, appends ``start <jid> <slot> <pid> <epoch>`` to
+    ``<prefix>:test:spans``, sleeps, then appends ``end <jid> <epoch>`` best-effort (so
+    a run can finish while Redis is away)."""
+    import redis
+
+    conn = connection.get_client()
+    jid, slot = current_job()["jid"], _periodic_slot()
+    conn.hincrby(periodic_slots_key(), slot, 1)
+    conn.rpush(periodic_spans_key(), f"start {jid} {slot} {os.getpid()} {time.time()}")
+    time.sleep(seconds)
+    try:
+        conn.rpush(periodic_spans_key(), f"end {jid} {time.time()}")
+    except redis.RedisError:
+        pass
