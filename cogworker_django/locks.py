@@ -56,6 +56,7 @@ def release(key: str, owner: str, component: str = "Lock release") -> bool:
         errors.report(component, exc, f"release of {key} deferred")
         deferred.add(key, owner)
         return False
+    errors.recovered(component)
     return True
 
 
@@ -110,9 +111,11 @@ def retry_deferred(component: str = "Deferred lock releases") -> None:
 
 
 def job_locks(job: dict) -> list[str]:
-    """Lock keys a job holds from its push until it is done: the unique lock
-    (``until_executed``, and ``until_started`` before it starts) and the running lock of
-    an ``until_executed`` periodic entry."""
+    """Lock keys a job may hold while it is in the system: its unique lock
+    (``until_executed`` from the push until done, ``until_started`` until it starts,
+    ``while_executing`` left behind by a run whose worker died) and the running lock of an
+    ``until_executed`` periodic entry. Every write to them is owner-checked, so naming a
+    lock the job does not hold (any more) is harmless."""
     from . import keys
 
     found = []
@@ -120,7 +123,7 @@ def job_locks(job: dict) -> list[str]:
     if (
         digest
         and isinstance(digest, str)
-        and job.get("unique") in ("until_executed", "until_started")
+        and job.get("unique") in ("until_executed", "until_started", "while_executing")
     ):
         found.append(keys.unique(digest))
     entry = job.get("periodic")

@@ -1,10 +1,12 @@
-"""Unique jobs: digests and their owner-checked locks.
+"""Unique jobs: digests and their owner-checked locks (``P:unique:<digest>``, value = jid).
 
 ``until_executed``: lock taken with the push (one script), held until success or the
 terminal failure, extended on a retried failure, released whenever the job leaves by
-another path. ``until_started``: lock taken with the push, released when a processor
-takes the job. ``while_executing``: lock taken when the run starts; a run that finds
-it held is rescheduled after :data:`WHILE_EXECUTING_RETRY_DELAY` instead.
+another path (locks.release_job_locks). ``until_started``: lock taken with the push,
+released when a processor takes the job. ``while_executing``: lock taken when the run
+starts; a run that finds it held is rescheduled ``UNIQUE_RESCHEDULE_DELAY`` seconds
+later instead of running alongside. Every release is owner-checked and deferred while
+Redis is away (rule 8, locks.py). docs/unique.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -15,21 +17,31 @@ import math
 import time
 from typing import Any
 
-from . import connection, keys, locks, payload, scripts
+from . import conf, connection, errors, keys, locks, payload, scripts
+from .middleware import Reschedule
 
-# Seconds a while_executing job waits before trying again when another run holds the lock.
-WHILE_EXECUTING_RETRY_DELAY = 5.0
+# Modes whose lock is taken by the push script (the others take none at push).
 PUSH_LOCKED = ("until_executed", "until_started")
 
 
 def digest(func: str, args: Any, kwargs: Any, queue: str) -> str:
-    """Stable over key order and whitespace: canonical JSON, then SHA-256."""
-    canonical = json.dumps(
-        [func, list(args), dict(kwargs), queue],
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    """SHA-256 of canonical JSON of (callable, args, kwargs, queue): stable over key order
+    and whitespace, and the same for a tuple and the list it decodes to."""
+    try:
+        canonical = json.dumps(
+            [func, list(args), dict(kwargs), queue],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+    except (TypeError, ValueError) as exc:
+        # payload.encode names the argument JSON can't hold; only if it has nothing to
+        # say (mixed-type dict keys can't be sorted) do we explain it here.
+        payload.encode(payload.build(func, args, kwargs, queue=queue))
+        raise TypeError(
+            f"{func}: the arguments of a unique job must be canonical JSON (dict keys all "
+            f"strings): {errors.safe_str(exc)}"
+        ) from None
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -38,8 +50,21 @@ def lock_key(job: dict[str, Any]) -> str | None:
     return keys.unique(d) if isinstance(d, str) and d else None
 
 
-def _ttl(job: dict[str, Any], now: float) -> int:
-    ttl = float(job.get("unique_for") or 0) or 86400.0
+def lock_ttl(job: dict[str, Any]) -> float:
+    """The job's ``unique_for``, or ``UNIQUE_LOCK_TTL`` when the payload has none."""
+    try:
+        ttl = float(job.get("unique_for") or 0)
+    except (TypeError, ValueError):
+        ttl = 0.0
+    return ttl if ttl > 0 else float(conf.get().UNIQUE_LOCK_TTL)
+
+
+def reschedule_delay() -> float:
+    return conf.get().UNIQUE_RESCHEDULE_DELAY
+
+
+def _push_ttl(job: dict[str, Any], now: float) -> int:
+    ttl = lock_ttl(job)
     at = job.get("at")
     if at is not None:
         ttl += max(0.0, float(at) - now)  # a scheduled job locks from the push
@@ -58,7 +83,7 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
         [lock_key(job), target, keys.queues()],
         [
             job["jid"],
-            _ttl(job, now),
+            _push_ttl(job, now),
             data,
             repr(float(job["at"])) if scheduled else "",
             job["queue"],
@@ -80,20 +105,17 @@ def queue_push(pipe: Any, job: dict[str, Any]) -> None:
 
 
 def interpret(job: dict[str, Any], result: Any) -> str | None:
+    """The jid of a job pushed by :func:`queue_push`, None for a duplicate."""
     if isinstance(result, Exception):
         raise result
     return job["jid"] if result else None
 
 
 def release(job: dict[str, Any]) -> None:
-    """Release this job's unique lock (owner-checked, deferred on an outage)."""
+    """Release this job's unique lock (owner-checked, deferred on an outage; never raises)."""
     key = lock_key(job)
     if key and job.get("unique"):
         locks.release(key, job["jid"], "Unique lock")
-
-
-def holds_until_executed(job: dict[str, Any]) -> bool:
-    return job.get("unique") == "until_executed" and lock_key(job) is not None
 
 
 def is_last_attempt(job: dict[str, Any]) -> bool:
@@ -102,7 +124,7 @@ def is_last_attempt(job: dict[str, Any]) -> bool:
 
 
 class UniqueMiddleware:
-    """Server side of unique jobs (see the module docstring)."""
+    """Server side of unique jobs (see the module docstring). Built in, outermost."""
 
     def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
         mode = job.get("unique")
@@ -114,23 +136,41 @@ class UniqueMiddleware:
             return run()
         if mode == "while_executing":
             return self._exclusive(job, key, run)
+        if mode != "until_executed":
+            return run()  # an unknown mode (a hand-made payload) holds nothing
         try:
             result = run()
+        except Reschedule as r:
+            # Not a failure (an inner middleware put it back): the job is still in the
+            # system, so its lock stays, long enough to cover the wait.
+            ttl = r.delay + lock_ttl(job)
+            errors.best_effort(
+                "Unique lock",
+                lambda: locks.expire(key, job["jid"], ttl),
+                "extension of a rescheduled job's lock",
+            )
+            raise
         except BaseException:
             if is_last_attempt(job):
-                release(job)
+                release(job)  # terminal failure: off to dead
+            # else: the processor extends the lock to cover the backoff
             raise
         release(job)
         return result
 
     def _exclusive(self, job: dict[str, Any], key: str, run: Any) -> Any:
-        from .middleware import Reschedule
-
-        ttl = float(job.get("unique_for") or 86400)
-        if not locks.take(key, job["jid"], ttl):
+        try:
+            taken = locks.take(key, job["jid"], lock_ttl(job))
+        except Exception as exc:
+            if not errors.is_unavailable(exc):
+                raise
+            # Redis away: try again later rather than count a failure (a retry=False job
+            # would go straight to dead over an outage).
             raise Reschedule(
-                WHILE_EXECUTING_RETRY_DELAY, "another run holds the while_executing lock"
-            )
+                reschedule_delay(), "Redis unavailable at the while_executing lock"
+            ) from exc
+        if not taken:
+            raise Reschedule(reschedule_delay(), "another run holds the while_executing lock")
         try:
             return run()
         finally:

@@ -5,8 +5,16 @@
 -- ARGV[1] = owner jid, ARGV[2] = lock TTL (whole seconds), ARGV[3] = payload JSON,
 -- ARGV[4] = score for the schedule ("" to LPUSH on the queue), ARGV[5] = queue name
 -- Returns 1 if pushed, 0 if a lock was already held (a duplicate: nothing written).
-if redis.call("EXISTS", KEYS[1]) == 1 then
+-- A lock key of another type is an error (refusing every push for ever would hide it).
+local kind = redis.call("TYPE", KEYS[1]).ok
+if kind == "string" then
+  -- Never wedged: a lock that lost its TTL (PERSIST, a hand-made SET) gets one back.
+  if redis.call("TTL", KEYS[1]) == -1 then
+    redis.call("EXPIRE", KEYS[1], ARGV[2])
+  end
   return 0
+elseif kind ~= "none" then
+  return redis.error_reply("WRONGTYPE unique lock " .. KEYS[1] .. " holds a " .. kind)
 end
 if ARGV[4] == "" then
   redis.call("LPUSH", KEYS[2], ARGV[3])
