@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, errors, keys, payload, scripts
+from .. import conf, connection, errors, keys, locks, payload, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery, file_unsettled
 
@@ -50,14 +50,18 @@ def _move(conn: Any, source: str, raw: str) -> int:
     queue = job.get("queue")
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         # Can't be requeued: bury it in dead with its bytes rather than retry it forever.
+        leaving = job
         if job["func"] != payload.UNPARSEABLE:
             job = payload.unparseable(wire(raw), None, "InvalidPayload", "the job has no queue")
-        return scripts.run(
+        moved = scripts.run(
             "requeue_due",
             conn,
             [source, keys.dead(), keys.queues()],
             [wire(raw), payload.encode(job), "", repr(time.time())],
         )
+        if moved:
+            locks.release_job_locks(leaving)  # it left the system: its locks go too
+        return moved
     job.pop("at", None)
     job["enqueued_at"] = time.time()
     return scripts.run(

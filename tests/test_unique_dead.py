@@ -1,0 +1,168 @@
+"""Unique locks are never wedged: a job that leaves by any path releases its lock, a
+worker killed mid-run leaves the lock to orphan recovery (or to its TTL), and a release
+that fails while Redis is away goes through on the first heartbeat after it returns."""
+
+import json
+import time
+
+from testapp import jobs as tj
+
+from cogworker_django import keys, payload, unique
+
+from .helpers import wait_until
+from .unique_helpers import lock_of, stop_keeping_data
+
+
+def dead_jobs(r):
+    return [json.loads(x) for x in r.zrange(keys.dead(), 0, -1)]
+
+
+def crafted(func, mode, *, jid=None, **extra):
+    """A payload as a client would push it, for a callable of our choosing."""
+    job = payload.build(
+        func,
+        ["x"],
+        {},
+        queue="default",
+        jid=jid,
+        unique=mode,
+        unique_for=600,
+        unique_digest=unique.digest(func, ["x"], {}, "default"),
+        **extra,
+    )
+    return job, keys.unique(job["unique_digest"])
+
+
+def test_terminal_failure_releases_the_lock_and_a_retried_one_extends_it(worker, r):
+    job = tj.always_fails.using(unique="until_executed", retry=1, unique_for=5)
+    key = lock_of("x", func=tj.always_fails.path)
+    jid = job.enqueue("x")
+    worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_2s"})
+    wait_until(lambda: r.zcard(keys.retry()) == 1, message="the first failure")
+    # Waiting for its retry, the job keeps its lock, extended past unique_for (5 s) to
+    # cover the backoff: a duplicate is still refused.
+    assert r.get(key) == jid and r.ttl(key) > 5
+    assert job.enqueue("x") is None
+    wait_until(lambda: r.zcard(keys.dead()) == 1, message="the terminal failure")
+    assert dead_jobs(r)[0]["jid"] == jid
+    assert not r.exists(key)
+    assert job.enqueue("x") is not None
+
+
+def test_unregistered_and_queueless_jobs_sent_to_dead_release_their_locks(worker, r):
+    """Payloads naming no registered job (never imported or run), or due with no queue,
+    go to dead; their locks go with them. An unparseable payload has no digest to read:
+    its lock (if the bytes ever had one) is left to its TTL."""
+    held = {}
+    for mode in ("until_executed", "until_started"):
+        job, key = crafted(f"nowhere.{mode}", mode)
+        r.set(key, job["jid"], ex=600)
+        r.lpush(keys.queue("default"), payload.encode(job))
+        held[key] = job["jid"]
+    # A due job without a queue can't be requeued: the poller buries it in dead.
+    job, key = crafted(tj.record.path, "until_executed", at=time.time())
+    job["queue"] = None
+    r.zadd(keys.schedule(), {payload.encode(job): time.time() - 1})
+    r.set(key, job["jid"], ex=600)
+    held[key] = job["jid"]
+    orphan_lock = keys.unique("digest-of-a-payload-that-got-mangled")
+    r.set(orphan_lock, "jid-lost-with-the-bytes", ex=600)
+    r.lpush(keys.queue("default"), b"\xff{not json")
+    worker()
+    wait_until(lambda: r.zcard(keys.dead()) == 4, message="four jobs in dead")
+    classes = sorted(j["error_class"] for j in dead_jobs(r))
+    assert classes == ["InvalidPayload", "JSONDecodeError", "NotRegistered", "NotRegistered"]
+    for key in held:
+        wait_until(lambda key=key: not r.exists(key), message=f"{key} released")
+    assert 0 < r.ttl(orphan_lock) <= 600  # nothing to release it by: its TTL will
+
+
+def test_poison_job_sent_to_dead_by_orphan_recovery_releases_its_lock(worker, r):
+    """A job past MAX_ORPHANINGS, found on the list of a dead process."""
+    job, key = crafted(tj.record.path, "until_executed", orphan_count=3)
+    dead_process = "gone-host:1234:abcd"
+    r.rpush(keys.inprogress(dead_process), payload.encode(job))
+    r.sadd(keys.inprogress_ids(), dead_process)
+    r.hset(keys.last_beat(), dead_process, 0)
+    r.set(key, job["jid"], ex=600)
+    worker()
+    wait_until(lambda: r.zcard(keys.dead()) == 1, message="the poison job in dead")
+    [filed] = dead_jobs(r)
+    assert filed["jid"] == job["jid"] and filed["error_class"] == "OrphanedTooOften"
+    wait_until(lambda: not r.exists(key), message="the lock to be released")
+    assert r.llen(keys.inprogress(dead_process)) == 0
+
+
+def test_while_executing_lock_of_a_killed_run_is_released_when_it_dies_as_poison(worker, r):
+    """A while_executing run whose worker died leaves its lock behind; if the job then
+    goes to dead as a poison job, that lock goes too (owner-checked)."""
+    job, key = crafted(tj.record.path, "while_executing", orphan_count=3)
+    dead_process = "gone-host:99:beef"
+    r.rpush(keys.inprogress(dead_process), payload.encode(job))
+    r.sadd(keys.inprogress_ids(), dead_process)
+    r.hset(keys.last_beat(), dead_process, 0)
+    r.set(key, job["jid"], ex=600)
+    worker()
+    wait_until(lambda: r.zcard(keys.dead()) == 1, message="the poison job in dead")
+    wait_until(lambda: not r.exists(key), message="the lock to be released")
+
+
+def test_sigkill_mid_run_is_recovered_under_the_same_jid_and_releases(worker, r, prefix):
+    job = tj.kill_first_run.using(unique="until_executed", unique_for=60)
+    key = lock_of("k", func=tj.kill_first_run.path)
+    workers = [worker(), worker()]
+    jid = job.enqueue("k")
+    wait_until(lambda: any(w.proc.poll() is not None for w in workers), message="a worker to die")
+    # The run died with its worker: the job waits on the dead process's list, its lock
+    # held for it, bounded by unique_for (never wedged past the TTL).
+    assert r.get(key) == jid and 0 < r.ttl(key) <= 60
+    assert job.enqueue("k") is None
+    wait_until(lambda: r.hget(f"{prefix}:test:runs", "k") == "2", 15, message="the rerun")
+    assert r.lrange(f"{prefix}:test:runs:k:jids", 0, -1) == [jid, jid]
+    wait_until(lambda: not r.exists(key), message="the lock to be released")
+    assert job.enqueue("k") is not None
+
+
+def test_lock_of_a_run_nobody_recovers_still_lapses_at_its_ttl(worker, r, prefix):
+    """No live process to recover the job: the lock is gone after unique_for anyway."""
+    job = tj.kill_first_run.using(unique="until_executed", unique_for=1)
+    key = lock_of("t", func=tj.kill_first_run.path)
+    w = worker()
+    jid = job.enqueue("t")
+    w.wait(10)
+    assert r.hget(f"{prefix}:test:runs", "t") == "1"
+    wait_until(lambda: not r.exists(key), 3, message="the lock's TTL to lapse")
+    # The orphan is still on the dead process's list: when recovered it runs, and its
+    # release (owner-checked) leaves the newer job's lock alone.
+    assert any(
+        json.loads(raw)["jid"] == jid
+        for ident in r.smembers(keys.inprogress_ids())
+        for raw in r.lrange(keys.inprogress(ident), 0, -1)
+    )
+    assert job.enqueue("t") not in (None, jid)
+
+
+def test_release_while_redis_is_away_goes_through_within_a_beat_of_its_return(
+    worker, redis_server, configure, prefix
+):
+    beat = 1.0
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    job = tj.sleeper.using(unique="until_executed")
+    key = lock_of(1.0, func=tj.sleeper.path)
+    w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": beat})
+    jid = job.enqueue(1.0)
+    wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
+    stop_keeping_data(server)  # Redis away (connection refused), its data kept
+    # The job returns while Redis is away: its release fails and is deferred.
+    w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
+    server.start()
+    back = time.monotonic()
+    c = server.client()
+    assert c.get(key) == jid  # still held: nothing released it while Redis was away
+    wait_until(lambda: not c.exists(key), 5, 0.02, message="the deferred release")
+    took = time.monotonic() - back
+    # Within one heartbeat of Redis returning (plus the time to reconnect).
+    assert took < beat + 0.5, f"released {took:.2f}s after Redis returned"
+    assert w.proc.poll() is None
