@@ -24,11 +24,22 @@ _lock = threading.RLock()
 _recorded: list[dict[str, Any]] = []
 
 
-def _record(job: dict[str, Any]) -> str:
+def _record(job: dict[str, Any]) -> str | None:
     job = json.loads(payload.encode(job))
     with _lock:
+        if _holds_lock(job) and any(
+            _holds_lock(j) and j["unique_digest"] == job["unique_digest"] for j in _recorded
+        ):
+            return None  # a duplicate, refused as a real push would be (docs/unique.md)
         _recorded.append(job)
     return job["jid"]
+
+
+def _holds_lock(job: dict[str, Any]) -> bool:
+    # Unique jobs locked from the push hold their lock while recorded (no TTL here).
+    return job.get("unique") in ("until_executed", "until_started") and bool(
+        job.get("unique_digest")
+    )
 
 
 def _run_now(job: dict[str, Any]) -> str:
