@@ -2,10 +2,12 @@
 pushes nothing, a failed push leaves no lock, scheduled jobs lock from the push."""
 
 import json
+import threading
 import time
 
 import pytest
 import redis
+from django.db import transaction
 from testapp import jobs as tj
 
 from cogworker_django import keys, locks
@@ -215,3 +217,34 @@ def test_deferred_release_with_a_deterministic_error_is_dropped(r, caplog):
     locks.retry_deferred()
     assert locks.deferred.pending() == {}
     assert "deferred release of" in caplog.text and "dropped" in caplog.text
+
+
+def test_concurrent_pushes_of_one_job_take_the_lock_once(r):
+    """Many threads enqueue the same job at once: the script is atomic, one wins."""
+    results, barrier = [], threading.Barrier(8)
+
+    def push():
+        barrier.wait()
+        results.extend(UE.enqueue("race") for _ in range(25))
+
+    threads = [threading.Thread(target=push) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [j for j in results if j is not None]
+    assert len(results) == 200 and len(winners) == 1
+    assert [j["jid"] for j in queued(r)] == winners
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_returns_the_jid_and_drops_the_duplicate_at_commit(r):
+    """With on_commit the push (and so the duplicate check) happens at commit: enqueue
+    can't know yet, so it returns the jid; the duplicate is then not pushed."""
+    job = UE.using(on_commit=True)
+    with transaction.atomic():
+        a, b = job.enqueue("c"), job.enqueue("c")
+        assert a and b and a != b
+        assert r.llen(keys.queue("default")) == 0
+    assert [j["jid"] for j in queued(r)] == [a]
+    assert r.get(lock_of("c")) == a
