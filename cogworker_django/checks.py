@@ -17,6 +17,14 @@ def check_settings(app_configs=None, **kwargs):
     return []
 
 
+@checks.register("cogworker")
+def check_periodic(app_configs=None, **kwargs):
+    """Every COGWORKER_PERIODIC entry (its job must be a registered @job)."""
+    from .periodic import entries
+
+    return entries.check_messages()
+
+
 @checks.register("cogworker", deploy=False)
 def check_redis(app_configs=None, **kwargs):
     try:

@@ -15,8 +15,19 @@ def build(launcher: Any) -> list[Any]:
     launcher.poller.timers.append(("Key guard", conf.get().KEYGUARD_INTERVAL, guard))
     if history.enabled():
         components.append(history.HistoryFlusher(launcher.identity))
+    from ..periodic import entries, running_lock, ticker
+
+    # Periodic: every process keeps its until_executed runs' locks alive, and ticks when
+    # entries are configured (entries resolved here, on the main thread: rule 10).
+    running_lock.register_heartbeat_hook()
+    periodic = entries.load()
+    if periodic:
+        components.append(ticker.Ticker(periodic, ready=lambda: launcher.recovery.completed_once))
     return components
 
 
 def validate() -> None:
     """Checks at worker start, after job modules are imported (ImproperlyConfigured)."""
+    from ..periodic import entries
+
+    entries.load()  # each bad COGWORKER_PERIODIC entry names itself and its field

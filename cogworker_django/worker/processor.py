@@ -34,6 +34,7 @@ log = logging.getLogger("cogworker_django")
 BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.history.HistoryMiddleware",  # first: it times everything inside
     "cogworker_django.unique.UniqueMiddleware",
+    "cogworker_django.periodic.running_lock.RunningLockMiddleware",
 )
 # First pause after a fetch that failed or found nothing; doubles up to its cap.
 IDLE_FIRST_PAUSE = 0.02

@@ -1,0 +1,59 @@
+-- Claim one cron slot of a periodic entry for this process, in one atomic step.
+-- KEYS[1] = P:periodic:disabled (set), KEYS[2] = P:periodic:last_slot:<name> (string),
+-- KEYS[3] = P:periodic:lock:<name>:<slot> (per-slot NX lock),
+-- KEYS[4] = P:periodic:running:<name> (until_executed running lock, value = owner jid)
+-- ARGV[1] = entry name, ARGV[2] = slot (epoch, whole seconds),
+-- ARGV[3] = slot lock TTL (whole seconds), ARGV[4] = "1" for until_executed else "",
+-- ARGV[5] = jid the caller will push this slot's job under,
+-- ARGV[6] = running lock TTL while queued (whole seconds)
+-- Returns {code, detail, disabled_unreadable}:
+--   {"claimed", previous last_slot or ""}: push the job (roll back with
+--     periodic_rollback.lua and that previous value if the push fails);
+--   {"taken", ""}: this slot (or a later one) was already claimed;
+--   {"blocked", holder jid}: an earlier run still holds the running lock;
+--   {"disabled", ""}: disabled from the admin (last_slot is left alone).
+-- disabled_unreadable is "1" when the disabled set could not be read (wrong type):
+-- the entry then counts as enabled (losing a Disable is the lesser evil than stopping
+-- every entry).
+-- The running lock is taken here, with the claim and before the job exists: taken
+-- after the push, a fast run could finish (and release nothing) before it was written,
+-- wedging the entry. last_slot is checked before the running lock so a slot another
+-- process already claimed reads as taken, not blocked.
+local unreadable = ""
+local disabled = redis.pcall("SISMEMBER", KEYS[1], ARGV[1])
+if type(disabled) == "table" and disabled.err then
+  unreadable = "1"
+elseif disabled == 1 then
+  return {"disabled", "", unreadable}
+end
+
+local slot = tonumber(ARGV[2])
+-- A last_slot of the wrong type raises here: the caller backs this entry off.
+local previous = redis.call("GET", KEYS[2])
+if previous then
+  local last = tonumber(previous)
+  if last and last >= slot then
+    return {"taken", "", unreadable}
+  end
+  -- Not a number: bad data, overwritten below (the rollback then deletes it).
+  if not last then
+    previous = false
+  end
+end
+
+if ARGV[4] == "1" then
+  local holder = redis.call("GET", KEYS[4])
+  if holder then
+    return {"blocked", holder, unreadable}
+  end
+end
+
+-- Breaks the tie should last_slot ever be lost or moved back (failover, key guard).
+if not redis.call("SET", KEYS[3], ARGV[5], "NX", "EX", ARGV[3]) then
+  return {"taken", "", unreadable}
+end
+redis.call("SET", KEYS[2], ARGV[2])
+if ARGV[4] == "1" then
+  redis.call("SET", KEYS[4], ARGV[5], "EX", ARGV[6])
+end
+return {"claimed", previous or "", unreadable}

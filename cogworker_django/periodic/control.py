@@ -1,0 +1,104 @@
+"""The periodic schedule for the admin and ``api.PeriodicEntries``: each entry with its
+next and last run, whether it is enabled and who holds its running lock; disable,
+enable, and run now.
+
+Entries come from this process's ``COGWORKER_PERIODIC`` (the same settings the workers
+run), their state from Redis. A disabled-set or per-entry key that can't be read (wrong
+type) shows as enabled / unknown, as the ticker treats it; Redis being away raises.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import client, connection, errors, keys, locks
+from . import entries as entries_mod
+from . import running_lock
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _readable(value: Any) -> Any:
+    """``value`` from a pipeline, None for a deterministic error; an outage raises."""
+    if isinstance(value, Exception):
+        if errors.is_unavailable(value):
+            raise value
+        return None
+    return value
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(_text(value))
+    except ValueError:
+        return None
+
+
+def entries() -> list[dict[str, Any]]:
+    """Every configured entry as a dict: name, cron, timezone, job, queue, unique, args,
+    kwargs, next_run (epoch), last_run (epoch of the last claimed slot, or None),
+    enabled, lock_holder (the jid holding the running lock, or None)."""
+    loaded = entries_mod.load()
+    conn = connection.get_client()
+    pipe = conn.pipeline(transaction=False)
+    pipe.smembers(keys.periodic_disabled())
+    for entry in loaded:
+        pipe.get(keys.periodic_last_slot(entry.name))
+        pipe.get(keys.periodic_running(entry.name))
+    results = pipe.execute(raise_on_error=False)
+    disabled = {_text(m) for m in (_readable(results[0]) or ())}
+    now = time.time()
+    rows = []
+    for i, entry in enumerate(loaded):
+        last, holder = _readable(results[1 + 2 * i]), _readable(results[2 + 2 * i])
+        rows.append(
+            {
+                **entry.as_dict(),
+                "next_run": float(entry.schedule.next(now)),
+                "last_run": _epoch(last),
+                "enabled": entry.name not in disabled,
+                "lock_holder": _text(holder) if holder is not None else None,
+            }
+        )
+    return rows
+
+
+def disable(name: str) -> bool:
+    """Stop firing ``name`` (its slots are skipped, last_slot untouched, so enabling it
+    again fires no burst). True if it was enabled. KeyError for an unknown name."""
+    entries_mod.by_name(name)
+    return bool(connection.get_client().sadd(keys.periodic_disabled(), name))
+
+
+def enable(name: str) -> bool:
+    """Fire ``name`` again from its next slot. True if it was disabled."""
+    entries_mod.by_name(name)
+    return bool(connection.get_client().srem(keys.periodic_disabled(), name))
+
+
+def run_now(name: str) -> str | None:
+    """Push one run of ``name`` now, outside the slot mechanism (last_slot untouched;
+    works while disabled). For ``until_executed`` the running lock is taken first, as
+    the claim does: None when a run holds it (or when a client middleware refused the
+    push). Returns the jid."""
+    entry = entries_mod.by_name(name)
+    job = entry.build_job()
+    if not entry.until_executed:
+        return client.push(job)
+    key, jid = keys.periodic_running(name), job["jid"]
+    # Before the push, like the claim: taken after it, a fast run could finish first.
+    if not locks.take(key, jid, running_lock.queued_ttl()):
+        return None
+    try:
+        pushed = client.push(job)
+    except BaseException:
+        locks.release(key, jid, running_lock.COMPONENT)
+        raise
+    if pushed is None:
+        locks.release(key, jid, running_lock.COMPONENT)
+    return pushed

@@ -1,0 +1,220 @@
+"""``COGWORKER_PERIODIC``: parsing and validating the periodic entries.
+
+Each entry is checked field by field; a bad one raises ``ImproperlyConfigured`` naming
+the entry and the field, at worker start (``worker.extensions.validate``) and in
+``manage.py check``. ``job`` must name a registered ``@job``, so :func:`load` imports
+the ``jobs`` modules of installed apps first (as the worker command does) and resolves
+every callable here, on the calling (main) thread (rule 10).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .. import conf, jobs
+from .slots import Cron, CronError
+
+FIELDS = ("cron", "job", "args", "kwargs", "queue", "unique", "timezone")
+UNIQUE_MODES = (None, "until_executed")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One validated entry. ``function`` is the resolved ``@job``."""
+
+    name: str
+    cron: str
+    job: str
+    args: tuple
+    kwargs: dict
+    queue: str
+    unique: str | None
+    timezone: str
+    schedule: Cron = field(compare=False, repr=False)
+    function: jobs.JobFunction = field(compare=False, repr=False)
+
+    @property
+    def until_executed(self) -> bool:
+        return self.unique == "until_executed"
+
+    def as_dict(self) -> dict[str, Any]:
+        """What is published to ``P:periodic:schedule`` and shown in the admin."""
+        return {
+            "name": self.name,
+            "cron": self.cron,
+            "job": self.job,
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "queue": self.queue,
+            "unique": self.unique,
+            "timezone": self.timezone,
+        }
+
+    def build_job(self, *, slot: int | None = None) -> dict[str, Any]:
+        """The payload of one run: the job's own options (retry, its own unique lock)
+        with this entry's queue, plus ``periodic`` (the entry name), ``periodic_slot``
+        (epoch; absent for a run started from the admin) and, for ``until_executed``,
+        ``periodic_until_executed`` (which tells locks.job_locks about the running lock)."""
+        # _build is the one place a job's options become a payload (jobs.py).
+        job = self.function.using(queue=self.queue)._build(self.args, self.kwargs)
+        job["periodic"] = self.name
+        if slot is not None:
+            job["periodic_slot"] = slot
+        if self.until_executed:
+            job["periodic_until_executed"] = True
+        return job
+
+
+def _bad(name: str, key: str, value: Any, why: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(
+        f"COGWORKER_PERIODIC[{name!r}][{key!r}] = {value!r} is invalid: {why}."
+    )
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def default_timezone() -> str:
+    from django.conf import settings
+
+    return getattr(settings, "TIME_ZONE", None) or "UTC"
+
+
+def parse_entry(name: Any, raw: Any) -> Entry:
+    """Validate one entry; ImproperlyConfigured naming the entry and the field."""
+    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+        raise ImproperlyConfigured(
+            f"COGWORKER_PERIODIC: entry name {name!r} is invalid: expected a non-empty "
+            "string without whitespace."
+        )
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(
+            f"COGWORKER_PERIODIC[{name!r}] must be a dict with 'cron' and 'job', got "
+            f"{type(raw).__name__}."
+        )
+    unknown = sorted(set(raw) - set(FIELDS), key=str)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"COGWORKER_PERIODIC[{name!r}] has unknown field(s) "
+            f"{', '.join(map(repr, unknown))}; allowed: {', '.join(FIELDS)}."
+        )
+
+    zone = raw.get("timezone", None)
+    if zone is None:
+        zone = default_timezone()
+    if not isinstance(zone, str) or not zone:
+        raise _bad(name, "timezone", zone, "expected a time zone name such as 'Europe/Paris'")
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise _bad(name, "timezone", zone, "not a known time zone (zoneinfo)") from None
+
+    if "cron" not in raw:
+        raise _bad(name, "cron", None, "required, e.g. '0 3 * * *'")
+    try:
+        schedule = Cron(raw["cron"], zone)
+    except CronError as exc:
+        raise _bad(name, "cron", raw["cron"], str(exc)) from None
+
+    path = raw.get("job")
+    if not isinstance(path, str) or not path:
+        raise _bad(name, "job", path, "expected the dotted path of a @job function")
+    function = jobs.registered(path)
+    if function is None:
+        raise _bad(
+            name,
+            "job",
+            path,
+            "not a registered @job (decorate it with @job in a jobs.py module of an "
+            "installed app, or in a module one imports)",
+        )
+
+    args = raw.get("args", [])
+    if args is None:
+        args = []
+    if not isinstance(args, (list, tuple)) or not _json_ok(list(args)):
+        raise _bad(name, "args", args, "expected a list of JSON-serialisable values")
+    kwargs = raw.get("kwargs", {})
+    if kwargs is None:
+        kwargs = {}
+    if (
+        not isinstance(kwargs, dict)
+        or not all(isinstance(k, str) for k in kwargs)
+        or not _json_ok(kwargs)
+    ):
+        raise _bad(
+            name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"
+        )
+
+    queue = raw.get("queue", None)
+    if queue is None:
+        queue = function.options["queue"]
+    if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
+        raise _bad(name, "queue", queue, "expected a queue name without whitespace")
+
+    unique = raw.get("unique", None)
+    if unique not in UNIQUE_MODES:
+        raise _bad(name, "unique", unique, "expected None or 'until_executed'")
+
+    return Entry(
+        name=name,
+        cron=schedule.expr,
+        job=path,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        queue=queue,
+        unique=unique,
+        timezone=zone,
+        schedule=schedule,
+        function=function,
+    )
+
+
+def import_job_modules() -> None:
+    """Import every installed app's ``jobs`` module (idempotent)."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("jobs")
+
+
+def load() -> list[Entry]:
+    """Every entry of ``COGWORKER_PERIODIC``, validated, in configuration order."""
+    raw = conf.periodic_raw()
+    import_job_modules()
+    return [parse_entry(name, value) for name, value in raw.items()]
+
+
+def by_name(name: str) -> Entry:
+    """The configured entry called ``name``; KeyError when there is none."""
+    for entry in load():
+        if entry.name == name:
+            return entry
+    raise KeyError(f"no periodic entry named {name!r} in COGWORKER_PERIODIC")
+
+
+def check_messages() -> list[Any]:
+    """For the system check: every bad entry, each as one Error."""
+    from django.core import checks
+
+    try:
+        raw = conf.periodic_raw()
+        import_job_modules()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="cogworker.E101")]
+    found = []
+    for name, value in raw.items():
+        try:
+            parse_entry(name, value)
+        except ImproperlyConfigured as exc:
+            found.append(checks.Error(str(exc), id="cogworker.E101"))
+    return found

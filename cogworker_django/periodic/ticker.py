@@ -1,0 +1,347 @@
+"""The ticker: every ``PERIODIC_TICK`` seconds, in every worker process, fire the
+periodic entries whose slot is due. No process is special: the claim script makes each
+slot fire once per fleet.
+
+Duties, each tick:
+- retry this process's deferred lock releases first (a slot may be blocked only by a
+  release an outage delayed), then its pending claim rollbacks (each before its entry
+  is looked at again);
+- for each entry: its latest due slot in its own zone (slots.py); unless this process
+  is already done with that slot, build the job, claim the slot in one script
+  (lua/periodic_claim.lua: disabled? last_slot older? per-slot NX lock; for
+  ``until_executed`` the running lock, taken before the job exists), then push it;
+  a push that fails rolls the claim back (lua/periodic_rollback.lua), and a rollback
+  that fails is kept and retried before that entry's next look;
+- a slot blocked by a running lock is retried for a grace of three heartbeats before
+  it counts as skipped (the lock may only be waiting for a deferred release);
+- an entry failing deterministically backs off, 5 s doubling to 5 min; Redis being
+  away does not back off (rule 5) and ends the tick early; one entry failing never
+  stops the others (rule 6);
+- ``PERIODIC_CATCH_UP`` off: on this process's first look at an entry, a slot that
+  passed more than a couple of ticks ago (nobody was running) is not fired; on: the
+  latest missed slot fires once;
+- publish the schedule to ``P:periodic:schedule`` for the admin (best-effort, retried
+  until it works once).
+The first tick waits for the first orphan recovery pass, so a run interrupted by a
+fleet-wide outage is requeued (and holds its lock again) before its next slot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import client, conf, connection, errors, keys, locks, scripts
+from . import running_lock
+from .entries import Entry
+
+log = logging.getLogger("cogworker_django")
+
+# Backoff of an entry (or a rollback) that fails deterministically: 5 s doubling to 5 min.
+BACKOFF_FIRST = 5.0
+BACKOFF_MAX = 300.0
+# A slot blocked by a running lock is retried this many heartbeats before it is skipped:
+# the process that ran the job retries a deferred release on every beat.
+BLOCKED_GRACE_BEATS = 3
+# The per-slot NX lock lives until the entry's next slot, plus this margin for clock
+# skew between hosts: after that no process computes this slot as the latest one.
+SLOT_LOCK_MARGIN = 60
+# Catch-up off: a slot older than this many ticks at a process's first look counts as
+# missed (nobody ran it while it was due); at least FIRST_LOOK_MIN seconds.
+FIRST_LOOK_TICKS = 2
+FIRST_LOOK_MIN = 1.0
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    code: str  # "claimed", "taken", "blocked" or "disabled"
+    detail: str  # previous last_slot ("claimed") or the lock holder ("blocked")
+    disabled_unreadable: bool
+
+
+@dataclass(frozen=True)
+class Rollback:
+    entry: Entry
+    slot: int
+    previous: str
+    jid: str  # the running lock's owner ("" unless until_executed)
+
+
+def claim(conn: Any, entry: Entry, slot: int, jid: str, now: float) -> Claim:
+    """Run lua/periodic_claim.lua for ``slot`` of ``entry``."""
+    lock_ttl = max(1, math.ceil(entry.schedule.next(slot) - now)) + SLOT_LOCK_MARGIN
+    code, detail, unreadable = scripts.run(
+        "periodic_claim",
+        conn,
+        [
+            keys.periodic_disabled(),
+            keys.periodic_last_slot(entry.name),
+            keys.periodic_lock(entry.name, slot),
+            keys.periodic_running(entry.name),
+        ],
+        [
+            entry.name,
+            slot,
+            lock_ttl,
+            "1" if entry.until_executed else "",
+            jid,
+            running_lock.queued_ttl(),
+        ],
+    )
+    return Claim(_text(code), _text(detail), _text(unreadable) == "1")
+
+
+def rollback(conn: Any, rb: Rollback) -> None:
+    """Run lua/periodic_rollback.lua (raises if Redis does not take it)."""
+    name = rb.entry.name
+    scripts.run(
+        "periodic_rollback",
+        conn,
+        [
+            keys.periodic_last_slot(name),
+            keys.periodic_lock(name, rb.slot),
+            keys.periodic_running(name),
+        ],
+        [rb.slot, rb.previous, rb.jid],
+    )
+
+
+class Ticker:
+    """A launcher component (``start()`` / ``stop()``); :meth:`tick` is one pass."""
+
+    def __init__(
+        self,
+        entries: Iterable[Entry],
+        *,
+        ready: Callable[[], bool] = lambda: True,
+        catch_up: bool | None = None,
+    ) -> None:
+        s = conf.get()
+        self.entries = list(entries)
+        self.ready = ready
+        self.catch_up = s.PERIODIC_CATCH_UP if catch_up is None else catch_up
+        self.interval = s.PERIODIC_TICK
+        self.grace = BLOCKED_GRACE_BEATS * s.HEARTBEAT_INTERVAL
+        self.first_look_window = max(FIRST_LOOK_TICKS * self.interval, FIRST_LOOK_MIN)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._published = False
+        self._done: dict[str, int] = {}  # entry -> the slot this process is done with
+        self._seen: set[str] = set()  # entries looked at once (catch-up)
+        self._blocked: dict[str, tuple[int, float]] = {}  # entry -> (slot, first seen)
+        self._rollbacks: dict[str, Rollback] = {}  # entry -> its pending rollback
+        self._failures: dict[str, int] = {}  # entry or "rollback:<entry>" -> failures
+        self._retry_at: dict[str, float] = {}  # same keys -> monotonic time to try again
+        self._disabled_unreadable = False
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="periodic", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if self._rollbacks:
+            # Last chance: a pending rollback lives in this process's memory only.
+            errors.best_effort("Periodic rollback", lambda: self._retry_rollbacks(force=True))
+
+    def _run(self) -> None:
+        while not self.ready():
+            if self._stopping.wait(self.interval):
+                return
+        while not self._stopping.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - the ticker thread never dies
+                errors.report("Periodic tick", exc)
+            if self._stopping.wait(self.interval):
+                return
+
+    # One pass ----------------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Fire every due entry once; ``now`` (epoch) is for tests with a fixed clock."""
+        # This process's own delayed releases first: see BLOCKED_GRACE_BEATS.
+        locks.retry_deferred()
+        conn = connection.get_client()
+        if not self._published:
+            self.publish(conn)
+        if not self._retry_rollbacks():
+            return  # Redis is away
+        for entry in self.entries:
+            name = entry.name
+            if name in self._rollbacks or self._backing_off(name):
+                continue
+            try:
+                talked = self._tick_entry(conn, entry, time.time() if now is None else now)
+            except Exception as exc:  # noqa: BLE001 - rule 6: one entry never stops the others
+                if errors.is_unavailable(exc):
+                    errors.report("Periodic tick", exc, f"{name}: retrying next tick")
+                    return  # the rest would fail the same way; no backoff (rule 5)
+                delay = self._back_off(name)
+                errors.report("Periodic tick", exc, f"{name} (next try in {delay:.0f}s)")
+                continue
+            self._failures.pop(name, None)
+            self._retry_at.pop(name, None)
+            if talked:
+                errors.recovered("Periodic tick")
+
+    def _tick_entry(self, conn: Any, entry: Entry, now: float) -> bool:
+        """One entry; returns whether it talked to Redis."""
+        name = entry.name
+        slot = entry.schedule.latest(now)
+        if self._done.get(name) == slot:
+            return False
+        first_look = name not in self._seen
+        self._seen.add(name)
+        if first_look and not self.catch_up and now - slot > self.first_look_window:
+            self._done[name] = slot
+            log.info(
+                "periodic %s: slot %s passed before this process started; not fired "
+                "(PERIODIC_CATCH_UP is off)",
+                name,
+                _iso(slot),
+            )
+            return False
+        job = entry.build_job(slot=slot)
+        result = claim(conn, entry, slot, job["jid"], now)
+        self._note_disabled_readable(not result.disabled_unreadable)
+        if result.code == "claimed":
+            self._push(conn, entry, slot, job, result.detail)
+        elif result.code == "blocked":
+            if self._in_grace(name, slot):
+                return True  # not done with it: look again next tick
+            log.info(
+                "periodic %s: slot %s skipped: the previous run (%s) still holds the "
+                "until_executed lock",
+                name,
+                _iso(slot),
+                result.detail,
+            )
+        self._done[name] = slot
+        self._blocked.pop(name, None)
+        return True
+
+    def _push(self, conn: Any, entry: Entry, slot: int, job: dict, previous: str) -> None:
+        jid = job["jid"]
+        try:
+            pushed = client.push(job)
+        except Exception:
+            rb = Rollback(entry, slot, previous, jid if entry.until_executed else "")
+            self._rollback(conn, rb)
+            raise
+        if pushed is None:
+            # A client middleware (or the job's own unique lock) refused it: the slot is
+            # used up, but the running lock taken for it must not wait out its TTL.
+            if entry.until_executed:
+                locks.release(keys.periodic_running(entry.name), jid, "Periodic lock")
+            log.info("periodic %s: slot %s not enqueued (refused at push)", entry.name, slot)
+            return
+        log.debug("periodic %s: slot %s enqueued as %s", entry.name, _iso(slot), jid)
+
+    def _in_grace(self, name: str, slot: int) -> bool:
+        now = time.monotonic()
+        seen = self._blocked.get(name)
+        if seen is None or seen[0] != slot:
+            self._blocked[name] = (slot, now)
+            return True
+        return now - seen[1] < self.grace
+
+    def _note_disabled_readable(self, readable: bool) -> None:
+        # Logged once until it is readable again: checked on every claim.
+        if not readable and not self._disabled_unreadable:
+            log.error(
+                "%s can't be read (wrong type?): every periodic entry counts as enabled",
+                keys.periodic_disabled(),
+            )
+        self._disabled_unreadable = not readable
+
+    # Rollbacks and backoff ---------------------------------------------------------------
+
+    def _rollback(self, conn: Any, rb: Rollback) -> Exception | None:
+        """Try ``rb`` now; kept for later when it fails. Returns the error, if any."""
+        try:
+            rollback(conn, rb)
+        except Exception as exc:  # noqa: BLE001 - kept and retried
+            self._rollbacks[rb.entry.name] = rb
+            errors.report(
+                "Periodic rollback",
+                exc,
+                f"{rb.entry.name}: claim of slot {rb.slot} not rolled back yet (will retry)",
+            )
+            return exc
+        self._rollbacks.pop(rb.entry.name, None)
+        errors.recovered("Periodic rollback")
+        return None
+
+    def _retry_rollbacks(self, force: bool = False) -> bool:
+        """Retry pending rollbacks; False when Redis is away. One failing on its own backs
+        off like an entry (its entry waits for it)."""
+        if not self._rollbacks:
+            return True
+        conn = connection.get_client()
+        for name, rb in list(self._rollbacks.items()):
+            key = f"rollback:{name}"
+            if not force and self._backing_off(key):
+                continue
+            exc = self._rollback(conn, rb)
+            if exc is None:
+                self._failures.pop(key, None)
+                self._retry_at.pop(key, None)
+            elif errors.is_unavailable(exc):
+                return False
+            else:
+                self._back_off(key)
+        return True
+
+    def _backing_off(self, key: str) -> bool:
+        at = self._retry_at.get(key)
+        return at is not None and time.monotonic() < at
+
+    def _back_off(self, key: str) -> float:
+        n = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(BACKOFF_FIRST * 2 ** min(n - 1, 16), BACKOFF_MAX)
+        self._retry_at[key] = time.monotonic() + delay
+        return delay
+
+    def backoff_remaining(self, name: str) -> float:
+        """Seconds before ``name`` is looked at again (0 when it is not backing off)."""
+        at = self._retry_at.get(name)
+        return max(0.0, at - time.monotonic()) if at is not None else 0.0
+
+    # The published schedule --------------------------------------------------------------
+
+    def publish(self, conn: Any | None = None) -> bool:
+        """Write the entries to ``P:periodic:schedule`` (and drop names no longer
+        configured); best-effort: failing to publish never stops the process."""
+        conn = conn or connection.get_client()
+        key = keys.periodic_schedule()
+
+        def write() -> None:
+            names = {e.name for e in self.entries}
+            stale = {_text(k) for k in conn.hkeys(key)} - names
+            pipe = conn.pipeline(transaction=True)
+            pipe.hset(key, mapping={e.name: json.dumps(e.as_dict()) for e in self.entries})
+            if stale:
+                pipe.hdel(key, *stale)
+            pipe.execute()
+
+        self._published = errors.best_effort("Periodic schedule", write, f"{key} not published")
+        return self._published
+
+
+def _iso(slot: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(slot))

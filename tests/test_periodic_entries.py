@@ -1,0 +1,117 @@
+"""COGWORKER_PERIODIC validation: each bad entry raises ImproperlyConfigured naming the
+entry and the field, at worker start, in ``manage.py check`` and in ``load()``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from cogworker_django import checks
+from cogworker_django.periodic import entries
+
+from .helpers import run_command
+
+GOOD = {"cron": "*/5 * * * *", "job": "testapp.jobs.periodic_tick"}
+
+
+@pytest.mark.parametrize(
+    "field, value, why",
+    [
+        ("cron", "61 * * * *", "out of range"),
+        ("cron", "* * * *", "5 fields"),
+        ("cron", "* * * * * * *", "got 7"),
+        ("cron", None, "cron expression"),
+        ("job", "testapp.jobs.not_there", "not a registered @job"),
+        ("job", "os.system", "not a registered @job"),
+        ("job", 42, "dotted path"),
+        ("timezone", "Mars/Olympus", "not a known time zone"),
+        ("timezone", 3, "time zone name"),
+        ("unique", "until_started", "None or 'until_executed'"),
+        ("args", "abc", "list"),
+        ("args", [object()], "JSON"),
+        ("kwargs", [1], "dict"),
+        ("kwargs", {"when": object()}, "JSON"),
+        ("queue", "two words", "queue name"),
+        ("queue", "", "queue name"),
+    ],
+)
+def test_a_bad_field_names_the_entry_and_the_field(field, value, why):
+    raw = {"nightly": {**GOOD, field: value}}
+    with override_settings(COGWORKER_PERIODIC=raw):
+        with pytest.raises(ImproperlyConfigured) as info:
+            entries.load()
+    message = str(info.value)
+    assert "COGWORKER_PERIODIC['nightly']" in message
+    assert f"[{field!r}]" in message
+    assert why in message
+
+
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        ({"nightly": {"job": "testapp.jobs.periodic_tick"}}, "['cron'] = None"),
+        ({"nightly": {**GOOD, "every": 5}}, "unknown field(s) 'every'"),
+        ({"nightly": "0 3 * * *"}, "must be a dict"),
+        ({"two words": GOOD}, "entry name 'two words'"),
+        ([GOOD], "must be a dict of name -> entry"),
+    ],
+)
+def test_bad_entries(raw, why):
+    with override_settings(COGWORKER_PERIODIC=raw):
+        with pytest.raises(ImproperlyConfigured) as info:
+            entries.load()
+    assert why in str(info.value)
+
+
+def test_defaults_come_from_the_job_and_time_zone():
+    raw = {"a": GOOD, "b": {**GOOD, "queue": "low", "timezone": "Asia/Tokyo", "args": [1]}}
+    with override_settings(COGWORKER_PERIODIC=raw, TIME_ZONE="Europe/Paris"):
+        a, b = entries.load()
+    assert (a.name, a.queue, a.timezone, a.unique, a.args, a.kwargs) == (
+        "a",
+        "default",
+        "Europe/Paris",
+        None,
+        (),
+        {},
+    )
+    assert (b.queue, b.timezone, b.args) == ("low", "Asia/Tokyo", (1,))
+
+
+def test_the_job_payload_of_a_run():
+    raw = {"e": {**GOOD, "unique": "until_executed", "args": [2], "kwargs": {"k": "v"}}}
+    with override_settings(COGWORKER_PERIODIC=raw):
+        (entry,) = entries.load()
+    job = entry.build_job(slot=1700000000)
+    assert job["func"] == "testapp.jobs.periodic_tick"
+    assert (job["args"], job["kwargs"], job["queue"]) == ([2], {"k": "v"}, "default")
+    assert job["periodic"] == "e"
+    assert job["periodic_slot"] == 1700000000
+    assert job["periodic_until_executed"] is True
+    manual = entry.build_job()
+    assert "periodic_slot" not in manual and manual["jid"] != job["jid"]
+
+
+def test_system_check_reports_each_bad_entry():
+    raw = {"ok": GOOD, "bad1": {**GOOD, "cron": "nope"}, "bad2": {**GOOD, "job": "x.y"}}
+    with override_settings(COGWORKER_PERIODIC=raw):
+        messages = checks.check_periodic()
+    assert [m.id for m in messages] == ["cogworker.E101", "cogworker.E101"]
+    assert "'bad1']['cron']" in messages[0].msg
+    assert "'bad2']['job']" in messages[1].msg
+    with override_settings(COGWORKER_PERIODIC={"ok": GOOD}):
+        assert checks.check_periodic() == []
+
+
+def test_the_worker_refuses_to_start_with_a_bad_entry(prefix):
+    bad = {"nightly": {**GOOD, "timezone": "Nowhere/Land"}}
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['nightly']['timezone'] = 'Nowhere/Land' is invalid" in (
+        result.stderr + result.stdout
+    )
