@@ -33,15 +33,34 @@ _UNAVAILABLE_PREFIXES = (
 )
 
 
+# redis-py turns some of those replies into their own classes and strips the code from the
+# message ("READONLY You can't write..." arrives as ReadOnlyError("You can't write...")).
+_UNAVAILABLE_CLASSES = tuple(
+    getattr(rx, name)
+    for name in (
+        "ConnectionError",
+        "TimeoutError",
+        "BusyLoadingError",
+        "ReadOnlyError",
+        "OutOfMemoryError",
+        "MasterDownError",
+        "TryAgainError",
+        "ClusterDownError",
+    )
+    if hasattr(rx, name)
+)
+
+
 def is_unavailable(exc: BaseException) -> bool:
     """True when ``exc`` means Redis is away (retry later), False when it is deterministic."""
-    if isinstance(exc, (rx.ConnectionError, rx.TimeoutError, rx.BusyLoadingError)):
+    if isinstance(exc, _UNAVAILABLE_CLASSES):
         return True
     if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
         return True
     if isinstance(exc, rx.ResponseError):
-        text = safe_str(exc).lstrip()
-        return text.upper().startswith(_UNAVAILABLE_PREFIXES)
+        code = safe_str(getattr(exc, "status_code", None) or "").upper()
+        text = safe_str(exc).lstrip().upper()
+        return code.startswith(_UNAVAILABLE_PREFIXES) or text.startswith(_UNAVAILABLE_PREFIXES)
     return False
 
 

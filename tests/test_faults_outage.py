@@ -1,0 +1,131 @@
+"""Redis faults under running workers (private redis-server each): killed and restarted,
+CLIENT PAUSE, DEBUG SLEEP, SCRIPT FLUSH. The workers carry on afterwards, no job that was
+acknowledged runs again, none that was in Redis after the fault is lost, and the log holds
+at most one outage line and one "recovered" line per component."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django import keys
+
+from .helpers import wait_until
+
+UNAVAILABLE = re.compile(r"\] cogworker_django: (.+?): Redis unavailable")
+RECOVERED = re.compile(r"\] cogworker_django: (.+?): Redis recovered")
+
+
+def outage_lines(log: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per component: how many outage lines, how many recovered lines."""
+    down: dict[str, int] = {}
+    up: dict[str, int] = {}
+    for rx, counts in ((UNAVAILABLE, down), (RECOVERED, up)):
+        for m in rx.finditer(log):
+            # "Component: detail" lines count for their component
+            component = m.group(1).split(": ")[0]
+            counts[component] = counts.get(component, 0) + 1
+    return down, up
+
+
+def assert_one_outage_per_component(log: str, expect_outage: bool) -> None:
+    down, up = outage_lines(log)
+    assert all(n == 1 for n in down.values()), (down, log[-5000:])
+    assert down == up, (down, up, log[-5000:])
+    if expect_outage:
+        assert {"Heartbeat", "Fetch"} <= set(down), (down, log[-5000:])
+    assert "Traceback" not in log, log[-5000:]
+
+
+def _runs(r) -> dict[str, str]:
+    return r.hgetall(f"{keys.prefix()}:test:runs")
+
+
+@pytest.fixture
+def private(redis_server, configure):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    return server
+
+
+def test_redis_killed_and_restarted(private, worker):
+    """No persistence: the restart empties Redis. Jobs acknowledged before it never run
+    again; jobs finished while it was down are not re-run; everything pushed after it runs
+    exactly once; the log has one outage and one recovery line per component."""
+    server = private
+    r = server.client()
+    w = worker(redis_url=server.url)
+    before = [f"before{i}" for i in range(10)]
+    tj.record.enqueue_many([(t,) for t in before])
+    wait_until(lambda: len(_runs(r)) == 10, 10, message="jobs before the fault")
+    in_flight = [tj.sleeper.enqueue(1.5) for _ in range(2)]
+    timeline = f"{keys.prefix()}:test:timeline"
+    wait_until(lambda: r.hlen(timeline) == 2, 5, message="sleepers started")
+    server.stop()
+    time.sleep(3)  # the sleepers finish (and fail to ack) while Redis is away
+    server.start()
+    w.wait_for_log(r"Heartbeat: Redis recovered", 10)
+    after = [f"after{i}" for i in range(10)]
+    tj.record.enqueue_many([(t,) for t in after])
+    tj.record.enqueue_in(0.5, "scheduled-after")
+    wait_until(lambda: len(_runs(r)) == 11, 15, message="jobs after the restart")
+    time.sleep(1.5)  # room for anything that would run twice
+    assert _runs(r) == {t: "1" for t in [*after, "scheduled-after"]}
+    assert r.hlen(timeline) == 0  # neither sleeper ran again
+    assert len(in_flight) == 2
+    assert w.proc.poll() is None
+    assert w.stop() == 0
+    assert_one_outage_per_component(w.log(), expect_outage=True)
+
+
+def _pause(server):
+    server.client().client_pause(5000)
+
+
+def _sleep(server):
+    c = server.client()
+    c.execute_command("DEBUG", "SLEEP", "3")
+
+
+def _script_flush(server):
+    server.client().script_flush()
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [_pause, _sleep, _script_flush],
+    ids=["client-pause-5s", "debug-sleep-3s", "script-flush"],
+)
+def test_workers_ride_out_a_stalled_or_flushed_redis(private, worker, fault):
+    """Two workers, jobs running and queued across the fault: each runs exactly once
+    (rule 13: a stall longer than ORPHAN_THRESHOLD makes nobody an orphan)."""
+    server = private
+    r = server.client()
+    w1 = worker(redis_url=server.url, settings={"CONCURRENCY": 3})
+    w2 = worker(redis_url=server.url, settings={"CONCURRENCY": 3})
+    running = [f"running{i}" for i in range(4)]
+    tj.count_then_sleep.enqueue_many([(2.0, t) for t in running])
+    wait_until(lambda: len(_runs(r)) == 4, 10, message="long jobs started")
+    queued = [f"queued{i}" for i in range(30)]
+    tj.record.enqueue_many([(t,) for t in queued])
+    stall = threading.Thread(target=fault, args=(server,))
+    stall.start()
+    time.sleep(0.2)
+    after = [f"after{i}" for i in range(10)]
+    tj.record.enqueue_many([(t,) for t in after])  # blocks while Redis is stalled
+    stall.join()
+    everything = [*running, *queued, *after]
+    wait_until(lambda: len(_runs(r)) == len(everything), 20, message="every job ran")
+    time.sleep(2)  # past ORPHAN_THRESHOLD + a check: nothing may be recovered and re-run
+    assert _runs(r) == {t: "1" for t in everything}
+    for w in (w1, w2):
+        assert w.proc.poll() is None
+        log = w.log()
+        assert "from dead process" not in log, log[-4000:]
+        assert w.stop() == 0
+        assert_one_outage_per_component(w.log(), expect_outage=False)
+    assert r.llen(keys.queue("default")) == 0
