@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import conf, connection, errors, keys, middleware, payload
+from . import conf, connection, errors, keys, middleware, payload, priority
 
 log = logging.getLogger("cogworker_django")
 
@@ -90,6 +90,8 @@ def _push_one(job: dict[str, Any]) -> str | None:
         return job["jid"]
     job.pop("at", None)
     job["enqueued_at"] = now
+    if priority.routes(job):  # django.tasks priorities wait in a zset (priority.py)
+        return priority.push(conn, job)
     data = payload.encode(job)
     queue = job["queue"]
     if not _needs_listing(queue):

@@ -85,6 +85,10 @@ def queue(name: str) -> str:  # list
     return _k("queue", name)
 
 
+def priority_queue(name: str) -> str:  # zset: the queue's jobs with a priority (priority.py)
+    return _k("pqueue", name)
+
+
 def process(identity: str) -> str:  # hash: presence
     return _k("process", identity)
 

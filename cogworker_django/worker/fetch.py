@@ -73,7 +73,12 @@ class ReliableFetch:
         order = weighted_order(self.queues)
         result = self._script(
             conn,
-            [self.inprogress, self.paused, *(keys.queue(q) for q in order)],
+            [
+                self.inprogress,
+                self.paused,
+                *(keys.queue(q) for q in order),
+                *(keys.priority_queue(q) for q in order),  # django.tasks priorities
+            ],
             [wire(ack.raw) if ack else "", *order],
         )
         if not result:
@@ -96,6 +101,7 @@ class BasicFetch:
         self.queues = queues
         self._paused: set[str] = set()
         self._paused_at = 0.0
+        self._take = scripts.get("basic_fetch")
 
     def _active(self, conn: redis.Redis) -> list[str]:
         now = time.monotonic()
@@ -113,6 +119,12 @@ class BasicFetch:
             time.sleep(connection.FETCH_BLOCK_SECONDS)
             return None
         by_key = {keys.queue(q): q for q in active}
+        # django.tasks priorities wait in zsets BRPOP can't see (priority.py): one
+        # non-blocking script takes the next job in priority order from the zsets and
+        # lists; BRPOP only waits when it found nothing.
+        found = self._take(conn, [*by_key, *(keys.priority_queue(q) for q in active)], active)
+        if found:
+            return Work(text(found[0]), text(found[1]))
         result = conn.brpop(list(by_key), timeout=connection.FETCH_BLOCK_SECONDS)
         if not result:
             return None

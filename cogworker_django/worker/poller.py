@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, errors, keys, locks, payload, scripts
+from .. import conf, connection, errors, keys, locks, payload, priority, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery, file_unsettled
 
@@ -64,6 +64,14 @@ def _move(conn: Any, source: str, raw: str) -> int:
         return moved
     job.pop("at", None)
     job["enqueued_at"] = time.time()
+    if priority.routes(job):  # django.tasks priorities go to their queue's zset (priority.py)
+        member, score = priority.member(job)
+        return scripts.run(
+            "requeue_due",
+            conn,
+            [source, keys.priority_queue(queue), keys.queues()],
+            [wire(raw), member, queue, repr(score)],
+        )
     return scripts.run(
         "requeue_due",
         conn,
