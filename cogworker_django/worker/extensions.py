@@ -23,6 +23,10 @@ def build(launcher: Any) -> list[Any]:
     periodic = entries.load()
     if periodic:
         components.append(ticker.Ticker(periodic, ready=lambda: launcher.recovery.completed_once))
+    from ..tasks import worker_setup
+
+    # django.tasks backend (Django 6.0+): worker id for results, deferred result writes.
+    components.extend(worker_setup.build(launcher))
     return components
 
 
@@ -31,3 +35,7 @@ def validate() -> None:
     from ..periodic import entries
 
     entries.load()  # each bad COGWORKER_PERIODIC entry names itself and its field
+    from ..tasks import worker_setup
+
+    # django.tasks backend, when TASKS uses it: its "task" kind, the apps' tasks modules.
+    worker_setup.validate()

@@ -123,11 +123,14 @@ if _periodic is not None:
 
 # django.tasks arrived in Django 6.0.
 if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0":
+    _COGWORKER_TASKS = "cogworker_django.tasks_backend.CogworkerBackend"
+    _TASK_QUEUES = ["default", "low", "critical"]
     TASKS = {
-        "default": {
-            "BACKEND": "cogworker_django.tasks_backend.CogworkerBackend",
-            "QUEUES": ["default", "low", "critical"],
-        }
+        "default": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES},  # RETRY: True (25)
+        # The tests' other aliases: other retry options, and a backend that isn't ours.
+        "noretry": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 0}},
+        "retry1": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 1}},
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
     }
 
 _log_level = os.environ.get("COGWORKER_LOG_LEVEL", "INFO")

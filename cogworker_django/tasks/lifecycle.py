@@ -1,0 +1,170 @@
+"""A task's run as Django sees it: result writes and signals around each run.
+
+Driven by ``TaskResultMiddleware`` for ``"task"`` payloads:
+
+1. start: RUNNING, this worker's id appended to ``worker_ids`` (``store.start``,
+   best-effort). The ``TaskResult`` as written is kept for the run's thread
+   (:func:`current`, so ``TaskContext.attempt`` counts every run, retries included) and
+   sent with ``task_started``;
+2. the run: the rest of the server chain, then ``runner.run``;
+3. end: SUCCESSFUL with the return value; or the error appended and READY (a retry is
+   due) or FAILED (retries spent or disabled); or READY again when a middleware
+   rescheduled the run. ``store.finish`` makes sure it lands. ``task_finished`` follows
+   each run, sent from inside the ``except`` block on a failure, so receivers see
+   ``sys.exc_info()`` as with Django's own backends.
+
+Signals go out with ``send_robust``: a receiver that raises is logged and never fails
+the task (rule 4), where Django's ImmediateBackend would let it propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.signals import task_finished, task_started
+
+from .. import middleware, unique
+from ..errors import describe
+from ..worker import failures
+from . import resolve, results, store, worker_setup
+
+log = logging.getLogger("cogworker_django")
+
+_local = threading.local()
+
+
+def current() -> TaskResult | None:
+    """Inside a task's run: its result as the start write left it."""
+    return getattr(_local, "result", None)
+
+
+def result_from_payload(task: Task, job: dict[str, Any], **fields: str) -> TaskResult:
+    """A result built from the payload alone (when Redis could not say more)."""
+    return results.build(task, job["jid"], {**store.base_fields(job), **fields})
+
+
+def _retry_grace(job: dict[str, Any]) -> float:
+    """About how long until the retry runs: the result must outlive the wait."""
+    try:
+        n = int(job.get("retry_count") or 0) + 1
+        return failures.backoff(n) + 10 * n + 60
+    except Exception:  # noqa: BLE001 - a broken RETRY_BACKOFF is reported by the processor
+        return 0.0
+
+
+def _send(signal: Any, result: TaskResult) -> None:
+    from .backend import CogworkerBackend
+
+    for receiver, response in signal.send_robust(sender=CogworkerBackend, task_result=result):
+        if isinstance(response, Exception):
+            log.error(
+                "task %s: signal receiver %r raised %s",
+                result.id,
+                receiver,
+                describe(response),
+            )
+
+
+def _set(result: TaskResult, **values: Any) -> None:
+    for name, value in values.items():
+        object.__setattr__(result, name, value)
+
+
+def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
+    task, _why = resolve.for_job(job)
+    if task is None:  # the processor resolved it a moment ago; nothing to record here
+        return proceed()
+    worker_id = worker_setup.worker_id()
+    token = secrets.token_hex(8)
+    started = time.time()
+    data = store.start(job, token=token, worker_id=worker_id, at=started)
+    if data is None:  # not recorded: say what we know (attempts counted from the payload)
+        data = {
+            "status": store.RUNNING,
+            "started_at": store.iso(started),
+            "last_attempted_at": store.iso(started),
+            "worker_ids": json.dumps([worker_id] * (int(job.get("retry_count") or 0) + 1)),
+        }
+        result = result_from_payload(task, job, **data)
+    else:
+        result = results.build(task, job["jid"], data)
+    _local.result = result
+    end = {"job": job, "token": token, "worker_id": worker_id, "started": started}
+    try:
+        _send(task_started, result)
+        try:
+            value = proceed()
+        except middleware.Reschedule:
+            store.finish(**end, status=store.READY)
+            _set(result, status=TaskResultStatus.READY)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the processor files every failure
+            _failed(result, end, exc)
+            raise
+    finally:
+        _local.result = None
+    finished = time.time()
+    store.finish(
+        **end, status=store.SUCCESSFUL, finished=finished, return_json=_json(value, result)
+    )
+    _set(
+        result,
+        status=TaskResultStatus.SUCCESSFUL,
+        finished_at=results.from_epoch(finished),
+        _return_value=value,
+    )
+    _send(task_finished, result)
+    return value
+
+
+def _json(value: Any, result: TaskResult) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        # Only a server middleware that replaced the task's (normalised) value gets here.
+        log.error("task %s: return value not JSON-serialisable; stored as null", result.id)
+        return "null"
+
+
+def _failed(result: TaskResult, end: dict[str, Any], exc: BaseException) -> None:
+    job = end["job"]
+    terminal = unique.is_last_attempt(job)  # retry_count is counted after us, by the processor
+    error = results.error_of(exc)
+    finished = time.time() if terminal else None
+    store.finish(
+        **end,
+        status=store.FAILED if terminal else store.READY,
+        finished=finished,
+        error=error,
+        extra_ttl=0.0 if terminal else _retry_grace(job),
+    )
+    result.errors.append(TaskError(**error))
+    _set(result, status=TaskResultStatus.FAILED if terminal else TaskResultStatus.READY)
+    if finished is not None:
+        _set(result, finished_at=results.from_epoch(finished))
+    _send(task_finished, result)
+
+
+def unrunnable(job: dict[str, Any], why: str) -> None:
+    """The processor files this task in dead without running it: say so in its result."""
+    retry_count = job.get("retry_count") or 0
+    store.finish(
+        job,
+        token=f"unrunnable:{retry_count}",
+        worker_id="",
+        started=None,
+        status=store.FAILED,
+        finished=time.time(),
+        error={
+            "exception_class_path": "cogworker_django.jobs.NotRegistered",
+            "traceback": f"NotRegistered: {job.get('func')!r} was not run: {why}\n",
+        },
+    )

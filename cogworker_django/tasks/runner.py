@@ -1,0 +1,52 @@
+"""The ``"task"`` payload kind: how a worker runs a django.tasks task.
+
+:func:`resolver` is registered with ``jobs.register_kind`` when the backend module is
+imported. It returns a zero-argument callable only for a task that ``resolve.for_job``
+accepts. Otherwise it returns None: the processor files the job in dead as "not a
+registered job" and calls nothing; in a worker the result is marked FAILED with the
+reason too, since that path never reaches the server middleware.
+
+The callable runs the function with ``Task.call`` (an ``async def`` task runs to
+completion in an event loop of its own, as with Django's ImmediateBackend), passing a
+``TaskContext`` first to a ``takes_context`` task, and returns the value normalised to
+JSON as Django does. A value that can't be fails the task with a clear TypeError and
+*no retry*: the function has run, and running it again would repeat its effects only
+to fail the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.tasks import Task, TaskContext
+from django.utils.json import normalize_json
+
+from . import lifecycle, resolve, worker_setup
+
+
+def resolver(job: dict[str, Any]) -> Callable[[], Any] | None:
+    task, why = resolve.for_job(job)
+    if task is None:
+        if worker_setup.in_worker():
+            lifecycle.unrunnable(job, why)
+        return None
+    return lambda: run(task, job)
+
+
+def run(task: Task, job: dict[str, Any]) -> Any:
+    args, kwargs = job.get("args") or [], job.get("kwargs") or {}
+    if task.takes_context:
+        result = lifecycle.current() or lifecycle.result_from_payload(task, job)
+        value = task.call(TaskContext(task_result=result), *args, **kwargs)
+    else:
+        value = task.call(*args, **kwargs)
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        job["retry"] = False  # see the module docstring: no retry for this failure
+        raise TypeError(
+            f"{task.module_path} returned a {type(value).__name__}, which is not "
+            f"JSON-serialisable ({exc}); a task must return plain data (None, booleans, "
+            "numbers, strings, lists, dicts)"
+        ) from None

@@ -1,0 +1,98 @@
+"""What a worker does at start for the django.tasks backend (called from
+worker/extensions.py; a no-op before Django 6.0 or when ``TASKS`` doesn't use it).
+
+- :func:`validate`, on the main thread before any job runs: loads every ``TASKS``
+  alias that is a ``CogworkerBackend`` (bad ``OPTIONS`` stop the worker with a clear
+  error), which imports the backend module and so registers the ``"task"`` payload kind;
+  then imports each installed app's ``tasks`` module, so the tasks it defines can run
+  (resolve.py: a worker never imports a module because a payload names it). A tasks
+  module that fails to import is logged, not fatal: Django apps may ship a ``tasks.py``
+  for another task system, and only that module's tasks are refused (they go to dead
+  with the import error).
+- :func:`build`, when the launcher is built: this process's identity becomes the worker
+  id recorded in results, and the heartbeat retries result writes deferred by an outage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from . import available
+
+log = logging.getLogger("cogworker_django")
+
+_worker_id: str | None = None
+
+
+def worker_id() -> str:
+    """The id recorded in ``worker_ids``: the worker process's identity (as in the admin)."""
+    return _worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+def in_worker() -> bool:
+    return _worker_id is not None
+
+
+def our_aliases() -> list[str]:
+    """The ``TASKS`` aliases served by a CogworkerBackend (loading them)."""
+    if not available():
+        return []
+    from django.conf import settings
+    from django.tasks import task_backends
+
+    from .backend import CogworkerBackend
+
+    found = []
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        try:
+            backend = task_backends[alias]
+        except ImproperlyConfigured:
+            if "cogworker_django" in str(params.get("BACKEND", "")):
+                raise
+            continue  # another backend's problem (Django's system checks report it)
+        if isinstance(backend, CogworkerBackend):
+            found.append(alias)
+    return found
+
+
+def import_app_tasks_modules() -> list[str]:
+    """Import ``<app>.tasks`` of every installed app that has one; returns those imported."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    imported = []
+    for config in apps.get_app_configs():
+        if not module_has_submodule(config.module, "tasks"):
+            continue
+        name = f"{config.name}.tasks"
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - see the module docstring
+            log.error("%s could not be imported; its tasks will not run here: %r", name, exc)
+            continue
+        imported.append(name)
+    return imported
+
+
+def validate() -> None:
+    if our_aliases():
+        import_app_tasks_modules()
+
+
+def build(launcher: Any) -> list[Any]:
+    global _worker_id
+    if not available():
+        return []
+    from ..worker import heartbeat
+    from . import store
+
+    _worker_id = launcher.identity
+    if store.retry_pending not in heartbeat.beat_hooks:
+        heartbeat.beat_hooks.append(store.retry_pending)
+    return []
