@@ -3,9 +3,10 @@
 import json
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from testapp import jobs as tj
 
-from cogworker_django import keys, unique
+from cogworker_django import conf, keys, unique
 
 UE = tj.record.using(unique="until_executed")
 
@@ -89,3 +90,14 @@ def test_queue_is_part_of_the_digest(r):
     assert UE.enqueue("a") is not None
     assert UE.using(queue="low").enqueue("a") is not None  # another queue: not a duplicate
     assert UE.enqueue("a") is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", True, None])
+def test_unique_reschedule_delay_is_validated(configure, bad):
+    configure(UNIQUE_RESCHEDULE_DELAY=bad)
+    with pytest.raises(ImproperlyConfigured, match="UNIQUE_RESCHEDULE_DELAY"):
+        conf.get()
+
+
+def test_unique_reschedule_delay_defaults_to_five_seconds():
+    assert conf.get().UNIQUE_RESCHEDULE_DELAY == 5.0 == unique.reschedule_delay()
