@@ -25,9 +25,7 @@ def test_three_processes_fire_every_slot_exactly_once(worker, r, prefix):
     wait_until(lambda: max(_slots(r, prefix), default=0) >= int(end), 5, message="last slot")
     slots = _slots(r, prefix)
     window = range(int(start) + 1, int(end))
-    assert all(count == 1 for count in slots.values()), {
-        s: c for s, c in slots.items() if c != 1
-    }
+    assert all(count == 1 for count in slots.values()), {s: c for s, c in slots.items() if c != 1}
     missing = [s for s in window if s not in slots]
     assert not missing, f"slots never fired: {missing}"
     assert len(window) >= 10

@@ -1,0 +1,267 @@
+"""The ticker in this process against the real Redis, with a fixed clock (``tick(now)``):
+the claim, catch-up, the running-lock grace, disabled entries, backoff, rollbacks and
+the published schedule. Two Ticker objects stand for two worker processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
+
+from cogworker_django import keys
+from cogworker_django.periodic import entries, ticker
+from cogworker_django.periodic.ticker import Ticker
+
+from .helpers import wait_until
+
+T0 = 1_800_000_000  # a whole minute (and second) in UTC
+
+
+def entry(name="e", cron="* * * * *", **extra):
+    return entries.parse_entry(name, {"cron": cron, "job": "testapp.jobs.periodic_tick", **extra})
+
+
+def queued(r, queue="default"):
+    return [json.loads(x) for x in reversed(r.lrange(keys.queue(queue), 0, -1))]
+
+
+def test_two_processes_claim_a_slot_once(r):
+    e = entry()
+    a, b = Ticker([e]), Ticker([e])
+    for t in (a, b, a, b):
+        t.tick(now=T0 + 0.5)
+    (job,) = queued(r)
+    assert job["periodic"] == "e" and job["periodic_slot"] == T0
+    assert "periodic_until_executed" not in job
+    assert r.get(keys.periodic_last_slot("e")) == str(T0)
+    assert r.exists(keys.periodic_lock("e", T0))
+    assert 60 < r.ttl(keys.periodic_lock("e", T0)) <= 60 + 60  # until the next slot + margin
+    b.tick(now=T0 + 60.2)  # the next slot: b wins it, a finds it taken
+    a.tick(now=T0 + 60.3)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]
+
+
+def test_catch_up_off_skips_a_slot_missed_before_the_first_look(r, caplog):
+    e = entry()
+    t = Ticker([e], catch_up=False)
+    with caplog.at_level(logging.INFO, "cogworker_django"):
+        t.tick(now=T0 + 30)  # the T0 slot passed 30 s before this process looked
+    assert queued(r) == []
+    assert not r.exists(keys.periodic_last_slot("e"))  # last_slot means "ran": untouched
+    assert "not fired (PERIODIC_CATCH_UP is off)" in caplog.text
+    t.tick(now=T0 + 60.1)  # a slot that becomes due while it runs fires
+    assert [j["periodic_slot"] for j in queued(r)] == [T0 + 60]
+    # A slot due just now is not "missed": a process that starts then fires it.
+    Ticker([entry("f")], catch_up=False).tick(now=T0 + 120.5)
+    assert queued(r)[-1]["periodic"] == "f"
+
+
+def test_catch_up_on_fires_the_latest_missed_slot_once(r):
+    e = entry()
+    r.set(keys.periodic_last_slot("e"), T0 - 600)
+    Ticker([e], catch_up=True).tick(now=T0 + 45)
+    Ticker([e], catch_up=True).tick(now=T0 + 50)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]
+
+
+def test_until_executed_blocked_slot_waits_out_the_grace(r, configure):
+    configure(HEARTBEAT_INTERVAL=0.2)  # grace = 3 beats = 0.6 s
+    e = entry(unique="until_executed")
+    t = Ticker([e])
+    t.tick(now=T0 + 0.1)
+    (first,) = queued(r)
+    assert first["periodic_until_executed"] is True
+    lock = keys.periodic_running("e")
+    assert r.get(lock) == first["jid"]
+    assert 86000 < r.ttl(lock) <= 86400  # the queued TTL (UNIQUE_LOCK_TTL)
+
+    t.tick(now=T0 + 60.1)  # blocked by the first run: within the grace, looked at again
+    assert len(queued(r)) == 1
+    r.delete(lock)  # the first run's (deferred) release lands
+    t.tick(now=T0 + 60.2)
+    second = queued(r)[-1]
+    assert second["periodic_slot"] == T0 + 60 and r.get(lock) == second["jid"]
+
+    t.tick(now=T0 + 120.1)  # blocked again
+    time.sleep(0.7)  # past the grace
+    t.tick(now=T0 + 120.2)  # counts as skipped now
+    r.delete(lock)
+    t.tick(now=T0 + 120.3)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]
+    assert r.get(keys.periodic_last_slot("e")) == str(T0 + 60)  # a skipped slot is no run
+
+
+def test_disabled_entries_are_skipped_without_a_burst_after(r):
+    e, other = entry(), entry("other")
+    t = Ticker([e, other])
+    t.tick(now=T0 + 0.1)
+    r.sadd(keys.periodic_disabled(), "e")
+    t.tick(now=T0 + 60.1)
+    t.tick(now=T0 + 120.1)
+    assert [(j["periodic"], j["periodic_slot"]) for j in queued(r)] == [
+        ("e", T0),
+        ("other", T0),
+        ("other", T0 + 60),
+        ("other", T0 + 120),
+    ]
+    assert r.get(keys.periodic_last_slot("e")) == str(T0)  # untouched while disabled
+    r.srem(keys.periodic_disabled(), "e")
+    t.tick(now=T0 + 121)  # the slot it skipped is not fired late
+    assert queued(r)[-1]["periodic_slot"] == T0 + 120 and len(queued(r)) == 4
+    t.tick(now=T0 + 180.1)
+    assert [j["periodic_slot"] for j in queued(r) if j["periodic"] == "e"] == [T0, T0 + 180]
+
+
+def test_an_unreadable_disabled_set_counts_as_enabled(r, caplog):
+    r.set(keys.periodic_disabled(), "wrong type")
+    t = Ticker([entry()])
+    with caplog.at_level(logging.ERROR, "cogworker_django"):
+        t.tick(now=T0 + 0.1)
+        t.tick(now=T0 + 60.1)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]
+    assert caplog.text.count("every periodic entry counts as enabled") == 1
+
+
+def test_a_failing_entry_backs_off_and_the_others_keep_firing(r, caplog):
+    bad, good = entry("bad"), entry("good")
+    r.rpush(keys.periodic_last_slot("bad"), "wrong type")
+    t = Ticker([bad, good])
+    with caplog.at_level(logging.ERROR, "cogworker_django"):
+        t.tick(now=T0 + 0.1)
+        assert 4 < t.backoff_remaining("bad") <= 5
+        t.tick(now=T0 + 60.1)  # still backing off: not even tried
+    assert caplog.text.count("bad (next try in 5s)") == 1
+    assert "WRONGTYPE" in caplog.text
+    assert [(j["periodic"], j["periodic_slot"]) for j in queued(r)] == [
+        ("good", T0),
+        ("good", T0 + 60),
+    ]
+    t._retry_at["bad"] = 0  # (the backoff ran out) it fails again: twice as long
+    t.tick(now=T0 + 60.2)
+    assert 9 < t.backoff_remaining("bad") <= 10
+
+
+def test_a_failed_push_rolls_the_claim_back(r):
+    r.set(keys.queue("default"), "not a list")  # LPUSH fails: WRONGTYPE
+    e = entry(unique="until_executed")
+    t = Ticker([e])
+    t.tick(now=T0 + 0.1)
+    # Nothing claimed any more: no last_slot, no slot lock, no running lock.
+    assert not r.exists(keys.periodic_last_slot("e"))
+    assert not r.exists(keys.periodic_lock("e", T0))
+    assert not r.exists(keys.periodic_running("e"))
+    assert t.backoff_remaining("e") > 4
+    r.delete(keys.queue("default"))
+    t._retry_at["e"] = 0
+    t.tick(now=T0 + 0.2)  # the same slot fires once the push works
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]
+
+
+def test_a_rollback_restores_the_previous_last_slot(r):
+    r.set(keys.periodic_last_slot("e"), T0 - 60)
+    r.set(keys.queue("default"), "not a list")
+    Ticker([entry()]).tick(now=T0 + 0.1)
+    assert r.get(keys.periodic_last_slot("e")) == str(T0 - 60)
+
+
+class Refuse:
+    """A client middleware that stops every push."""
+
+    def __call__(self, job, push):
+        return None
+
+
+def test_a_refused_push_uses_the_slot_and_frees_the_running_lock(r, configure):
+    configure(MIDDLEWARE={"client": ["tests.test_periodic_ticker.Refuse"], "server": []})
+    t = Ticker([entry(unique="until_executed")])
+    t.tick(now=T0 + 0.1)
+    assert queued(r) == []
+    assert r.get(keys.periodic_last_slot("e")) == str(T0)
+    assert not r.exists(keys.periodic_running("e"))
+
+
+def test_the_schedule_is_published_for_the_admin(r):
+    r.hset(keys.periodic_schedule(), "removed-entry", "{}")
+    t = Ticker([entry("a", "0 3 * * *", timezone="Asia/Tokyo"), entry("b")])
+    t.tick(now=T0 + 0.1)
+    published = {k: json.loads(v) for k, v in r.hgetall(keys.periodic_schedule()).items()}
+    assert set(published) == {"a", "b"}
+    assert published["a"]["cron"] == "0 3 * * *"
+    assert published["a"]["timezone"] == "Asia/Tokyo"
+    assert published["a"]["job"] == "testapp.jobs.periodic_tick"
+
+
+def test_failing_to_publish_never_stops_the_ticks(r, caplog):
+    r.set(keys.periodic_schedule(), "wrong type")
+    t = Ticker([entry()])
+    with caplog.at_level(logging.ERROR, "cogworker_django"):
+        t.tick(now=T0 + 0.1)
+    assert "not published" in caplog.text
+    assert len(queued(r)) == 1
+    r.delete(keys.periodic_schedule())
+    t.tick(now=T0 + 0.2)  # published on a later tick
+    assert r.hkeys(keys.periodic_schedule()) == ["e"]
+
+
+def test_claim_script_codes(r):
+    e = entry(unique="until_executed")
+    first = ticker.claim(r, e, T0, "jid1", T0 + 1)
+    assert (first.code, first.detail) == ("claimed", "")
+    assert ticker.claim(r, e, T0, "jid2", T0 + 1).code == "taken"
+    blocked = ticker.claim(r, e, T0 + 60, "jid3", T0 + 61)
+    assert (blocked.code, blocked.detail) == ("blocked", "jid1")
+    r.delete(keys.periodic_running("e"))
+    nxt = ticker.claim(r, e, T0 + 60, "jid4", T0 + 61)
+    assert (nxt.code, nxt.detail) == ("claimed", str(T0))
+    r.sadd(keys.periodic_disabled(), "e")
+    assert ticker.claim(r, e, T0 + 120, "jid5", T0 + 121).code == "disabled"
+
+
+# A private Redis whose data survives being killed: every write is in the AOF at once.
+DURABLE = ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+class StopRedisAtPush:
+    """A client middleware that stops the private Redis just before the push."""
+
+    server = None
+
+    def __call__(self, job, push):
+        server, StopRedisAtPush.server = StopRedisAtPush.server, None
+        if server is not None:
+            server.stop()  # SIGKILL; the AOF keeps what it had
+        return push(job)
+
+
+def test_a_rollback_that_fails_is_retried_before_the_entry_is_looked_at_again(
+    redis_server, configure
+):
+    server = redis_server(extra=DURABLE)
+    configure(
+        REDIS_URL=server.url,
+        MIDDLEWARE={"client": ["tests.test_periodic_ticker.StopRedisAtPush"], "server": []},
+    )
+    StopRedisAtPush.server = server
+    t = Ticker([entry(unique="until_executed")])
+    t.tick(now=T0 + 0.1)  # claimed; Redis goes away: the push and its rollback fail
+    t.tick(now=T0 + 0.2)  # still away: nothing to do, and no backoff
+    assert t.backoff_remaining("e") == 0
+    server.start()
+    c = server.client()
+    assert c.get(keys.periodic_last_slot("e")) == str(T0)  # the claim outlived the restart
+    assert c.exists(keys.periodic_running("e"))
+
+    def fired():
+        t.tick(now=T0 + 0.3)
+        return c.llen(keys.queue("default"))
+
+    wait_until(fired, 5, message="the slot fired after the rollback")
+    time.sleep(0.1)
+    t.tick(now=T0 + 0.4)
+    (raw,) = c.lrange(keys.queue("default"), 0, -1)
+    job = json.loads(raw)
+    assert job["periodic_slot"] == T0
+    assert c.get(keys.periodic_running("e")) == job["jid"]
+    assert c.get(keys.periodic_last_slot("e")) == str(T0)
