@@ -26,22 +26,16 @@ PUSH_LOCKED = ("until_executed", "until_started")
 
 def digest(func: str, args: Any, kwargs: Any, queue: str) -> str:
     """SHA-256 of canonical JSON of (callable, args, kwargs, queue): stable over key order
-    and whitespace, and the same for a tuple and the list it decodes to."""
+    and whitespace, and computed on the arguments as the payload will hold them (a tuple
+    is a list, a dict key ``1`` is ``"1"``), so what decodes alike digests alike."""
     try:
-        canonical = json.dumps(
-            [func, list(args), dict(kwargs), queue],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
-    except (TypeError, ValueError) as exc:
-        # payload.encode names the argument JSON can't hold; only if it has nothing to
-        # say (mixed-type dict keys can't be sorted) do we explain it here.
+        # Through JSON first: mixed int/str dict keys could not be sorted otherwise.
+        plain = json.loads(json.dumps([func, list(args), dict(kwargs), queue]))
+    except (TypeError, ValueError):
+        # payload.encode raises a TypeError naming the argument JSON can't hold.
         payload.encode(payload.build(func, args, kwargs, queue=queue))
-        raise TypeError(
-            f"{func}: the arguments of a unique job must be canonical JSON (dict keys all "
-            f"strings): {errors.safe_str(exc)}"
-        ) from None
+        raise
+    canonical = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

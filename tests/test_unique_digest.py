@@ -101,3 +101,10 @@ def test_unique_reschedule_delay_is_validated(configure, bad):
 
 def test_unique_reschedule_delay_defaults_to_five_seconds():
     assert conf.get().UNIQUE_RESCHEDULE_DELAY == 5.0 == unique.reschedule_delay()
+
+
+def test_digest_is_computed_on_the_arguments_as_the_payload_holds_them():
+    """JSON keys are strings: {1: "a"} travels as {"1": "a"}, so both are one job, and a
+    dict mixing int and str keys (unsortable in Python) still has a digest."""
+    assert unique.digest("f", [{1: "a"}], {}, "q") == unique.digest("f", [{"1": "a"}], {}, "q")
+    assert unique.digest("f", [{1: "a", "b": 2}], {}, "q")
