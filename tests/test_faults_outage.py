@@ -63,10 +63,14 @@ def test_redis_killed_and_restarted(private, worker):
     tj.record.enqueue_many([(t,) for t in before])
     wait_until(lambda: len(_runs(r)) == 10, 10, message="jobs before the fault")
     in_flight = [tj.sleeper.enqueue(1.5) for _ in range(2)]
+    failing = tj.sleep_then_fail.enqueue(1.5)
     timeline = f"{keys.prefix()}:test:timeline"
-    wait_until(lambda: r.hlen(timeline) == 2, 5, message="sleepers started")
+    wait_until(lambda: r.hlen(timeline) == 3, 5, message="in-flight jobs started")
     server.stop()
-    time.sleep(3)  # the sleepers finish (and fail to ack) while Redis is away
+    # The sleepers finish (their acks fail) and the failing job fails (its filing in dead
+    # fails) while Redis is away: both wait in the worker's record.
+    w.wait_for_log(r"Settle: .*Redis unavailable", 5)
+    time.sleep(1)
     server.start()
     w.wait_for_log(r"Heartbeat: Redis recovered", 10)
     after = [f"after{i}" for i in range(10)]
@@ -75,8 +79,11 @@ def test_redis_killed_and_restarted(private, worker):
     wait_until(lambda: len(_runs(r)) == 11, 15, message="jobs after the restart")
     time.sleep(1.5)  # room for anything that would run twice
     assert _runs(r) == {t: "1" for t in [*after, "scheduled-after"]}
-    assert r.hlen(timeline) == 0  # neither sleeper ran again
+    assert r.hlen(timeline) == 0  # neither sleeper ran again, nor the failing job
     assert len(in_flight) == 2
+    # the failure was filed in dead once Redis was back (the restart lost everything else)
+    (dead,) = r.zrange(keys.dead(), 0, -1)
+    assert failing in dead
     assert w.proc.poll() is None
     assert w.stop() == 0
     assert_one_outage_per_component(w.log(), expect_outage=True)

@@ -206,7 +206,8 @@ class Heartbeat:
     def _after_beat(self, conn: Any, recovering: bool) -> None:
         errors.best_effort("Stats flush", lambda: stats.counters.flush(conn))
         if self.manager.record.pending():
-            errors.best_effort("Pending settlements", lambda: settle_pending(self.manager, conn))
+            # Same component as the processors' own filing: one outage line, one recovery.
+            errors.best_effort("Settle", lambda: settle_pending(self.manager, conn))
         for hook in list(beat_hooks):
             errors.best_effort("Lock refresh", lambda hook=hook: hook(self, conn, recovering))
         locks.retry_deferred()

@@ -192,6 +192,8 @@ class Processor:
         except Exception as exc:  # noqa: BLE001
             errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
             self.manager.record.settle_later(work.raw, filing)
+            return
+        errors.recovered("Settle")  # (the heartbeat's retries recover it too)
 
 
 def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:

@@ -195,3 +195,16 @@ def periodic_span(seconds=0.0):
         conn.rpush(periodic_spans_key(), f"end {jid} {time.time()}")
     except redis.RedisError:
         pass
+
+
+# --- outage and history tests (tests/test_faults_*.py, tests/test_history*.py) ---
+
+
+@job(retry=False)
+def sleep_then_fail(seconds, message="failed after sleeping"):
+    """Stamps its start (``<jid>:start`` in the timeline hash), sleeps, then raises without
+    touching Redis: it fails even while Redis is away (its filing then has to wait)."""
+    jid = current_job()["jid"]
+    connection.get_client().hset(timeline_key(), f"{jid}:start", time.time())
+    time.sleep(seconds)
+    raise RuntimeError(message)
