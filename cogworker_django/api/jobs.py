@@ -107,7 +107,7 @@ class JobSet:
         )
 
     def find(self, jid: str, budget: int = scanning.FIND_BUDGET) -> JobRecord | None:
-        """The entry with this jid, looking at about 100,000 entries at most (see
+        """The entry with this jid, looking at about 300,000 entries at most (see
         search.FIND_BUDGET; None when not found within that cap)."""
         page = scanning.scan(
             client(),

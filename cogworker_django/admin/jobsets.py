@@ -1,0 +1,169 @@
+"""Scheduled, Retries and Dead: paginated or searched lists, one job's detail, and the
+actions (retry now / enqueue now, delete, kill for retries, retry all and delete all
+for dead, confirmed)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import path
+
+from ..api import DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
+from .base import Action, PageAdmin, plural
+from .pagination import PER_PAGE, Pager, with_params
+
+
+class JobSetAdmin(PageAdmin):
+    job_set: type[JobSet]
+    score_label: str = "When"
+    retry_label: str = "Retry now"
+    actions_map = {
+        "retry": Action("change", "do_retry"),
+        "delete": Action("delete", "do_delete"),
+    }
+    bulk_actions: tuple[str, ...] = ()
+
+    def extra_urls(self, wrap):
+        return [path("job/", wrap(self.detail_view), name=self.url_name("job"))]
+
+    def page(self, request: HttpRequest) -> HttpResponse:
+        jobs = self.job_set()
+        term = request.GET.get("q", "").strip()
+        size = jobs.size()
+        if term:
+            try:
+                cursor = max(0, int(request.GET.get("cursor", "0")))
+            except ValueError:
+                cursor = 0
+            found = jobs.search(term, cursor=cursor, count=PER_PAGE)
+            records = found.records
+            pager = None
+            more_url = None if found.complete else with_params(request, cursor=found.cursor)
+        else:
+            pager = Pager.from_request(request, size)
+            records = jobs.page(pager.start, pager.per_page)
+            more_url = None
+        return self.render(
+            request,
+            "jobset.html",
+            records=records,
+            size=size,
+            pager=pager,
+            term=term,
+            more_url=more_url,
+            score_label=self.score_label,
+            retry_label=self.retry_label,
+            row_actions=self.row_actions(request),
+            bulk_actions=self.bulk_actions,
+        )
+
+    def row_actions(self, request: HttpRequest) -> list[tuple[str, str]]:
+        """(action, label) choices of the action bar the user may run."""
+        out = []
+        if self.has_perm(request, "change"):
+            out.append(("retry", self.retry_label))
+            if "kill" in self.actions_map:
+                out.append(("kill", "Kill (move to dead)"))
+        if self.has_perm(request, "delete"):
+            out.append(("delete", "Delete"))
+        return out
+
+    def detail_view(self, request: HttpRequest) -> HttpResponse:
+        self.require(request, "view")
+
+        def render() -> HttpResponse:
+            record = self.job_set().get(request.GET.get("key", ""))
+            if record is None:
+                raise Http404("This job is no longer here (retried, deleted or moved).")
+            return self.render(
+                request,
+                "job_detail.html",
+                title=f"{self.title}: {record.display_name}",
+                record=record,
+                score_label=self.score_label,
+                retry_label=self.retry_label,
+                row_actions=self.row_actions(request),
+            )
+
+        return self.guarded(request, render)
+
+    # Actions ----------------------------------------------------------------------------
+
+    def _selected(self, request: HttpRequest):
+        jobs = self.job_set()
+        keys = request.POST.getlist("key")
+        found = [r for r in (jobs.get(k) for k in keys) if r is not None]
+        return jobs, found, len(keys) - len(found)
+
+    def _apply(self, request: HttpRequest, method: str, verb: str):
+        jobs, records, gone = self._selected(request)
+        if not records and not gone:
+            return messages.WARNING, "No job selected."
+        done = invalid = 0
+        for record in records:
+            outcome = getattr(jobs, method)(record)
+            if outcome == Outcome.DONE:
+                done += 1
+            elif outcome == Outcome.INVALID:
+                invalid += 1
+            else:
+                gone += 1
+        parts = [f"{plural(done, 'job')} {verb}."]
+        if gone:
+            parts.append(f"{plural(gone, 'job')} had already gone.")
+        if invalid:
+            parts.append(
+                f"{plural(invalid, 'job')} can't go to a queue (undecodable payload or no "
+                "queue) and stayed."
+            )
+        level = messages.SUCCESS if done and not invalid else messages.WARNING
+        return level, " ".join(parts)
+
+    def do_retry(self, request: HttpRequest):
+        return self._apply(request, "retry", "sent to their queues")
+
+    def do_delete(self, request: HttpRequest):
+        return self._apply(request, "delete", "deleted")
+
+
+class ScheduledAdmin(JobSetAdmin):
+    job_set = ScheduledSet
+    score_label = "Run at"
+    retry_label = "Enqueue now"
+
+
+class RetryAdmin(JobSetAdmin):
+    job_set = RetrySet
+    score_label = "Next retry"
+    actions_map = {**JobSetAdmin.actions_map, "kill": Action("change", "do_kill")}
+
+    def do_kill(self, request: HttpRequest):
+        return self._apply(request, "kill", "moved to dead")
+
+
+class DeadAdmin(JobSetAdmin):
+    job_set = DeadSet
+    score_label = "Failed at"
+    actions_map = {
+        **JobSetAdmin.actions_map,
+        "retry_all": Action("change", "do_retry_all", confirm="retry all"),
+        "delete_all": Action("delete", "do_delete_all", confirm="delete all"),
+    }
+    bulk_actions = ("retry_all", "delete_all")
+
+    def confirm_text(self, request, action) -> str:
+        n = plural(DeadSet().size(), "dead job")
+        if action.handler == "do_retry_all":
+            return f"Send all {n} back to their queues?"
+        return f"Delete all {n}? This can't be undone."
+
+    def do_retry_all(self, request: HttpRequest):
+        result = DeadSet().retry_all()
+        text = f"{plural(result.done, 'dead job')} sent to their queues."
+        if result.invalid:
+            text += f" {plural(result.invalid, 'job')} can't go to a queue and stayed."
+            return messages.WARNING, text
+        return text
+
+    def do_delete_all(self, request: HttpRequest):
+        return f"{plural(DeadSet().delete_all().done, 'dead job')} deleted."

@@ -1,0 +1,39 @@
+"""Processes (quiet, stop) and Busy (what runs now)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+
+from ..api import ProcessSet, Workers
+from .base import Action, PageAdmin
+
+
+class ProcessAdmin(PageAdmin):
+    actions_map = {
+        "quiet": Action("change", "do_quiet"),
+        "stop": Action("change", "do_stop"),
+    }
+
+    def page(self, request: HttpRequest) -> HttpResponse:
+        return self.render(request, "processes.html", processes=ProcessSet().list())
+
+    def _signal(self, request: HttpRequest, what: str, done: str):
+        identity = request.POST.get("identity", "")
+        receivers = getattr(ProcessSet(), what)(identity)
+        if not receivers:
+            return messages.WARNING, f"Process {identity} did not receive {what}: it is gone."
+        return f"Process {identity} asked to {what}; {done}"
+
+    def do_quiet(self, request: HttpRequest):
+        return self._signal(request, "quiet", "it takes no new jobs and finishes the ones it runs.")
+
+    def do_stop(self, request: HttpRequest):
+        return self._signal(
+            request, "stop", "it shuts down gracefully (unfinished jobs go back to their queues)."
+        )
+
+
+class BusyAdmin(PageAdmin):
+    def page(self, request: HttpRequest) -> HttpResponse:
+        return self.render(request, "busy.html", busy=Workers().list())

@@ -1,0 +1,65 @@
+"""Fixtures and helpers for the admin tests (imported by the test modules)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+
+# Model name of each page (URL admin:cogworker_django_<model>_changelist).
+PAGES = (
+    "dashboard",
+    "queue",
+    "process",
+    "busyjob",
+    "scheduledjob",
+    "retryjob",
+    "deadjob",
+    "periodicentry",
+    "jobrun",
+    "quarantinedkey",
+)
+
+
+def url(model: str, suffix: str = "changelist") -> str:
+    return reverse(f"admin:cogworker_django_{model}_{suffix}")
+
+
+# Test modules import these two by their function names; the fixtures' names differ so an
+# argument named like the fixture doesn't shadow the import.
+@pytest.fixture(autouse=True, name="fast_passwords")
+def fast_passwords_fixture(settings):
+    """Creating users hashes passwords: the default hasher costs about a second here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(name="staff_client")
+def staff_client_fixture(django_user_model):
+    """``staff_client("view_deadjob", "change_deadjob")``: a logged-in staff user (not a
+    superuser) with exactly these cogworker permissions."""
+    n = 0
+
+    def make(*codenames: str, csrf: bool = False) -> Client:
+        nonlocal n
+        n += 1
+        user = django_user_model.objects.create_user(f"staff{n}", is_staff=True)
+        for codename in codenames:
+            user.user_permissions.add(
+                Permission.objects.get(
+                    codename=codename, content_type__app_label="cogworker_django"
+                )
+            )
+        client = Client(enforce_csrf_checks=csrf)
+        client.force_login(user)
+        return client
+
+    return make
+
+
+def post(client: Client, model: str, action: str, **data) -> object:
+    return client.post(url(model, "action"), {"action": action, **data})
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]] if response.context else []
