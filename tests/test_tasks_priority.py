@@ -1,21 +1,19 @@
-"""Task priorities: strictly higher first within a queue, FIFO within one priority, in
-reliable and basic fetch, through the schedule and retries, and in a real worker."""
+"""Priorities: strictly higher first within a queue, FIFO within one priority, in
+reliable and basic fetch, through the schedule and retries, and with django.tasks in a
+real worker. Only the last needs Django 6.0+: the fetch side is the same for every
+payload with a "priority", so it is tested on every Django."""
 
-import datetime as dt
 import json
+import time
 
 import pytest
 
-pytest.importorskip("django.tasks")
+from cogworker_django import client, keys, payload, priority, scripts
+from cogworker_django.conf import QueueSpec
+from cogworker_django.connection import get_client
+from cogworker_django.worker import fetch, poller
 
-from testapp import tasks as tt  # noqa: E402
-
-from cogworker_django import keys, priority  # noqa: E402
-from cogworker_django.conf import QueueSpec  # noqa: E402
-from cogworker_django.connection import get_client  # noqa: E402
-from cogworker_django.worker import fetch, poller  # noqa: E402
-
-from .helpers import wait_until  # noqa: E402
+from .helpers import wait_until
 
 # (token, priority) in enqueue order, and the order they must run in.
 ENQUEUED = [
@@ -25,9 +23,15 @@ ENQUEUED = [
 EXPECTED = ["h", "c", "e", "f", "j", "a", "d", "b", "g", "i"]
 
 
-def enqueue_all(queue="default"):
+def push(token, p=0, queue="default", **extra):
+    return client.push(
+        payload.build("testapp.jobs.noop", [token], queue=queue, priority=p, **extra)
+    )
+
+
+def enqueue_all():
     for token, p in ENQUEUED:
-        tt.record_order.using(priority=p, queue_name=queue).enqueue(token)
+        push(token, p)
 
 
 def tokens(fetcher, conn):
@@ -51,8 +55,8 @@ def test_fetch_takes_higher_priorities_first(mode, r):
 
 
 def test_paused_queues_and_bad_keys_are_skipped(r):
-    tt.record_order.using(priority=5, queue_name="low").enqueue("low-5")
-    tt.record_order.using(priority=-5).enqueue("default-minus-5")
+    push("low-5", 5, queue="low")
+    push("default-minus-5", -5)
     fetcher = fetch.ReliableFetch("me", (QueueSpec("low", 1), QueueSpec("default", 1)))
     r.sadd(keys.paused(), "low")
     assert tokens(fetcher, get_client()) == ["default-minus-5"]
@@ -60,15 +64,14 @@ def test_paused_queues_and_bad_keys_are_skipped(r):
     assert tokens(fetcher, get_client()) == ["low-5"]
     # A priority key of the wrong type (until the key guard moves it) stops nothing.
     r.set(keys.priority_queue("default"), "oops")
-    tt.record_order.enqueue("plain")
+    push("plain")
     assert tokens(fetcher, get_client()) == ["plain"]
 
 
 def test_the_old_fetch_layout_ignores_priority_sets(r):
     """fetch.lua called without the zset keys (as before priorities) takes only lists."""
-    tt.record_order.using(priority=9).enqueue("p9")
-    tt.record_order.enqueue("p0")
-    from cogworker_django import scripts
+    push("p9", 9)
+    push("p0")
 
     got = scripts.run(
         "fetch", get_client(), [keys.inprogress("me"), keys.paused(), keys.queue("default")],
@@ -78,13 +81,12 @@ def test_the_old_fetch_layout_ignores_priority_sets(r):
 
 
 def test_due_scheduled_and_retried_tasks_go_back_to_their_priority_set(r):
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
-    tt.record_order.using(priority=7, run_after=later).enqueue("scheduled-7")
-    tt.record_order.using(run_after=later).enqueue("scheduled-0")
-    retried = json.loads(r.zrange(keys.schedule(), 0, 0)[0])
-    retried.update(args=["retried-2"], jid="x", priority=2, retry_count=1)
-    r.zadd(keys.retry(), {json.dumps(retried): 1})
-    assert poller.enqueue_due(get_client(), now=later.timestamp() + 1) == 3
+    later = time.time() + 3600
+    push("scheduled-7", 7, at=later)
+    push("scheduled-0", at=later)
+    retried = payload.build("testapp.jobs.noop", ["retried-2"], priority=2, retry_count=1)
+    r.zadd(keys.retry(), {payload.encode(retried): 1})
+    assert poller.enqueue_due(get_client(), now=later + 1) == 3
     members = r.zrange(keys.priority_queue("default"), 0, -1, withscores=True)
     assert [(json.loads(priority.payload_of(m))["args"][0], s) for m, s in members] == [
         ("scheduled-7", -7.0),
@@ -97,7 +99,11 @@ def test_due_scheduled_and_retried_tasks_go_back_to_their_priority_set(r):
 
 @pytest.mark.parametrize("mode", ["reliable", "basic"])
 def test_a_worker_with_one_thread_runs_them_in_priority_order(mode, worker, r):
-    enqueue_all()
+    pytest.importorskip("django.tasks")
+    from testapp import tasks as tt
+
+    for token, p in ENQUEUED:  # while no worker runs
+        tt.record_order.using(priority=p).enqueue(token)
     worker(args=["-c", "1", "--fetch", mode])
     order_key = tt.test_key("task_order")
     wait_until(lambda: r.llen(order_key) == len(EXPECTED), 15, message="every task")

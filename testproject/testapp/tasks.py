@@ -120,3 +120,24 @@ def _on_started(sender, task_result, **kwargs):
 def _on_finished(sender, task_result, **kwargs):
     if sender is CogworkerBackend:
         _record_signal("finished", task_result)
+
+
+@task
+def grumpy():
+    """Its task_started receiver raises (below): the task must still run and succeed."""
+    return "fine"
+
+
+@receiver(task_started)
+def _raises_for_grumpy(sender, task_result, **kwargs):
+    if sender is CogworkerBackend and task_result.task.name == "grumpy":
+        raise RuntimeError("this receiver fails")
+
+
+@task
+def slow_first_run(token):
+    """Sleeps 30 s on its first run (time to kill its worker), returns at once after."""
+    runs = connection.get_client().hincrby(test_key("runs"), token, 1)
+    if runs == 1:
+        time.sleep(30)
+    return runs

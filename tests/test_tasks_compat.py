@@ -1,0 +1,36 @@
+"""The django.tasks backend on any Django: 6.0+ has it; on 5.2 (no django.tasks) every
+module still imports, the worker's hooks and middleware do nothing, and asking for the
+backend says why it is missing."""
+
+import django
+import pytest
+
+from cogworker_django import tasks, tasks_backend
+from cogworker_django.tasks import middleware, store, worker_setup
+from cogworker_django.worker import processor
+
+HAS_TASKS = django.VERSION >= (6, 0)
+
+
+def test_the_backend_is_there_exactly_from_django_6():
+    assert tasks.available() is HAS_TASKS
+    if HAS_TASKS:
+        from django.tasks.backends.base import BaseTaskBackend
+
+        assert issubclass(tasks_backend.CogworkerBackend, BaseTaskBackend)
+    else:
+        with pytest.raises(ImportError, match=r"needs Django 6\.0\+ \(django\.tasks\)"):
+            from cogworker_django.tasks_backend import CogworkerBackend  # noqa: F401
+
+
+def test_every_worker_loads_the_middleware_and_it_passes_jobs_through():
+    chain = processor.server_chain()
+    assert any(isinstance(m, middleware.TaskResultMiddleware) for m in chain)
+    job = {"jid": "j", "func": "testapp.jobs.noop", "args": [], "kwargs": {}}
+    assert middleware.TaskResultMiddleware()(job, "default", lambda: "ran") == "ran"
+
+
+def test_worker_hooks_only_act_where_tasks_exist():
+    worker_setup.validate()  # never raises with the test project's settings
+    assert bool(worker_setup.our_aliases()) is HAS_TASKS
+    assert store.READY == "READY"  # the store imports everywhere (no django.tasks in it)
