@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -131,3 +132,52 @@ def best_effort(component: str, fn: Callable[[], Any], detail: str | None = None
         return False
     recovered(component)
     return True
+
+
+class Backoff:
+    """:func:`best_effort` for chores that repeat (rule 5): after a deterministic failure
+    a chore is skipped for 5 s, then 10 s, 20 s ... up to 5 min while it keeps failing,
+    so a broken key costs a few log lines, not one per poll; an outage is retried at the
+    caller's own pace (and logged once); a success resets the backoff."""
+
+    FIRST = 5.0
+    MAX = 300.0
+
+    def __init__(
+        self,
+        first: float = FIRST,
+        maximum: float = MAX,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.first = first
+        self.maximum = maximum
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._state: dict[str, tuple[float, float]] = {}  # component -> (next try, delay)
+
+    def ready(self, component: str) -> bool:
+        with self._lock:
+            state = self._state.get(component)
+        return state is None or self.clock() >= state[0]
+
+    def run(self, component: str, fn: Callable[[], Any], detail: str | None = None) -> bool:
+        """Run ``fn`` unless backing off; True on success, False if failed or skipped."""
+        if not self.ready(component):
+            return False
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - reported, never raised (rule 4)
+            if is_unavailable(exc):
+                report(component, exc, detail)
+                return False
+            with self._lock:
+                state = self._state.get(component)
+                delay = min(state[1] * 2, self.maximum) if state else self.first
+                self._state[component] = (self.clock() + delay, delay)
+            where = f"{component}: {detail}" if detail else component
+            log.error("%s failed (next try in %.0fs): %s", where, delay, describe(exc))
+            return False
+        with self._lock:
+            self._state.pop(component, None)
+        recovered(component)
+        return True

@@ -37,7 +37,7 @@ def assert_one_outage_per_component(log: str, expect_outage: bool) -> None:
     assert all(n == 1 for n in down.values()), (down, log[-5000:])
     assert down == up, (down, up, log[-5000:])
     if expect_outage:
-        assert {"Heartbeat", "Fetch"} <= set(down), (down, log[-5000:])
+        assert {"Heartbeat", "Fetch", "Settle"} <= set(down), (down, log[-5000:])
     assert "Traceback" not in log, log[-5000:]
 
 
@@ -58,7 +58,9 @@ def test_redis_killed_and_restarted(private, worker):
     exactly once; the log has one outage and one recovery line per component."""
     server = private
     r = server.client()
-    w = worker(redis_url=server.url)
+    # a periodic entry firing every second keeps the ticker busy across the outage
+    every_second = {"tick": {"cron": "* * * * * *", "job": "testapp.jobs.noop"}}
+    w = worker(redis_url=server.url, periodic=every_second)
     before = [f"before{i}" for i in range(10)]
     tj.record.enqueue_many([(t,) for t in before])
     wait_until(lambda: len(_runs(r)) == 10, 10, message="jobs before the fault")

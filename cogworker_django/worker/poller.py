@@ -33,13 +33,22 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
     """Move every due job of the schedule and retry sets to its queue; returns how many."""
     moved = 0
     for source in (keys.schedule(), keys.retry()):
+        stuck = 0  # due entries that failed deterministically: skipped this pass (rule 6)
         while True:
             now_ = now if now is not None else time.time()
-            due = conn.zrangebyscore(source, "-inf", now_, start=0, num=DUE_BATCH)
+            due = conn.zrangebyscore(source, "-inf", now_, start=stuck, num=DUE_BATCH)
             if not due:
                 break
             for raw in due:
-                moved += _move(conn, source, text(raw))
+                try:
+                    moved += _move(conn, source, text(raw))
+                except Exception as exc:
+                    if errors.is_unavailable(exc):
+                        raise
+                    # Its target key of the wrong type, say: the key guard moves that
+                    # aside; the other due jobs must not wait for it.
+                    stuck += 1
+                    log.error("a due job in %s not moved: %s", source, errors.describe(exc))
             if len(due) < DUE_BATCH:
                 break
     return moved
@@ -91,6 +100,8 @@ class Poller:
         self._process_count = 1
         # Extra chores: (name, interval, function(conn)); the key guard registers one.
         self.timers: list[tuple[str, float, Callable[[Any], Any]]] = []
+        # Chores failing deterministically back off instead of failing every poll (rule 5).
+        self.backoff = errors.Backoff()
         self._next_run: dict[str, float] = {}
 
     def start(self) -> None:
@@ -123,16 +134,16 @@ class Poller:
 
     def poll_once(self) -> None:
         conn = connection.get_client()
-        errors.best_effort("Scheduled poller", lambda: enqueue_due(conn))
-        errors.best_effort("Unsettled jobs", lambda: file_unsettled(conn))
+        self.backoff.run("Scheduled poller", lambda: enqueue_due(conn))
+        self.backoff.run("Unsettled jobs", lambda: file_unsettled(conn))
 
         def count() -> None:
             self._process_count = int(conn.scard(keys.processes()))
 
-        errors.best_effort("Process count", count)
+        self.backoff.run("Process count", count)
         now = time.monotonic()
         if now >= self._next_run.get("orphans", 0):
-            if errors.best_effort("Orphan recovery", lambda: self.recovery.run(conn)):
+            if self.backoff.run("Orphan recovery", lambda: self.recovery.run(conn)):
                 self._next_run["orphans"] = now + self.orphan_interval
         for name, interval, fn in self.timers:
             if now >= self._next_run.get(name, 0):
