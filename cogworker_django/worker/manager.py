@@ -35,6 +35,10 @@ class Manager:
         self.record = Record()
         self.idle_max = conf.get().FETCH_IDLE_MAX_INTERVAL
         self._quiet = threading.Event()
+        # Set once the shutdown hand-over ran: a job still running then was requeued, so
+        # its processor must not settle it too (a failure filed in retry would run twice).
+        self.handed_over = False
+        self.basic_handed: set[int] = set()  # see settlement._hand_over_basic
         self._work_lock = threading.Lock()
         self._work: dict[str, dict[str, Any]] = {}
         self.processors = [Processor(self, i) for i in range(concurrency)]
@@ -112,4 +116,5 @@ class Manager:
             )
         from .settlement import hand_over
 
-        hand_over(self)
+        hand_over(self, force)
+        self.handed_over = True

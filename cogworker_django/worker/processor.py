@@ -125,6 +125,14 @@ class Processor:
                 outcome = self._execute(job, work.queue)
             finally:
                 record.performed(work)
+            if self.manager.handed_over:
+                log.warning(
+                    "%s (jid %s) finished after the shutdown hand-over requeued it: "
+                    "left to its requeued copy",
+                    job["func"],
+                    job["jid"],
+                )
+                return None
             if outcome is None:
                 stats.counters.incr("processed")
                 record.settle_later(work.raw, ACK)

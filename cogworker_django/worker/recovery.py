@@ -139,9 +139,12 @@ class OrphanRecovery:
         if moved:
             log.warning("recovered %d job(s) from dead process %s", moved, ident)
         if conn.llen(keys.inprogress(ident)) == 0:
+            # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), ident)
             pipe.hdel(keys.last_beat(), ident)
+            pipe.srem(keys.processes(), ident)
+            pipe.delete(keys.work(ident))
             pipe.execute(raise_on_error=False)
         return moved
 

@@ -7,13 +7,17 @@ Shutdown hand-over (reliable fetch), in one atomic script (lua/handover.lua):
   process files them later; they never run again);
 - everything else on the list (unfinished jobs, and any job whose fetch reply was lost)
   is pushed back on its queue, to the end taken next;
-- if even that fails, the list stays as it is for orphan recovery.
+- if Redis is away, the hand-over is retried for up to ``HANDOVER_RETRY_SECONDS`` (a
+  blip must not turn an acked-but-unconfirmed job into one run twice); if it still
+  fails, the list stays as it is for orphan recovery.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from .. import connection, errors, keys, payload, scripts
@@ -44,7 +48,49 @@ def unsettled_entry(filing: Filing) -> str:
     return json.dumps({"target": filing.target, "score": filing.score, "payload": filing.payload})
 
 
-def hand_over(manager: Manager) -> None:
+# How long a stopping process keeps retrying a hand-over that Redis refused (an outage
+# or failover in progress), unless a second TERM cuts it short. Keep the deployment's
+# stop timeout above SHUTDOWN_TIMEOUT + this (docs/workers.md).
+HANDOVER_RETRY_SECONDS = 5.0
+HANDOVER_RETRY_PAUSE = 0.5
+
+
+def hand_over(manager: Manager, force: Any = None) -> bool:
+    """Settle, hand over and requeue at shutdown; True when nothing is left to do.
+    Retried while Redis is away, for up to HANDOVER_RETRY_SECONDS (``force`` set: no
+    retries)."""
+    give_up = time.monotonic() + HANDOVER_RETRY_SECONDS
+    while True:
+        try:
+            _hand_over_once(manager)
+        except Exception as exc:  # noqa: BLE001 - retried, then left to orphan recovery
+            retry = (
+                errors.is_unavailable(exc)
+                and time.monotonic() < give_up
+                and not (force is not None and force.is_set())
+            )
+            if retry:
+                errors.report("Shutdown hand-over", exc)
+                time.sleep(HANDOVER_RETRY_PAUSE)
+                continue
+            if isinstance(manager.fetcher, ReliableFetch):
+                log.error(
+                    "shutdown hand-over failed (%s): this process's in-progress jobs stay "
+                    "listed and are recovered after ORPHAN_THRESHOLD",
+                    errors.describe(exc),
+                )
+            else:
+                log.error(
+                    "shutdown hand-over failed (%s): with basic fetch, the unfinished "
+                    "jobs not requeued are lost",
+                    errors.describe(exc),
+                )
+            return False
+        errors.recovered("Shutdown hand-over")
+        return True
+
+
+def _hand_over_once(manager: Manager) -> None:
     try:
         settle_pending(manager, connection.get_client())
     except Exception as exc:  # noqa: BLE001 - what's left is handed over below
@@ -56,30 +102,28 @@ def hand_over(manager: Manager) -> None:
 
 
 def _hand_over_reliable(manager: Manager) -> None:
+    """One atomic script; raises if it could not run (nothing changed then)."""
     conn = connection.get_client()
     key = keys.inprogress(manager.identity)
     pending = manager.record.pending()
     acks = [raw for raw, how in pending.items() if how == ACK]
     filings = {raw: how for raw, how in pending.items() if how != ACK}
-    try:
-        listed = [text(r) for r in conn.lrange(key, 0, -1)]
-        requeue = [r for r in dict.fromkeys(listed) if r not in pending]
-        fallback = manager.fetcher.queues[0].name
-        queue_keys = [keys.queue(_queue_of(r, fallback)) for r in requeue]
-        args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
-        for raw, filing in filings.items():
-            args += [wire(raw), unsettled_entry(filing)]
-        args += map(wire, requeue)
-        acked, handed, requeued = scripts.run(
-            "handover", conn, [key, keys.unsettled(), *queue_keys], args
-        )
-    except Exception as exc:  # noqa: BLE001 - left on the list for orphan recovery
-        log.error(
-            "shutdown hand-over failed (%s): this process's in-progress jobs stay "
-            "listed and are recovered after ORPHAN_THRESHOLD",
-            errors.describe(exc),
-        )
-        return
+    listed = Counter(text(r) for r in conn.lrange(key, 0, -1))
+    # Every copy on the list is requeued, except one per pending settlement (two
+    # identical payloads are two jobs).
+    for raw in pending:
+        if listed[raw] > 0:
+            listed[raw] -= 1
+    requeue = list(listed.elements())
+    fallback = manager.fetcher.queues[0].name
+    queue_keys = [keys.queue(_queue_of(r, fallback)) for r in requeue]
+    args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
+    for raw, filing in filings.items():
+        args += [wire(raw), unsettled_entry(filing)]
+    args += map(wire, requeue)
+    acked, handed, requeued = scripts.run(
+        "handover", conn, [key, keys.unsettled(), *queue_keys], args
+    )
     for raw, how in pending.items():
         manager.record.settled(raw, how)
     if requeued:
@@ -99,32 +143,33 @@ def _queue_of(raw: str, fallback: str) -> str:
 
 
 def _hand_over_basic(manager: Manager) -> None:
-    """Basic fetch has no in-progress list: requeue from the in-memory record."""
+    """Basic fetch has no in-progress list: requeue from the in-memory record. Each job
+    is pushed once (``manager.basic_handed`` remembers it across retries); raises if any
+    could not be pushed, so the caller retries the rest."""
     conn = connection.get_client()
+    done: set[int] = manager.basic_handed
     pending = manager.record.pending()
     moved = 0
+    failure: Exception | None = None
+    items: list[tuple[int, str, bytes]] = []
     for work in manager.record.running():
-        if work.raw in pending:
+        if work.raw not in pending:
+            items.append((id(work), keys.queue(work.queue), wire(work.raw)))
+    for raw, how in pending.items():
+        if how != ACK:
+            items.append((hash((raw, how)), keys.unsettled(), unsettled_entry(how).encode()))
+    for ident, key, value in items:
+        if ident in done:
             continue
         try:
-            conn.rpush(keys.queue(work.queue), wire(work.raw))
-            moved += 1
+            conn.rpush(key, value)
         except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
-            log.error(
-                "could not requeue a job of %s at shutdown (lost with basic fetch): %s",
-                work.queue,
-                errors.describe(exc),
-            )
-    for how in pending.values():
-        if how == ACK:
+            failure = exc
             continue
-        try:
-            conn.rpush(keys.unsettled(), unsettled_entry(how))
-        except Exception as exc:  # noqa: BLE001
-            log.error(
-                "could not hand over a finished job to %s: %s",
-                keys.unsettled(),
-                errors.describe(exc),
-            )
+        done.add(ident)
+        if key != keys.unsettled():
+            moved += 1
     if moved:
         log.warning("requeued %d job(s) unfinished at shutdown", moved)
+    if failure is not None:
+        raise failure
