@@ -197,6 +197,14 @@ def periodic_span(seconds=0.0):
         pass
 
 
+@job
+def tracked(seconds, token):
+    """Counts ``<token>:start`` when it starts and ``<token>:end`` when it finishes."""
+    _count(f"{token}:start")
+    time.sleep(seconds)
+    _count(f"{token}:end")
+
+
 # --- outage and history tests (tests/test_faults_*.py, tests/test_history*.py) ---
 
 
@@ -208,3 +216,12 @@ def sleep_then_fail(seconds, message="failed after sleeping"):
     connection.get_client().hset(timeline_key(), f"{jid}:start", time.time())
     time.sleep(seconds)
     raise RuntimeError(message)
+
+
+@job
+def record_where(token):
+    """Like record, and also counts the runs per worker pid (``<prefix>:test:pids``)."""
+    pipe = connection.get_client().pipeline(transaction=False)
+    pipe.hincrby(runs_key(), token, 1)
+    pipe.hincrby(f"{keys.prefix()}:test:pids", str(os.getpid()), 1)
+    pipe.execute()

@@ -1,0 +1,266 @@
+"""Orphan recovery: the jobs of a process that died are run by the living; a job that
+keeps killing its workers ends in dead; two recoverers never requeue a job twice."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+from testapp import jobs as tj
+
+from cogworker_django import connection, keys, payload
+from cogworker_django.worker.recovery import OrphanRecovery, requeue_from_list
+
+from .helpers import wait_until
+
+
+def counts(r, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
+
+
+def test_sigkilled_workers_jobs_are_run_by_another_after_the_threshold(worker, r, prefix):
+    threshold = 2
+    settings = {"ORPHAN_THRESHOLD": threshold, "CONCURRENCY": 5}
+    tokens = [f"k{i}" for i in range(5)]
+    tj.tracked.enqueue_many([(4, t) for t in tokens])
+    a = worker(settings=settings)
+    wait_until(
+        lambda: all(counts(r, prefix).get(f"{t}:start") == 1 for t in tokens),
+        10,
+        message="all 5 started in the first worker",
+    )
+    (ident_a,) = r.smembers(f"{prefix}:processes")
+    assert r.llen(f"{prefix}:inprogress:{ident_a}") == 5
+    a.kill()  # SIGKILL: no hand-over, nothing cleaned up
+    killed_at = time.time()
+    assert r.llen(f"{prefix}:inprogress:{ident_a}") == 5
+    b = worker(settings=settings)
+    b.wait_for_log(r"recovered 5 job\(s\) from dead process", timeout=threshold + 10)
+    # Not before the dead process's last beat was `threshold` seconds old.
+    last_beat = float(r.hget(f"{prefix}:last_beat", ident_a) or 0) or None
+    assert last_beat is None  # forgotten once its list was empty
+    assert time.time() - killed_at >= threshold - 0.6
+    wait_until(
+        lambda: all(counts(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        10,
+        message="all 5 finished in the second worker",
+    )
+    c = counts(r, prefix)
+    for t in tokens:
+        assert c[f"{t}:start"] == 2, c  # once in each worker: never more than twice
+        assert c[f"{t}:end"] == 1, c
+    assert not r.exists(f"{prefix}:inprogress:{ident_a}")
+    assert ident_a not in r.smembers(f"{prefix}:inprogress_ids")
+    assert ident_a not in r.smembers(f"{prefix}:processes")
+    assert b.stop() == 0
+    assert r.scard(f"{prefix}:inprogress_ids") == 0
+
+
+def test_recovered_job_carries_its_orphan_count(worker, r, prefix):
+    settings = {"ORPHAN_THRESHOLD": 1.5}
+    tj.count_then_sleep.enqueue(30, "stuck")
+    a = worker(settings=settings)
+    wait_until(lambda: counts(r, prefix).get("stuck") == 1, 10, message="started")
+    a.kill()
+    b = worker(settings=settings)
+    wait_until(lambda: counts(r, prefix).get("stuck") == 2, 10, message="recovered and started")
+    (ident_b,) = [i for i in r.smembers(f"{prefix}:processes") if r.exists(f"{prefix}:process:{i}")]
+    (raw,) = r.lrange(f"{prefix}:inprogress:{ident_b}", 0, -1)
+    assert json.loads(raw)["orphan_count"] == 1
+    b.kill()
+
+
+def test_a_job_that_kills_its_worker_ends_in_dead_while_others_flow(worker, r, prefix):
+    """kill_own_process SIGKILLs the process running it. With --processes 2 the
+    supervisor replaces each dead child; after MAX_ORPHANINGS recoveries the job goes to
+    dead instead of killing workers forever, and other jobs keep running meanwhile."""
+    max_orphanings = 2
+    settings = {"ORPHAN_THRESHOLD": 1.5, "MAX_ORPHANINGS": max_orphanings, "CONCURRENCY": 3}
+    w = worker(args=["--processes", "2"], settings=settings, wait=False)
+    w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
+    jid = tj.kill_own_process.enqueue()
+    stop = threading.Event()
+    pushed: list[str] = []
+
+    def keep_pushing() -> None:
+        i = 0
+        while not stop.is_set():
+            tj.record.enqueue(f"flow{i}")
+            pushed.append(f"flow{i}")
+            i += 1
+            stop.wait(0.1)
+
+    pusher = threading.Thread(target=keep_pushing)
+    pusher.start()
+    try:
+        (dead,) = wait_until(
+            lambda: [json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)],
+            40,
+            message="the poison job in dead",
+        )
+        # Flowing: jobs pushed in the last moments still run.
+        mark = len(pushed)
+        wait_until(
+            lambda: all(r.hexists(f"{prefix}:test:runs", t) for t in pushed[:mark]),
+            10,
+            message="the other jobs ran",
+        )
+    finally:
+        stop.set()
+        pusher.join()
+    assert dead["jid"] == jid
+    assert dead["error_class"] == "OrphanedTooOften"
+    assert f"recovered from dead workers {max_orphanings} times" in dead["error_message"]
+    assert dead["orphan_count"] == max_orphanings + 1
+    # The first run plus one per recovery.
+    assert int(r.hget(f"{prefix}:test:runs", jid)) == max_orphanings + 1
+    log = w.log()
+    assert len(re.findall(r"exited with -9; starting a replacement", log)) == max_orphanings + 1
+    assert "filed in dead: recovered from dead workers" in log
+    w.signal(15)
+    assert w.wait(20) == 0
+    # Nothing else was lost or left behind.
+    assert r.llen(f"{prefix}:queue:default") == 0
+    runs = counts(r, prefix)
+    assert all(t in runs for t in pushed)
+
+
+def _fabricate_dead_process(r, prefix, ident: str, n: int) -> list[str]:
+    raws = [
+        payload.encode(payload.build("testapp.jobs.record", [f"g{i}"], jid=f"ghost{i}"))
+        for i in range(n)
+    ]
+    r.rpush(f"{prefix}:inprogress:{ident}", *raws)
+    r.sadd(f"{prefix}:inprogress_ids", ident)
+    r.hset(f"{prefix}:last_beat", ident, int(time.time()) - 3600)
+    return raws
+
+
+class _Healthy:
+    """Stands in for a heartbeat that has been beating for a long time."""
+
+    healthy_since = time.monotonic() - 3600
+
+
+def test_two_recoverers_at_once_requeue_each_job_exactly_once(r, prefix):
+    n = 300
+    raws = _fabricate_dead_process(r, prefix, "ghost:1:dead", n)
+    barrier = threading.Barrier(4)
+    moved: list[int] = []
+    errors: list[BaseException] = []
+
+    def recover(name: str) -> None:
+        conn = connection.new_client()
+        try:
+            barrier.wait()
+            moved.append(OrphanRecovery(name, _Healthy(), "default").run(conn))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=recover, args=(f"living{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert sum(moved) == n, moved
+    assert len([m for m in moved if m]) >= 2, f"no real race happened: {moved}"
+    queued = [json.loads(x) for x in r.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert len(queued) == n
+    assert sorted(j["jid"] for j in queued) == sorted(json.loads(x)["jid"] for x in raws)
+    assert {j["orphan_count"] for j in queued} == {1}
+    assert not r.exists(f"{prefix}:inprogress:ghost:1:dead")
+    assert "ghost:1:dead" not in r.smembers(f"{prefix}:inprogress_ids")
+    assert r.hget(f"{prefix}:last_beat", "ghost:1:dead") is None
+
+
+def test_two_processes_requeue_the_same_list_exactly_once(r, prefix):
+    """The per-job script is owner-checked: the same raws requeued from two clients, in
+    two orders, still land once each."""
+    n = 200
+    ident = "ghost:2:dead"
+    raws = _fabricate_dead_process(r, prefix, ident, n)
+    barrier = threading.Barrier(2)
+    moved: list[int] = []
+
+    def requeue(order: list[str]) -> None:
+        conn = connection.new_client()
+        try:
+            barrier.wait()
+            moved.append(
+                requeue_from_list(
+                    conn, ident, order, count_orphaning=True, fallback_queue="default"
+                )
+            )
+        finally:
+            conn.close()
+
+    threads = [
+        threading.Thread(target=requeue, args=(raws,)),
+        threading.Thread(target=requeue, args=(list(reversed(raws)),)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sum(moved) == n, moved
+    assert r.llen(f"{prefix}:queue:default") == n
+    assert len(set(r.lrange(f"{prefix}:queue:default", 0, -1))) == n
+    assert r.llen(f"{prefix}:inprogress:{ident}") == 0
+
+
+def test_a_live_process_is_never_recovered(r, prefix):
+    """A process whose presence key exists is alive, even with an old last-beat stamp
+    (its stamp may be failing while its presence works)."""
+    ident = "alive:1:x"
+    _fabricate_dead_process(r, prefix, ident, 3)
+    r.hset(f"{prefix}:process:{ident}", "busy", 0)
+    conn = connection.get_client()
+    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 0
+    assert r.llen(f"{prefix}:inprogress:{ident}") == 3
+    # A recent beat without presence: not yet dead either.
+    ident2 = "recent:1:x"
+    _fabricate_dead_process(r, prefix, ident2, 2)
+    r.hset(f"{prefix}:last_beat", ident2, int(time.time()))
+    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 0
+    assert r.llen(f"{prefix}:inprogress:{ident2}") == 2
+
+
+def test_recovery_waits_for_healthy_beats_after_an_outage(r, prefix):
+    """Rule 13: a process whose own beats only just recovered does not declare others
+    dead (they have not had their chance to beat yet)."""
+    _fabricate_dead_process(r, prefix, "ghost:3:dead", 2)
+
+    class JustRecovered:
+        healthy_since = time.monotonic()
+
+    class Failing:
+        healthy_since = None
+
+    conn = connection.get_client()
+    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) == 0
+    assert OrphanRecovery("me", Failing(), "default").run(conn) == 0
+    assert r.llen(f"{prefix}:inprogress:ghost:3:dead") == 2
+    # At boot, a process that sees beats already older than the threshold recovers.
+    assert OrphanRecovery("me", Failing(), "default").run(conn, at_boot=True) == 2
+
+
+def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, configure):
+    configure(MAX_ORPHANINGS=2)
+    ident = "ghost:4:dead"
+    worn = payload.build("testapp.jobs.record", ["w"], jid="worn")
+    worn["orphan_count"] = 2
+    r.rpush(f"{prefix}:inprogress:{ident}", b"\xff garbage", payload.encode(worn))
+    r.sadd(f"{prefix}:inprogress_ids", ident)
+    conn = connection.get_client()
+    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
+    dead = {json.loads(m)["func"]: json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)}
+    assert dead["(unparseable)"]["raw_payload"] == "\\xff garbage"
+    assert dead["testapp.jobs.record"]["error_class"] == "OrphanedTooOften"
+    assert dead["testapp.jobs.record"]["orphan_count"] == 3
+    assert r.llen(f"{prefix}:queue:default") == 0
+    assert keys.inprogress(ident) not in {k for k in r.keys(f"{prefix}:*")}

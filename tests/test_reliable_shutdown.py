@@ -1,0 +1,222 @@
+"""Shutdown settlement with reliable fetch: unfinished jobs are requeued, a job whose
+ack failed is not run again, finished-but-unfiled jobs go to ``P:unsettled`` and are
+filed by a live process, and a hand-over that meets an outage is retried."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+from testapp import jobs as tj
+
+from cogworker_django import connection, keys, payload
+from cogworker_django.conf import QueueSpec
+from cogworker_django.worker import settlement
+from cogworker_django.worker.fetch import ReliableFetch, Work
+from cogworker_django.worker.manager import Manager
+from cogworker_django.worker.record import ACK, Filing
+
+from .helpers import wait_until
+
+
+def counts(client, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in client.hgetall(f"{prefix}:test:runs").items()}
+
+
+def test_term_during_long_jobs_requeues_the_unfinished_to_run_next(worker, r, prefix):
+    tj.count_then_sleep.enqueue_many([(10, f"long{i}") for i in range(3)])
+    tj.record.enqueue_many([(f"quick{i}",) for i in range(4)])
+    w = worker(settings={"CONCURRENCY": 3, "SHUTDOWN_TIMEOUT": 1})
+    wait_until(
+        lambda: all(counts(r, prefix).get(f"long{i}") == 1 for i in range(3)),
+        10,
+        message="the long jobs started",
+    )
+    assert w.stop() == 0
+    assert "requeued 3 job(s) unfinished at shutdown" in w.log()
+    queue = [json.loads(x) for x in r.lrange(f"{prefix}:queue:default", 0, -1)]
+    # The right end is taken next: the requeued jobs run before the waiting ones.
+    assert [j["func"] for j in queue[-3:]] == ["testapp.jobs.count_then_sleep"] * 3
+    assert [j["func"] for j in queue[:4]] == ["testapp.jobs.record"] * 4
+    assert not r.keys(f"{prefix}:inprogress:*")
+    w2 = worker(settings={"CONCURRENCY": 1})
+    wait_until(
+        lambda: (
+            counts(r, prefix).get("long0", 0)
+            + counts(r, prefix).get("long1", 0)
+            + counts(r, prefix).get("long2", 0)
+            >= 4
+        ),
+        10,
+        message="a requeued job runs",
+    )
+    assert not any(k.startswith("quick") for k in counts(r, prefix))
+    w2.kill()
+
+
+def test_a_job_whose_ack_failed_is_not_run_again(worker, redis_server, configure, prefix):
+    """The ack of a finished job is made to fail: writes are paused (CLIENT PAUSE WRITE)
+    past the worker's 1 s socket timeout, so Redis drops the timed-out ack. TERM comes
+    while the ack is still pending: the long jobs are requeued, the finished one is not,
+    and a second worker runs only the long ones."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    settings = {
+        "REDIS_OPTIONS": {"socket_timeout": 1.0},
+        "CONCURRENCY": 3,
+        "SHUTDOWN_TIMEOUT": 1,
+    }
+    tj.count_then_sleep.enqueue_many([(10, "long0"), (10, "long1"), (1.0, "short")])
+    w = worker(redis_url=server.url, settings=settings)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("long0", "long1", "short")),
+        10,
+        message="three jobs started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
+    client.execute_command("CLIENT", "PAUSE", 3500, "WRITE")
+    # "short" finishes inside the pause: its ack (with the next fetch) times out.
+    w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=5)
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    log = w.log()
+    assert "requeued 2 job(s) unfinished at shutdown" in log, log
+    queued = [json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert sorted(queued) == ["long0", "long1"], log
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+    w2 = worker(redis_url=server.url, settings={"CONCURRENCY": 3})
+    wait_until(
+        lambda: counts(client, prefix).get("long0") == 2 and counts(client, prefix)["long1"] == 2,
+        10,
+        message="the long jobs run again",
+    )
+    time.sleep(0.5)
+    assert counts(client, prefix)["short"] == 1
+    w2.kill()
+
+
+def test_hand_over_is_retried_through_a_short_outage(worker, redis_server, configure, prefix):
+    """Redis goes away just as the worker stops and is back 2 s later: the hand-over is
+    retried, so the unfinished jobs are requeued at once (not left for orphan recovery)
+    and nothing is lost (the server persists with appendfsync always)."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    tj.count_then_sleep.enqueue_many([(10, "long0"), (10, "long1")])
+    w = worker(redis_url=server.url, settings={"CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1})
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("long0", "long1")),
+        10,
+        message="both started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
+    server.stop()
+    w.signal(signal.SIGTERM)
+    restarter = threading.Timer(2.0, server.start)
+    restarter.start()
+    try:
+        assert w.wait(20) == 0
+    finally:
+        restarter.join()
+    client = server.client()
+    log = w.log()
+    assert "Shutdown hand-over: Redis unavailable" in log, log
+    assert "requeued 2 job(s) unfinished at shutdown" in log, log
+    assert client.llen(f"{prefix}:queue:default") == 2
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+
+
+# The hand-over itself, against Redis, without a process around it ---------------------
+
+
+def _manager(identity: str) -> Manager:
+    fetcher = ReliableFetch(identity, (QueueSpec("default", 1), QueueSpec("low", 1)))
+    return Manager(identity, fetcher, 1)
+
+
+def _raw(token: str, queue: str = "default") -> str:
+    return payload.encode(payload.build("testapp.jobs.record", [token], queue=queue))
+
+
+def test_hand_over_script_settles_each_kind_of_job(prefix):
+    """One call: an acked-but-unconfirmed job is dropped, a finished-but-unfiled one goes
+    to P:unsettled, everything else on the list (unfinished, a lost fetch reply, both
+    copies of a twin, bytes that are not even UTF-8) goes back to its queue."""
+    ident = "handover:1:x"
+    m = _manager(ident)
+    unfinished, low_job = _raw("u"), _raw("l", queue="low")
+    acked, unfiled, lost_reply, twin = _raw("a"), _raw("f"), _raw("lost"), _raw("twin")
+    garbage = b"\xff not json"
+    client = connection.get_client()  # bytes in, bytes out
+    key = keys.inprogress(ident)
+    client.rpush(key, unfinished, low_job, acked, unfiled, lost_reply, twin, twin, garbage)
+    for raw, queue in (
+        (unfinished, "default"),
+        (low_job, "low"),
+        (acked, "default"),
+        (unfiled, "default"),
+        (twin, "default"),
+        (twin, "default"),
+    ):
+        m.record.started(Work(queue, raw))
+    m.record.settle_later(acked, ACK)
+    filing = Filing("retry", time.time() + 60, _raw("f-retried"))
+    m.record.settle_later(unfiled, filing)
+
+    settlement._hand_over_reliable(m)
+
+    assert client.llen(key) == 0
+    default = client.lrange(keys.queue("default"), 0, -1)
+    assert sorted(default) == sorted(
+        x.encode() if isinstance(x, str) else x
+        for x in (unfinished, lost_reply, twin, twin, garbage)
+    )
+    assert client.lrange(keys.queue("low"), 0, -1) == [low_job.encode()]
+    (entry,) = client.lrange(keys.unsettled(), 0, -1)
+    entry = json.loads(entry)
+    assert entry["target"] == "retry" and entry["payload"] == filing.payload
+    assert m.record.pending() == {}
+
+
+def test_hand_over_keeps_the_list_when_redis_is_away(redis_server, configure, prefix):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    ident = "handover:2:x"
+    m = _manager(ident)
+    raw = _raw("u")
+    connection.get_client().rpush(keys.inprogress(ident), raw)
+    m.record.started(Work("default", raw))
+    server.stop()
+    force = threading.Event()
+    force.set()  # no retries: fail at once
+    assert settlement.hand_over(m, force) is False
+    server.start()
+    # The server lost its data (no persistence): what matters is the record, intact
+    # for orphan recovery, and no exception.
+    assert [w.raw for w in m.record.running()] == [raw]
+
+
+def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, prefix):
+    job = payload.build("testapp.jobs.record", ["never-run"], jid="unsettled1")
+    job["retry_count"] = 1
+    entry = settlement.unsettled_entry(Filing("dead", time.time(), payload.encode(job)))
+    r.rpush(f"{prefix}:unsettled", entry, "{broken entry")
+    w = worker()
+    wait_until(lambda: r.zcard(f"{prefix}:dead") == 2, 10, message="both filed in dead")
+    assert r.llen(f"{prefix}:unsettled") == 0
+    dead = {json.loads(m)["jid"]: json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)}
+    assert dead["unsettled1"]["args"] == ["never-run"]
+    (wrapper,) = [d for jid, d in dead.items() if jid != "unsettled1"]
+    assert wrapper["error_class"] == "InvalidUnsettledEntry"
+    assert wrapper["raw_payload"] == "{broken entry"
+    time.sleep(0.5)
+    assert not r.exists(f"{prefix}:test:runs")
+    assert w.stop() == 0
+
+
+def test_keys_of_the_handover_are_the_documented_ones(prefix):
+    assert keys.unsettled() == f"{prefix}:unsettled"
+    assert keys.inprogress("x") == f"{prefix}:inprogress:x"

@@ -1,0 +1,174 @@
+"""Signals with real processes: TERM/INT stop gracefully and requeue what is unfinished,
+a second TERM cuts the wait short, TSTP quiets, TTIN logs stacks; ``--processes``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+from testapp import jobs as tj
+
+from .helpers import wait_until
+
+
+def runs(r, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
+
+
+def test_term_during_long_job_requeues_it_and_a_new_worker_runs_it(worker, r, prefix):
+    tj.count_then_sleep.enqueue(10, "long")
+    raw = r.lindex(f"{prefix}:queue:default", 0)
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 2})
+    wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the job started")
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
+    took = time.monotonic() - started
+    assert took < 5, f"shutdown took {took:.1f}s"
+    # Back on its queue, exactly as it was, and nowhere else.
+    assert r.lrange(f"{prefix}:queue:default", 0, -1) == [raw]
+    assert not r.keys(f"{prefix}:inprogress:*")
+    assert r.scard(f"{prefix}:processes") == 0
+    log = w.log()
+    assert "shutdown timeout: 1 job(s) still running" in log
+    assert "requeued 1 job(s) unfinished at shutdown" in log
+    # A new worker picks it up.
+    w2 = worker()
+    wait_until(lambda: runs(r, prefix).get("long") == 2, 10, message="run by the new worker")
+    w2.kill()
+
+
+def test_int_stops_like_term(worker, r, prefix):
+    tj.count_then_sleep.enqueue(10, "long")
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 1})
+    wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the job started")
+    w.signal(signal.SIGINT)
+    assert w.wait(10) == 0
+    assert r.llen(f"{prefix}:queue:default") == 1
+    assert "SIGINT received: stopping" in w.log()
+
+
+def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
+    tj.count_then_sleep.enqueue(30, "long")
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 60})
+    wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the job started")
+    w.signal(signal.SIGTERM)
+    w.wait_for_log("SIGTERM received: stopping")
+    time.sleep(0.5)
+    assert w.proc.poll() is None, "still waiting for the job (SHUTDOWN_TIMEOUT=60)"
+    started = time.monotonic()
+    w.signal(signal.SIGTERM)
+    assert w.wait(10) == 0
+    assert time.monotonic() - started < 4
+    assert r.llen(f"{prefix}:queue:default") == 1
+    assert "requeued 1 job(s) unfinished at shutdown" in w.log()
+
+
+def test_finished_jobs_are_not_requeued_at_term(worker, r, prefix):
+    """Only unfinished jobs go back: a clean TERM with jobs finishing during the wait
+    leaves nothing behind and runs nothing twice."""
+    tj.slow.enqueue_many([(0.3 * i, f"j{i}") for i in range(5)])
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 5})
+    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="all fetched")
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
+    assert runs(r, prefix) == {f"j{i}": 1 for i in range(5)}
+    assert r.llen(f"{prefix}:queue:default") == 0
+    assert not r.keys(f"{prefix}:inprogress:*")
+    assert "requeued" not in w.log()
+
+
+def test_tstp_quiets(worker, r, prefix):
+    w = worker()
+    (ident,) = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
+    w.signal(signal.SIGTSTP)
+    w.wait_for_log("quiet: no new jobs will be fetched")
+    wait_until(
+        lambda: r.hget(f"{prefix}:process:{ident}", "quiet") == "true", 5, message="quiet=true"
+    )
+    tj.record.enqueue_many([(f"q{i}",) for i in range(3)])
+    time.sleep(1.0)
+    assert r.llen(f"{prefix}:queue:default") == 3, "a quiet worker fetched"
+    assert not runs(r, prefix)
+    # Still alive and beating while quiet.
+    assert r.exists(f"{prefix}:process:{ident}")
+    assert w.proc.poll() is None
+    assert w.stop() == 0
+    assert r.llen(f"{prefix}:queue:default") == 3
+
+
+def test_ttin_logs_every_threads_stack(worker, r, prefix):
+    tj.slow.enqueue(2, "busy")
+    w = worker(settings={"CONCURRENCY": 2})
+    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 5, message="the slow job fetched")
+    w.signal(signal.SIGTTIN)
+    w.wait_for_log(r"thread processor-1 \(\d+\):")
+    log = w.log()
+    for name in ("MainThread", "processor-0", "processor-1", "heartbeat", "poller"):
+        assert re.search(rf"thread {name} \(\d+\):", log), name
+    # The busy thread's stack shows the job.
+    assert re.search(r"in slow\n\s+time\.sleep\(seconds\)", log)
+    assert w.proc.poll() is None
+    assert w.stop() == 0
+
+
+def test_processes_two_children_run_jobs_and_term_stops_both(worker, r, prefix):
+    w = worker(args=["--processes", "2"], wait=False)
+    w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
+    idents = wait_until(
+        lambda: (m := r.smembers(f"{prefix}:processes")) and len(m) == 2 and m,
+        10,
+        message="two processes registered",
+    )
+    pids = {json.loads(r.hget(f"{prefix}:process:{i}", "info"))["pid"] for i in idents}
+    assert len(pids) == 2 and w.pid not in pids
+    # Both take jobs: slow ones, more than one process's threads can hold.
+    tj.slow.enqueue_many([(1.0, f"p{i}") for i in range(10)])
+    busy = wait_until(
+        lambda: all(r.hget(f"{prefix}:process:{i}", "busy") == "5" for i in idents),
+        10,
+        message="both processes busy",
+    )
+    assert busy
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 10, 15, message="10 runs")
+    assert set(runs(r, prefix).values()) == {1}
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+    for pid in pids:
+        assert not _alive(pid), f"child {pid} still running"
+    assert r.scard(f"{prefix}:processes") == 0
+    assert len(re.findall(r"cogworker \S+ stopped", w.log())) == 2
+
+
+def test_processes_replaces_a_child_that_dies(worker, r, prefix):
+    w = worker(args=["--processes", "2"], wait=False)
+    w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
+    idents = wait_until(
+        lambda: (m := r.smembers(f"{prefix}:processes")) and len(m) == 2 and m,
+        10,
+        message="two processes registered",
+    )
+    victim = json.loads(r.hget(f"{prefix}:process:{sorted(idents)[0]}", "info"))["pid"]
+    os.kill(victim, signal.SIGKILL)
+    w.wait_for_log(rf"worker process {victim} exited with -9; starting a replacement")
+    w.wait_for_log(r"cogworker \S+ started", count=3, timeout=30)
+    tj.record.enqueue_many([(f"r{i}",) for i in range(20)])
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 20, 10, message="jobs still run")
+    w.signal(signal.SIGTERM)
+    assert w.wait(20) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0): it is reaped by its parent; check its state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
