@@ -182,3 +182,28 @@ def test_redis_down_during_an_action_shows_503(admin_client, configure):
 def test_unsafe_next_is_ignored(admin_client, r):
     response = post(admin_client, "queue", "pause", name="q", next="https://evil.example/")
     assert response["Location"] == url("queue")
+
+
+def test_periodic_disable_enable_run_now(admin_client, settings, r):
+    settings.COGWORKER_PERIODIC = {
+        "nightly": {
+            "cron": "0 3 * * *",
+            "job": "testapp.jobs.record",
+            "queue": "low",
+            "unique": "until_executed",
+        },
+    }
+    post(admin_client, "periodicentry", "disable", name="nightly")
+    assert r.sismember(keys.periodic_disabled(), "nightly")
+    html = admin_client.get(url("periodicentry")).content.decode()
+    assert "disabled</span>" in html and 'data-action="enable"' in html
+    post(admin_client, "periodicentry", "enable", name="nightly")
+    assert not r.sismember(keys.periodic_disabled(), "nightly")
+    post(admin_client, "periodicentry", "run_now", name="nightly")
+    assert r.llen(keys.queue("low")) == 1
+    assert "enqueued now as job" in messages_of(admin_client.get(url("periodicentry")))[-1]
+    post(admin_client, "periodicentry", "run_now", name="nightly")
+    assert r.llen(keys.queue("low")) == 1
+    assert "holds its lock" in messages_of(admin_client.get(url("periodicentry")))[-1]
+    post(admin_client, "periodicentry", "disable", name="nope")
+    assert "no periodic entry named" in messages_of(admin_client.get(url("periodicentry")))[-1]

@@ -139,8 +139,28 @@ def screenshots(tmp_path) -> Path:
     return path
 
 
+PERIODIC = {
+    "nightly-report": {
+        "cron": "0 3 * * *",
+        "job": "testapp.jobs.record",
+        "args": ["report"],
+        "timezone": "Europe/Paris",
+        "unique": "until_executed",
+        "queue": "work",
+    },
+    "every-minute": {"cron": "* * * * *", "job": "testapp.jobs.noop", "queue": "work"},
+}
+
+
 def test_admin_in_a_real_browser(
-    live_server, transactional_db, django_user_model, worker, r, screenshots, monkeypatch
+    live_server,
+    transactional_db,
+    django_user_model,
+    worker,
+    r,
+    screenshots,
+    monkeypatch,
+    settings,
 ):
     from playwright.sync_api import expect, sync_playwright
 
@@ -148,8 +168,9 @@ def test_admin_in_a_real_browser(
     # check would refuse the test's own ORM use at teardown.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    settings.COGWORKER_PERIODIC = PERIODIC  # the admin's view of the schedule
     _populate(r)
-    w = worker(args=["-q", "work"], settings={"CONCURRENCY": 3})
+    w = worker(args=["-q", "work"], settings={"CONCURRENCY": 3}, periodic=PERIODIC)
     tj.slow.using(queue="work").enqueue(60, "busy-in-browser")
     identity = wait_until(lambda: ProcessSet().identities(), 15, message="worker listed")[0]
     wait_until(lambda: r.hlen(keys.work(identity)), 15, message="busy job in the snapshot")

@@ -34,7 +34,10 @@ def test_cogworker_section_in_admin_index(admin_client):
         "Quarantined keys",
     ):
         assert f">{label}</a>" in html
-    assert admin_client.get("/admin/cogworker_django/").status_code == 200
+    app_index = admin_client.get("/admin/cogworker_django/").content.decode()
+    # No change forms here: every entry is a "View" link, none "Change" or "Add".
+    assert app_index.count('class="viewlink"') == 10
+    assert 'class="changelink"' not in app_index and 'class="addlink"' not in app_index
 
 
 @pytest.mark.parametrize("model", PAGES)
@@ -260,9 +263,16 @@ def test_quarantine_page_and_preview(admin_client, r):
     assert other.status_code == 404
 
 
-def test_periodic_page(admin_client):
-    from cogworker_django.api import PeriodicEntries
-
-    if not PeriodicEntries.available():
-        pytest.skip("cogworker_django.periodic.control is not written yet")
-    assert admin_client.get(url("periodicentry")).status_code == 200
+def test_periodic_page(admin_client, settings):
+    settings.COGWORKER_PERIODIC = {
+        "nightly": {
+            "cron": "0 3 * * *",
+            "job": "testapp.jobs.record",
+            "args": [XSS],
+            "timezone": "Europe/Paris",
+            "unique": "until_executed",
+        },
+    }
+    html = admin_client.get(url("periodicentry")).content.decode()
+    assert 'data-entry="nightly"' in html and "Europe/Paris" in html and "0 3 * * *" in html
+    assert "until_executed" in html and XSS not in html and 'data-action="disable"' in html

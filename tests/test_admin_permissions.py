@@ -23,6 +23,14 @@ def test_anonymous_gets_the_login_page(model):
     assert response["Location"].startswith("/admin/login/?next=")
 
 
+def test_logged_in_non_staff_gets_the_login_page(django_user_model):
+    user = django_user_model.objects.create_user("customer")
+    client = Client()
+    client.force_login(user)
+    response = client.get(url("deadjob"))
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
 def test_anonymous_action_does_nothing(r):
     push(r, make_job())
     response = Client().post(

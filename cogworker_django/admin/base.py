@@ -48,10 +48,22 @@ class PageAdmin(admin.ModelAdmin):
         return False
 
     def has_perm(self, request: HttpRequest, kind: str) -> bool:
+        opts = self.model._meta
+        if kind not in opts.default_permissions:
+            return False  # a read-only page: even a superuser can't act on it
         if kind == "view":
             return self.has_view_permission(request)
-        opts = self.model._meta
         return request.user.has_perm(f"{opts.app_label}.{kind}_{opts.model_name}")
+
+    def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
+        # The admin index labels an entry "Change" when this says change: there is no
+        # change form here, so every page is listed as "View" (when the user may look).
+        return {
+            "add": False,
+            "change": False,
+            "delete": False,
+            "view": self.has_perm(request, "view"),
+        }
 
     def require(self, request: HttpRequest, kind: str) -> None:
         if not self.has_perm(request, kind):

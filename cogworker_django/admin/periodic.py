@@ -23,19 +23,35 @@ class PeriodicAdmin(PageAdmin):
     def _name(self, request: HttpRequest) -> str:
         return request.POST.get("name", "")
 
-    def do_disable(self, request: HttpRequest) -> str:
+    def _unknown(self, name: str):
+        return messages.ERROR, f"There is no periodic entry named {name!r} in COGWORKER_PERIODIC."
+
+    def do_disable(self, request: HttpRequest):
         name = self._name(request)
-        PeriodicEntries().disable(name)
+        try:
+            PeriodicEntries().disable(name)
+        except KeyError:
+            return self._unknown(name)
         return f"Periodic entry {name!r} disabled: its slots are skipped until enabled."
 
-    def do_enable(self, request: HttpRequest) -> str:
+    def do_enable(self, request: HttpRequest):
         name = self._name(request)
-        PeriodicEntries().enable(name)
+        try:
+            PeriodicEntries().enable(name)
+        except KeyError:
+            return self._unknown(name)
         return f"Periodic entry {name!r} enabled."
 
     def do_run_now(self, request: HttpRequest):
         name = self._name(request)
-        jid = PeriodicEntries().run_now(name)
+        try:
+            jid = PeriodicEntries().run_now(name)
+        except KeyError:
+            return self._unknown(name)
         if jid is None:
-            return messages.WARNING, f"{name!r} was not enqueued (a run still holds its lock)."
+            return (
+                messages.WARNING,
+                f"{name!r} was not enqueued: a run still holds its lock (or a client "
+                "middleware refused the push).",
+            )
         return f"{name!r} enqueued now as job {jid}."
