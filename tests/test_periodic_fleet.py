@@ -1,31 +1,112 @@
-"""The periodic guarantee across a fleet of real worker processes: every slot is
-enqueued exactly once, and ``until_executed`` runs never overlap."""
+"""The periodic guarantee with real worker processes on the main Redis: every slot
+enqueued exactly once across a fleet, ``until_executed`` runs never overlap (and a run
+whose worker is killed frees its entry within the active TTL), disable / enable."""
 
 from __future__ import annotations
 
 import time
 
+from django.test import override_settings
+
+from cogworker_django.periodic import control
+
 from .helpers import wait_until
 
-TICK_ENTRY = {"every-second": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick"}}
+EVERY_SECOND = {"every-second": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick"}}
 
 
-def _slots(r, prefix) -> dict[int, int]:
+def slots(r, prefix) -> dict[int, int]:
+    """Runs per slot (``testapp.jobs.periodic_*`` count them)."""
     return {int(k): int(v) for k, v in r.hgetall(f"{prefix}:test:slots").items()}
 
 
+def spans(r, prefix) -> list[dict]:
+    """Runs of testapp.jobs.periodic_span: jid, slot, pid, start and (if written) end."""
+    runs: dict[str, dict] = {}
+    for line in r.lrange(f"{prefix}:test:spans", 0, -1):
+        kind, jid, *rest = line.split()
+        if kind == "start":
+            runs[jid] = {"jid": jid, "slot": int(rest[0]), "pid": int(rest[1])}
+            runs[jid]["start"] = float(rest[2])
+        else:
+            runs[jid]["end"] = float(rest[0])
+    return sorted(runs.values(), key=lambda run: run["start"])
+
+
 def test_three_processes_fire_every_slot_exactly_once(worker, r, prefix):
-    workers = [worker(periodic=TICK_ENTRY, wait=False) for _ in range(3)]
+    workers = [worker(periodic=EVERY_SECOND, wait=False) for _ in range(3)]
     for w in workers:
         w.wait_for_log(r"cogworker \S+ started", timeout=30)
     start = time.time()
     time.sleep(12)
     end = time.time()
-    # Let the last slots of the window run.
-    wait_until(lambda: max(_slots(r, prefix), default=0) >= int(end), 5, message="last slot")
-    slots = _slots(r, prefix)
+    wait_until(lambda: max(slots(r, prefix), default=0) >= int(end), 5, message="last slot")
+    counts = slots(r, prefix)
+    assert {s: c for s, c in counts.items() if c != 1} == {}
     window = range(int(start) + 1, int(end))
-    assert all(count == 1 for count in slots.values()), {s: c for s, c in slots.items() if c != 1}
-    missing = [s for s in window if s not in slots]
-    assert not missing, f"slots never fired: {missing}"
+    assert [s for s in window if s not in counts] == [], "slots that never fired"
     assert len(window) >= 10
+
+
+def test_until_executed_runs_never_overlap(worker, r, prefix):
+    periodic = {
+        "exclusive": {
+            "cron": "* * * * * *",
+            "job": "testapp.jobs.periodic_span",
+            "args": [1.5],
+            "unique": "until_executed",
+        }
+    }
+    worker(periodic=periodic, wait=False)
+    worker(periodic=periodic)
+    runs = wait_until(lambda: spans(r, prefix)[2:] and spans(r, prefix), 15, message="3 runs")
+    for earlier, later in zip(runs, runs[1:], strict=False):
+        assert "end" in earlier and later["start"] >= earlier["end"], f"{later} overlaps {earlier}"
+    # Slots that came while a run held the lock (past the grace) were skipped, not queued.
+    assert runs[2]["slot"] - runs[0]["slot"] > 2
+    assert all(count == 1 for count in slots(r, prefix).values())
+
+
+def test_a_killed_run_frees_its_entry_once_the_active_ttl_lapses(worker, r, prefix):
+    periodic = {
+        "exclusive": {
+            "cron": "* * * * * *",
+            "job": "testapp.jobs.periodic_span",
+            "args": [30],
+            "unique": "until_executed",
+        }
+    }
+    settings = {"PERIODIC_ACTIVE_TTL": 2}
+    workers = [worker(periodic=periodic, settings=settings, wait=False) for _ in range(2)]
+    for w in workers:
+        w.wait_for_log(r"cogworker \S+ started", timeout=30)
+    (first,) = wait_until(lambda: spans(r, prefix), 15, message="the first run")
+    time.sleep(1.0)  # its worker's heartbeat has refreshed the lock (active TTL) by now
+    victim = next(w for w in workers if w.pid == first["pid"])
+    victim.kill()
+    killed_at = time.time()
+    runs = wait_until(lambda: spans(r, prefix)[1:], 10, message="a new run after the kill")
+    second = runs[0]
+    assert second["jid"] != first["jid"]
+    # Not before the lock, no longer refreshed, lapsed (active TTL 2 s, last refreshed
+    # at most a beat, 0.5 s, before the kill).
+    assert second["start"] - killed_at >= 1.0
+    assert second["pid"] != first["pid"]
+
+
+def test_disable_wait_two_slots_enable_no_burst(worker, r, prefix):
+    worker(periodic=EVERY_SECOND)
+    wait_until(lambda: len(slots(r, prefix)) >= 2, 10, message="two runs")
+    with override_settings(COGWORKER_PERIODIC=EVERY_SECOND):
+        control.disable("every-second")
+        disabled_at = time.time()
+        time.sleep(2.2)
+        assert [s for s in slots(r, prefix) if s > disabled_at] == []
+        control.enable("every-second")
+        enabled_at = time.time()
+    time.sleep(2.2)
+    counts = slots(r, prefix)
+    assert all(c == 1 for c in counts.values())
+    assert [s for s in counts if disabled_at < s < enabled_at - 1] == []
+    after = [s for s in counts if s >= enabled_at - 1]
+    assert 1 <= len(after) <= 4, after  # firing again, one slot per second: no burst

@@ -265,3 +265,18 @@ def test_a_rollback_that_fails_is_retried_before_the_entry_is_looked_at_again(
     assert job["periodic_slot"] == T0
     assert c.get(keys.periodic_running("e")) == job["jid"]
     assert c.get(keys.periodic_last_slot("e")) == str(T0)
+
+
+def test_the_first_tick_waits_for_the_first_orphan_recovery(r, configure):
+    configure(PERIODIC_TICK=0.05)
+    recovered = []
+    t = Ticker([entry(cron="* * * * * *")], ready=lambda: bool(recovered))
+    t.start()
+    try:
+        time.sleep(0.3)
+        assert queued(r) == [] and not r.exists(keys.periodic_schedule())
+        recovered.append(True)
+        wait_until(lambda: queued(r), 3, message="a run once recovery has run")
+    finally:
+        t.stop()
+    assert not t._thread.is_alive()
