@@ -276,3 +276,45 @@ def test_periodic_page(admin_client, settings):
     html = admin_client.get(url("periodicentry")).content.decode()
     assert 'data-entry="nightly"' in html and "Europe/Paris" in html and "0 3 * * *" in html
     assert "until_executed" in html and XSS not in html and 'data-action="disable"' in html
+
+
+def test_chart_scale_and_filters():
+    import datetime as dt
+
+    from cogworker_django.admin import chart
+    from cogworker_django.api import DayStat
+    from cogworker_django.templatetags import cogworker_admin as f
+
+    assert [chart._nice_max(v) for v in (0, 1, 3, 7, 11, 999, 1001)] == [
+        1,
+        1,
+        5,
+        10,
+        20,
+        1000,
+        2000,
+    ]
+    today = dt.date(2026, 1, 30)
+    days = [DayStat(today - dt.timedelta(days=29 - i), 0, 0) for i in range(30)]
+    c = chart.build(days)
+    assert len(c.dots) == 30 and c.y_ticks[0]["value"] == 0
+    assert c.x_labels[0]["anchor"] == "start" and c.x_labels[-1]["anchor"] == "end"
+    assert chart.build([]).dots == []
+    assert [f.seconds(v) for v in (None, 0.25, 12.34, 125, 7300, 200000)] == [
+        "–",
+        "250 ms",
+        "12.3 s",
+        "2 min 5 s",
+        "2 h 1 min",
+        "2 d 7 h",
+    ]
+    assert [f.kilobytes(v) for v in (None, 512, 20480, 3 * 1024 * 1024)] == [
+        "–",
+        "512 KB",
+        "20.0 MB",
+        "3.00 GB",
+    ]
+    assert f.percent(0.143) == "14.3 %" and f.percent(None) == "–"
+    assert f.when(None) == "–"
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30.5)
+    assert ">in 30 s<" in f.when(soon)

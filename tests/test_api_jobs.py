@@ -176,3 +176,22 @@ def test_actions_retry_deferred_lock_releases_first(r):
     DeadSet().delete(DeadSet().page()[0])
     assert not r.exists(keys.unique("deferred"))
     assert locks.deferred.pending() == {}
+
+
+def test_works_with_a_decoding_client(r, configure):
+    # REDIS_OPTIONS={"decode_responses": True} makes every reply a str.
+    from cogworker_django.api import Queue
+
+    configure(REDIS_OPTIONS={"decode_responses": True})
+    job = make_job(queue="low")
+    add_to(r, "dead", job)
+    r.lpush(keys.queue("low"), json.dumps(make_job(queue="low", token="q")))
+    dead = DeadSet()
+    rec = dead.find(job["jid"])
+    assert dead.get(rec.key).jid == job["jid"]
+    assert dead.search(job["jid"]).records[0].jid == job["jid"]
+    assert dead.retry(rec) == Outcome.DONE
+    q = Queue("low")
+    found = q.find(job["jid"])
+    assert found is not None and q.size() == 2 and q.latency() is not None
+    assert q.clear() == 2

@@ -23,7 +23,8 @@ def text(value: Any) -> str:
 
 
 def as_bytes(value: str | bytes) -> bytes:
-    return value if isinstance(value, bytes) else value.encode("utf-8")
+    """Reply bytes (a client with decode_responses gives str)."""
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
 
 
 def epoch(value: Any) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from .. import keys, locks, payload, scripts
 from ..worker.failures import dead_trim
 from . import search as scanning
-from ._util import client
+from ._util import as_bytes, client
 from .records import JobRecord, parse_entry_key
 
 # Entries read, moved or removed per round trip by the bulk actions.
@@ -87,7 +87,7 @@ class JobSet:
         score, digest = parsed
         rows = client().zrangebyscore(self.key, score, score, withscores=True)
         for raw, s in rows:
-            if hashlib.sha1(raw).hexdigest().startswith(digest):
+            if hashlib.sha1(as_bytes(raw)).hexdigest().startswith(digest):
                 return JobRecord.from_raw(raw, float(s), self.name)
         return None
 

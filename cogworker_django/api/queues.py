@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from .. import keys, locks, payload
-from ._util import client, epoch, text
+from ._util import as_bytes, client, epoch, text
 from .records import JobRecord
 
 # Jobs removed (and their locks released) per round trip when a queue is cleared.
@@ -124,7 +124,7 @@ class Queue:
         for start in range(0, limit, FIND_BATCH):
             rows = conn.lrange(self.key, -(start + FIND_BATCH), -(start + 1))
             for raw in reversed(rows):
-                if needle in raw:
+                if needle in as_bytes(raw):
                     record = JobRecord.from_raw(raw, None, "queue", self.name)
                     if record.jid == jid:
                         return record
@@ -150,7 +150,13 @@ class Queue:
         remaining = int(conn.llen(self.key))
         removed = 0
         while remaining > 0:
-            rows = conn.rpop(self.key, min(batch, remaining)) or []
+            n = min(batch, remaining)
+            # The n jobs at the right end, read and trimmed in one MULTI (RPOP with a
+            # count needs Redis 6.2; basic fetch still runs on older servers).
+            pipe = conn.pipeline(transaction=True)
+            pipe.lrange(self.key, -n, -1)
+            pipe.ltrim(self.key, 0, -(n + 1))
+            rows, _ = pipe.execute()
             if not rows:
                 break
             removed += len(rows)

@@ -54,7 +54,7 @@ class JobRecord:
         source: str = "",
         queue: str | None = None,
     ) -> JobRecord:
-        data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
         return cls(data, payload.decode(data, queue), score, source)
 
     # Identity ---------------------------------------------------------------------------
