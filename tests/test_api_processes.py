@@ -35,7 +35,7 @@ def test_busy_entries_that_do_not_decode_still_show(r):
 
 def test_live_worker_busy_quiet_and_stop(worker, r):
     tj.slow.enqueue(30, "long")
-    w = worker()
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 1})  # the stop below needn't wait out the job
     ps = ProcessSet()
     proc = wait_until(lambda: ps.list() and ps.list()[0], 15, message="process listed")
     assert proc.pid == w.pid and proc.concurrency == 5 and proc.queues == ["default:1"]
