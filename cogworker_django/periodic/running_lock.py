@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import conf, errors, keys, locks, payload
 from ..middleware import Reschedule, ServerMiddleware
+from ..unique import is_last_attempt
 
 log = logging.getLogger("cogworker_django")
 
@@ -54,11 +55,6 @@ def held_lock(job: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _is_last_attempt(job: dict[str, Any]) -> bool:
-    """True when a failure of the run now starting sends the job to dead."""
-    return payload.retries_exhausted({**job, "retry_count": int(job.get("retry_count") or 0) + 1})
-
-
 class RunningLockMiddleware(ServerMiddleware):
     """Built-in server middleware: the run's side of the lifecycle above. A no-op for
     any job that is not a run of an ``until_executed`` entry."""
@@ -79,7 +75,7 @@ class RunningLockMiddleware(ServerMiddleware):
             errors.best_effort(COMPONENT, lambda: locks.expire(key, jid, ttl), key)
             raise
         except BaseException:
-            if _is_last_attempt(job):
+            if is_last_attempt(job):
                 locks.release(key, jid, COMPONENT)
             raise
         locks.release(key, jid, COMPONENT)
