@@ -219,3 +219,20 @@ def test_the_hook_is_registered_once():
         assert sum(isinstance(h, LockRefresher) for h in heartbeat.beat_hooks) == 1
     finally:
         heartbeat.beat_hooks[:] = before
+
+
+def test_locks_module_knows_the_running_lock_of_a_run(r):
+    """What the processor (retry extension) and the dead paths (release) go through."""
+    job = claimed_run(r)
+    lock = keys.periodic_running("e")
+    assert locks.job_locks(job) == [lock]
+    locks.extend_job_locks(job, 500_000)
+    assert r.ttl(lock) > 86400
+    r.set(lock, "newer-run")
+    locks.release_job_locks(job)  # owner-checked: not this run's any more
+    assert r.get(lock) == "newer-run"
+    r.set(lock, job["jid"])
+    locks.release_job_locks(job)
+    assert not r.exists(lock)
+    plain = entries.parse_entry("p", {"cron": "* * * * *", "job": "testapp.jobs.periodic_tick"})
+    assert locks.job_locks(plain.build_job(slot=T0)) == []
