@@ -38,7 +38,7 @@ def test_three_processes_fire_every_slot_exactly_once(worker, r, prefix):
     for w in workers:
         w.wait_for_log(r"cogworker \S+ started", timeout=30)
     start = time.time()
-    time.sleep(12)
+    time.sleep(11)
     end = time.time()
     wait_until(lambda: max(slots(r, prefix), default=0) >= int(end), 5, message="last slot")
     counts = slots(r, prefix)
