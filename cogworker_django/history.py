@@ -4,11 +4,12 @@ Duties:
 - :class:`HistoryMiddleware` (outermost server middleware, so it times everything)
   records each run: jid, job, queue, status ("success"/"failed"), started_at, duration,
   error_class, error_message, worker identity, periodic entry name;
-- records go to this process's in-memory :data:`buffer`, never one write per job
-  (DESIGN.md section 5); :class:`HistoryFlusher` writes them in batches to
-  ``P:history`` (XADD MAXLEN ~ ``HISTORY_MAX_RUNS``) every :data:`FLUSH_INTERVAL`, or
-  sooner when :data:`FLUSH_BATCH` runs are waiting, and the launcher flushes once more
-  at shutdown;
+- records go to this process's in-memory :data:`buffer` (a tuple each: the hot path
+  does as little as it can), never one write per job (DESIGN.md section 5);
+  :class:`HistoryFlusher` writes them in batches to ``P:history``, one stream entry per
+  run (field ``run``: the record as JSON) capped at ``HISTORY_MAX_RUNS`` (MAXLEN ~), by
+  one script call per :data:`WRITE_CHUNK` runs, every :data:`FLUSH_INTERVAL` or sooner
+  when :data:`FLUSH_BATCH` runs wait; the launcher flushes once more at shutdown;
 - best-effort (rule 4): recording or writing never fails, slows or changes a job. While
   Redis is away the buffer keeps up to :data:`MAX_BUFFERED` runs; a deterministic error
   (the key holding the wrong type) drops that batch and backs off until the key guard
@@ -21,6 +22,7 @@ Duties:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import socket
@@ -31,7 +33,7 @@ from typing import Any
 
 import redis
 
-from . import conf, connection, errors, keys, payload
+from . import conf, connection, errors, keys, payload, scripts
 from .middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
@@ -40,9 +42,10 @@ COMPONENT = "History"
 # How often the flusher writes, and how many waiting runs make it write at once.
 FLUSH_INTERVAL = 1.0
 FLUSH_BATCH = 500
-# XADDs per pipeline: big enough to amortise the round trip, small enough not to hog Redis.
-WRITE_CHUNK = 1000
-# Runs kept in memory while Redis is away (about 2 MB); beyond that the oldest are dropped.
+# Runs per script call: big enough to amortise the round trip and the client's encoding,
+# small enough that one call holds Redis for a few milliseconds at most.
+WRITE_CHUNK = 500
+# Runs kept in memory while Redis is away (a few MB); beyond that the oldest are dropped.
 MAX_BUFFERED = 10_000
 # Error text kept per run: the full text is in the dead/retry payload already.
 ERROR_MESSAGE_LIMIT = 1000
@@ -55,18 +58,10 @@ BACKOFF_MAX = 60.0
 CLOCK_SKEW_MARGIN = 300.0
 READ_BATCH = 1000
 
-FIELDS = (
-    "jid",
-    "job",
-    "queue",
-    "status",
-    "started_at",
-    "duration",
-    "error_class",
-    "error_message",
-    "worker",
-    "periodic",
-)
+# A run as buffered: (jid, job, queue, status, started_at, duration, error_class,
+# error_message, periodic). The worker identity is added when it is written.
+Run = tuple
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def enabled() -> bool:
@@ -79,13 +74,13 @@ class Buffer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: deque[dict[str, str]] = deque()
+        self._runs: deque[Run] = deque()
         self.dropped = 0
         self.wakeup = threading.Event()
         # Set by the worker at boot (extensions.build); a fallback for other callers.
         self.worker = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
-    def add(self, run: dict[str, str]) -> None:
+    def add(self, run: Run) -> None:
         with self._lock:
             self._runs.append(run)
             if len(self._runs) > MAX_BUFFERED:
@@ -95,11 +90,11 @@ class Buffer:
         if full and not self.wakeup.is_set():
             self.wakeup.set()
 
-    def take(self, n: int) -> list[dict[str, str]]:
+    def take(self, n: int) -> list[Run]:
         with self._lock:
             return [self._runs.popleft() for _ in range(min(n, len(self._runs)))]
 
-    def put_back(self, runs: list[dict[str, str]]) -> None:
+    def put_back(self, runs: list[Run]) -> None:
         """Return runs a failed write did not store, in front (they are the oldest)."""
         with self._lock:
             self._runs.extendleft(reversed(runs))
@@ -120,25 +115,49 @@ class Buffer:
 buffer = Buffer()
 
 
-def _run_record(
+def capture(
     job: dict[str, Any],
     queue: str,
     started_at: float,
     duration: float,
     exc: BaseException | None,
-) -> dict[str, str]:
+) -> Run:
+    """One run as buffered: only what the record needs (never the payload or the
+    exception itself, which would keep arguments and tracebacks alive in memory)."""
     periodic = job.get("periodic")
+    if exc is None:
+        status, error_class, message = "success", None, None
+    else:
+        status = "failed"
+        error_class = payload.error_class(exc)
+        message = errors.safe_str(exc, ERROR_MESSAGE_LIMIT)  # rule 7: never raises
+    return (
+        job.get("jid"),
+        job.get("func"),
+        queue,
+        status,
+        started_at,
+        duration,
+        error_class,
+        message,
+        periodic if isinstance(periodic, str) else None,
+    )
+
+
+def as_dict(run: Run, worker: str) -> dict[str, Any]:
+    """The record of a buffered run, as stored (JSON) and as :func:`query` returns it."""
+    jid, job, queue, status, started_at, duration, error_class, error_message, periodic = run
     return {
-        "jid": errors.safe_str(job.get("jid", "")),
-        "job": errors.safe_str(job.get("func", "")),
-        "queue": errors.safe_str(queue),
-        "status": "failed" if exc is not None else "success",
-        "started_at": repr(started_at),
-        "duration": repr(duration),
-        "error_class": payload.error_class(exc) if exc is not None else "",
-        "error_message": errors.safe_str(exc, ERROR_MESSAGE_LIMIT) if exc is not None else "",
-        "worker": buffer.worker,
-        "periodic": periodic if isinstance(periodic, str) else "",
+        "jid": jid,
+        "job": job,
+        "queue": queue,
+        "status": status,
+        "started_at": started_at,
+        "duration": duration,
+        "error_class": error_class,
+        "error_message": error_message,
+        "worker": worker,
+        "periodic": periodic,
     }
 
 
@@ -166,7 +185,7 @@ class HistoryMiddleware:
     @staticmethod
     def _record(job, queue, started_at, duration, exc) -> None:
         try:
-            buffer.add(_run_record(job, queue, started_at, duration, exc))
+            buffer.add(capture(job, queue, started_at, duration, exc))
         except Exception as err:  # noqa: BLE001 - rule 4: history never fails a job
             errors.report(COMPONENT, err, "a run was not recorded")
 
@@ -205,35 +224,28 @@ class _Writer:
                 )
             return written
 
-    def _write(self, conn: redis.Redis, runs: list[dict[str, str]]) -> int:
-        key, cap = keys.history(), conf.get().HISTORY_MAX_RUNS
-        pipe = conn.pipeline(transaction=False)
-        for run in runs:
-            pipe.xadd(key, run, maxlen=cap, approximate=True)
+    def _write(self, conn: redis.Redis, runs: list[Run]) -> int:
+        worker = buffer.worker
+        records = [_dumps(as_dict(run, worker)) for run in runs]
         try:
-            results = pipe.execute(raise_on_error=False)
-        except Exception:
-            # Unknown how much landed: keep them all (a duplicate run record is better
-            # than a lost one, and this only happens when the connection drops).
-            buffer.put_back(runs)
-            raise
-        failed = [
-            (run, r) for run, r in zip(runs, results, strict=True) if isinstance(r, Exception)
-        ]
-        if not failed:
-            return len(runs)
-        first = failed[0][1]
-        if errors.is_unavailable(first):
-            buffer.put_back([run for run, _ in failed])
-            raise first
-        # Deterministic (P:history of the wrong type): this batch is lost, never a job;
-        # retrying every second can't help, so back off until the key guard moved it.
-        self.retry_at = time.monotonic() + self.backoff
-        delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
-        raise type(first)(
-            f"{len(failed)} run record(s) dropped, next write in {delay:.0f}s: "
-            f"{errors.safe_str(first)}"
-        )
+            scripts.run(
+                "history_add", conn, [keys.history()], [conf.get().HISTORY_MAX_RUNS, *records]
+            )
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                # Kept for the next flush. (Had the reply been lost after the script ran,
+                # these runs get recorded twice: better than not at all.)
+                buffer.put_back(runs)
+                raise
+            # Deterministic (P:history of the wrong type): this batch is lost, never a job;
+            # retrying every second can't help, so back off until the key guard moved it.
+            self.retry_at = time.monotonic() + self.backoff
+            delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
+            raise type(exc)(
+                f"{len(runs)} run record(s) dropped, next write in {delay:.0f}s: "
+                f"{errors.safe_str(exc)}"
+            ) from None
+        return len(runs)
 
 
 writer = _Writer()
@@ -294,27 +306,38 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _float(value: str) -> float | None:
+def _float(value: Any) -> float | None:
     try:
         return float(value)
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
+def _str(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
 def _decode(entry_id: Any, fields: dict) -> dict[str, Any]:
+    """A stream entry as a run; never raises (an entry written by hand reads as blanks)."""
     f = {_text(k): _text(v) for k, v in fields.items()}
+    try:
+        record = json.loads(f["run"])
+    except (KeyError, ValueError):
+        record = f
+    if not isinstance(record, dict):
+        record = {}
     return {
         "id": _text(entry_id),
-        "jid": f.get("jid", ""),
-        "job": f.get("job", ""),
-        "queue": f.get("queue", ""),
-        "status": f.get("status", ""),
-        "started_at": _float(f.get("started_at", "")),
-        "duration": _float(f.get("duration", "")),
-        "error_class": f.get("error_class") or None,
-        "error_message": f.get("error_message") or None,
-        "worker": f.get("worker", ""),
-        "periodic": f.get("periodic") or None,
+        "jid": _str(record.get("jid")) or "",
+        "job": _str(record.get("job")) or "",
+        "queue": _str(record.get("queue")) or "",
+        "status": _str(record.get("status")) or "",
+        "started_at": _float(record.get("started_at")),
+        "duration": _float(record.get("duration")),
+        "error_class": _str(record.get("error_class")),
+        "error_message": _str(record.get("error_message")),
+        "worker": _str(record.get("worker")) or "",
+        "periodic": _str(record.get("periodic")),
     }
 
 

@@ -26,15 +26,15 @@ def fresh_history():
 
 def _run(job="app.jobs.f", status="success", started_at=None, duration=0.1, **extra):
     exc = ValueError("bad") if status == "failed" else None
-    record = history._run_record(
+    run = history.capture(
         {"jid": payload.new_jid(), "func": job, **extra},
         "default",
         started_at if started_at is not None else time.time(),
         duration,
         exc,
     )
-    history.buffer.add(record)
-    return record
+    history.buffer.add(run)
+    return history.as_dict(run, history.buffer.worker)
 
 
 # With a real worker --------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_middleware_records_a_broken_exception_and_reraises_it():
     with pytest.raises(tj.BrokenStr):
         mw(job, "low", boom)
     assert mw(job, "low", lambda: 42) == 42
-    failed, ok = history.buffer.take(10)
+    failed, ok = (history.as_dict(run, "w") for run in history.buffer.take(10))
     assert failed["status"] == "failed"
     assert failed["error_class"] == "testapp.jobs.BrokenStr"
     assert "str() raised" in failed["error_message"]
@@ -179,7 +179,8 @@ def test_flush_while_redis_is_unreachable_keeps_the_runs(configure):
     configure(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     runs = [_run() for _ in range(3)]
     assert history.flush_safely() is False
-    assert history.buffer.take(10) == runs  # kept, in order, for the next flush
+    kept = [history.as_dict(run, history.buffer.worker) for run in history.buffer.take(10)]
+    assert kept == runs  # kept, in order, for the next flush
 
 
 def test_wrong_type_drops_the_batch_and_backs_off(r):
@@ -213,6 +214,19 @@ def test_query_filters_and_pages():
     assert jids(history.query(until=now - 97.5)) == [a_ok[2]["jid"], a_ok[1]["jid"], a_ok[0]["jid"]]
     assert jids(history.query(job="a", start=2, count=2)) == [a_ok[3]["jid"], a_ok[2]["jid"]]
     assert history.query(job="nope") == []
+    newest = history.query(count=1)[0]
+    assert newest.pop("id")
+    assert newest == b_ok  # every field comes back as it went in
+
+
+def test_entries_not_written_by_history_read_as_blanks(r):
+    r.xadd(keys.history(), {"run": "not json"})
+    r.xadd(keys.history(), {"run": "[1, 2]"})
+    r.xadd(keys.history(), {"job": "by.hand", "status": "failed", "duration": "x"})
+    runs = history.query()
+    assert [run["job"] for run in runs] == ["by.hand", "", ""]
+    assert runs[0]["duration"] is None and runs[0]["status"] == "failed"
+    assert history.summary()["count"] == 3
 
 
 def test_query_reads_past_one_batch(monkeypatch):
