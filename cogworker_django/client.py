@@ -110,8 +110,14 @@ def _push_one(job: dict[str, Any]) -> str | None:
 
 def _check_listing(result: Any, queue: str) -> None:
     if isinstance(result, Exception):
-        _forget_listing(queue)
+        # An outage: list it again with the next push. A deterministic error (P:queues of
+        # the wrong type, until the key guard moves it): again after QUEUE_LISTING_REFRESH,
+        # never an error line per push (rule 5).
+        if errors.is_unavailable(result):
+            _forget_listing(queue)
         errors.report("Queue listing", result, f"{keys.queues()} not updated for {queue!r}")
+    else:
+        errors.recovered("Queue listing")
 
 
 def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:

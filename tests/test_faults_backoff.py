@@ -75,3 +75,11 @@ def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(redis_server, co
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "scheduled") == "1", 15)
     assert w.log().count("Scheduled poller failed (next try in") <= 2
     assert w.stop() == 0
+
+
+def test_pushes_log_a_broken_queue_listing_once_a_minute_not_per_push(r, caplog):
+    r.set(keys.queues(), "not a set")
+    jids = [tj.record.enqueue(f"t{i}") for i in range(50)]
+    assert r.llen(keys.queue("default")) == 50 and all(jids)  # rule 1: every push went in
+    errors_logged = [rec for rec in caplog.records if "not updated" in rec.getMessage()]
+    assert len(errors_logged) == 1
