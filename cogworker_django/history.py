@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -317,13 +318,12 @@ def _str(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def _decode(entry_id: Any, fields: dict) -> dict[str, Any]:
-    """A stream entry as a run; never raises (an entry written by hand reads as blanks)."""
-    f = {_text(k): _text(v) for k, v in fields.items()}
+def _decode(entry_id: Any, raw: Any) -> dict[str, Any]:
+    """A stream entry's run; never raises (an entry not written here reads as blanks)."""
     try:
-        record = json.loads(f["run"])
-    except (KeyError, ValueError):
-        record = f
+        record = json.loads(raw)
+    except (TypeError, ValueError):
+        record = None
     if not isinstance(record, dict):
         record = {}
     return {
@@ -349,24 +349,32 @@ def _before(entry_id: str) -> str:
     return f"{int(ms) - 1}-18446744073709551615" if int(ms) > 0 else ""
 
 
-def _newest_first(conn: redis.Redis, low: str = "-"):
-    """Every entry from newest to ``low`` (a stream id bound), in batches. A history key
-    of the wrong type reads as empty (the key guard moves it aside)."""
+def _needle(name: str, value: str | None) -> str:
+    # Exactly as the writer encodes the field (same encoder; "jid" comes first, so every
+    # other field is preceded by a comma, and "periodic" ends the record).
+    return f",{_dumps(name)}:{_dumps(value)}," if value is not None else ""
+
+
+def _slices(
+    conn: redis.Redis, mode: str, job: str | None, status: str | None, low: str = "-"
+) -> Iterator[tuple[list[Any], int, int]]:
+    """(items, runs matched, of which failed) for each slice of READ_BATCH entries, newest
+    first, filtered in
+    Redis (lua/history_scan.lua). A history key of the wrong type reads as empty (the key
+    guard moves it aside)."""
     high = "+"
+    args = [low, READ_BATCH, _needle("job", job), _needle("status", status), mode]
     while high:
         try:
-            batch = conn.xrevrange(keys.history(), max=high, min=low, count=READ_BATCH)
+            last, items, matched, failed = scripts.run(
+                "history_scan", conn, [keys.history()], [high, *args]
+            )
         except redis.ResponseError as exc:
             if "WRONGTYPE" in errors.safe_str(exc):
                 return
             raise
-        if not batch:
-            return
-        for entry_id, fields in batch:
-            yield _decode(entry_id, fields)
-        if len(batch) < READ_BATCH:
-            return
-        high = _before(_text(batch[-1][0]))
+        yield items, matched, failed
+        high = _before(_text(last)) if last else ""
 
 
 def query(
@@ -385,25 +393,25 @@ def query(
     duration, error_class, error_message, worker, periodic (and the stream ``id``)."""
     conn = conn or connection.get_client()
     low_t, high_t = _epoch(since), _epoch(until)
+    # Stream ids are the Redis clock at write time, after the run started: older ids
+    # than ``since`` (less the skew margin) cannot hold a match.
     low = "-" if low_t is None else str(max(0, int((low_t - CLOCK_SKEW_MARGIN) * 1000)))
     out: list[dict[str, Any]] = []
     skipped = 0
-    for run in _newest_first(conn, low):
-        if job is not None and run["job"] != job:
-            continue
-        if status is not None and run["status"] != status:
-            continue
-        started = run["started_at"]
-        if low_t is not None and (started is None or started < low_t):
-            continue
-        if high_t is not None and (started is None or started > high_t):
-            continue
-        if skipped < start:
-            skipped += 1
-            continue
-        out.append(run)
-        if len(out) >= count:
-            break
+    for items, _matched, _failed in _slices(conn, "runs", job, status, low):
+        for entry_id, raw in zip(items[0::2], items[1::2], strict=True):
+            run = _decode(entry_id, raw)
+            started = run["started_at"]
+            if low_t is not None and (started is None or started < low_t):
+                continue
+            if high_t is not None and (started is None or started > high_t):
+                continue
+            if skipped < start:
+                skipped += 1
+                continue
+            out.append(run)
+            if len(out) >= count:
+                return out
     return out
 
 
@@ -415,41 +423,23 @@ def _percentile(ordered: list[float], pct: float) -> float | None:
     return ordered[int(rank) - 1]
 
 
-def _summarise(durations: list[float], failed: int) -> dict[str, Any]:
+def summary(job: str | None = None, *, conn: redis.Redis | None = None) -> dict[str, Any]:
+    """Over every retained run (of ``job`` if given): count, failed, failure_rate (0..1),
+    and p50/p95/p99 durations in seconds (None without runs). Redis reads every run, in
+    slices, and sends back only durations and outcomes."""
+    conn = conn or connection.get_client()
+    durations: list[float] = []
+    count = failed = 0
+    for items, matched, failed_here in _slices(conn, "stats", job, None):
+        count += matched
+        failed += failed_here
+        durations.extend(map(float, items))  # checked by the script: all numbers
     durations.sort()
-    n = len(durations)
     return {
-        "count": n,
+        "count": count,
         "failed": failed,
-        "failure_rate": failed / n if n else 0.0,
+        "failure_rate": failed / count if count else 0.0,
         "p50": _percentile(durations, 50),
         "p95": _percentile(durations, 95),
         "p99": _percentile(durations, 99),
     }
-
-
-def summary_by_job(*, conn: redis.Redis | None = None) -> dict[str, dict[str, Any]]:
-    """:func:`summary` for every job in the retained history, in one pass."""
-    conn = conn or connection.get_client()
-    durations: dict[str, list[float]] = {}
-    failed: dict[str, int] = {}
-    for run in _newest_first(conn):
-        name = run["job"]
-        durations.setdefault(name, []).append(run["duration"] or 0.0)
-        if run["status"] == "failed":
-            failed[name] = failed.get(name, 0) + 1
-    return {name: _summarise(d, failed.get(name, 0)) for name, d in sorted(durations.items())}
-
-
-def summary(job: str | None = None, *, conn: redis.Redis | None = None) -> dict[str, Any]:
-    """Over every retained run (of ``job`` if given): count, failed, failure_rate (0..1),
-    and p50/p95/p99 durations in seconds (None without runs)."""
-    conn = conn or connection.get_client()
-    durations: list[float] = []
-    failed = 0
-    for run in _newest_first(conn):
-        if job is not None and run["job"] != job:
-            continue
-        durations.append(run["duration"] or 0.0)
-        failed += run["status"] == "failed"
-    return _summarise(durations, failed)

@@ -224,16 +224,21 @@ def test_entries_not_written_by_history_read_as_blanks(r):
     r.xadd(keys.history(), {"run": "[1, 2]"})
     r.xadd(keys.history(), {"job": "by.hand", "status": "failed", "duration": "x"})
     runs = history.query()
-    assert [run["job"] for run in runs] == ["by.hand", "", ""]
-    assert runs[0]["duration"] is None and runs[0]["status"] == "failed"
-    assert history.summary()["count"] == 3
+    assert [(run["job"], run["status"], run["duration"]) for run in runs] == [("", "", None)] * 3
+    assert history.query(job="by.hand") == []
+    s = history.summary()
+    assert (s["count"], s["failed"], s["p50"]) == (3, 0, None)
 
 
-def test_query_reads_past_one_batch(monkeypatch):
+def test_query_and_summary_read_past_one_slice(monkeypatch):
     monkeypatch.setattr(history, "READ_BATCH", 7)
-    made = [_run("a") for _ in range(30)]
+    made = [_run("a", "failed" if i % 3 == 0 else "success", duration=i) for i in range(30)]
+    _run("b")
     history.flush()
-    assert [x["jid"] for x in history.query(count=100)] == [m["jid"] for m in reversed(made)]
+    got = history.query(job="a", count=100)
+    assert [x["jid"] for x in got] == [m["jid"] for m in reversed(made)]
+    s = history.summary("a")
+    assert (s["count"], s["failed"], s["p99"]) == (30, 10, 29.0)
 
 
 def test_summary_counts_failure_rate_and_percentiles():
@@ -246,7 +251,7 @@ def test_summary_counts_failure_rate_and_percentiles():
     assert s["failure_rate"] == 0.25
     assert (s["p50"], s["p95"], s["p99"]) == (0.5, 0.95, 0.99)
     assert history.summary()["count"] == 101
-    assert history.summary_by_job()["b"]["p99"] == 9.0
+    assert history.summary("b")["p99"] == 9.0
     empty = history.summary("nothing")
     assert empty == {
         "count": 0,
