@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from typing import Any
 
 from .. import __version__, conf, connection, errors, history, locks, stats
@@ -32,6 +33,12 @@ from .recovery import OrphanRecovery
 
 log = logging.getLogger("cogworker_django")
 
+# A second TERM/INT this soon after the first is the same stop delivered twice (Ctrl-C
+# reaches every process of the terminal's group, and systemd's default KillMode signals
+# the whole cgroup, while the --processes supervisor also passes it on): not a request
+# to cut the wait short.
+DUPLICATE_SIGNAL_WINDOW = 1.0
+
 
 def new_identity(tag: str = "") -> str:
     host = socket.gethostname().split(".")[0]
@@ -41,18 +48,26 @@ def new_identity(tag: str = "") -> str:
     return ":".join(parts).replace(" ", "_")
 
 
-def resolve_fetch_mode(requested: str, client: Any) -> str:
+def choose_fetch_mode(requested: str, version: tuple[int, ...]) -> tuple[str, str | None]:
+    """The fetch mode to run with, and a warning to log when it differs from the one
+    requested: reliable fetch needs LMOVE (Redis 6.2)."""
     if requested == "basic":
-        return "basic"
-    version = connection.server_version(client)
+        return "basic", None
     if version < connection.MIN_REDIS_VERSION:
-        log.warning(
-            "FETCH='reliable' needs Redis >= 6.2 (LMOVE); this one is %s, so this worker "
-            "uses basic fetch: a job taken by a worker that dies is lost",
-            ".".join(map(str, version)),
+        return "basic", (
+            f"FETCH='reliable' needs Redis >= 6.2 (LMOVE); this one is "
+            f"{'.'.join(map(str, version))}, so this worker uses basic fetch: a job taken "
+            "by a worker that dies is lost"
         )
-        return "basic"
-    return "reliable"
+    return "reliable", None
+
+
+def resolve_fetch_mode(requested: str, client: Any) -> str:
+    version = connection.server_version(client) if requested != "basic" else ()
+    mode, warning = choose_fetch_mode(requested, version)
+    if warning:
+        log.warning("%s", warning)
+    return mode
 
 
 class Launcher:
@@ -73,18 +88,27 @@ class Launcher:
         self.identity = new_identity(tag)
         self._signals: queue.SimpleQueue[int | str] = queue.SimpleQueue()
         self._stopping = False
+        self._stop_signal_at: float | None = None
         self._force = threading.Event()
         self.components: list[Any] = []  # started after the processors, stopped before them
 
     # Signals -----------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if signum in (signal.SIGTERM, signal.SIGINT) and self._stopping:
-            self._force.set()  # second TERM/INT: stop waiting for running jobs
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            now = time.monotonic()
+            if self._stop_signal_at is None:
+                self._stop_signal_at = now
+            elif now - self._stop_signal_at < DUPLICATE_SIGNAL_WINDOW:
+                return  # the first one, delivered twice
+            else:
+                self._force.set()  # second TERM/INT: stop waiting for running jobs
         self._signals.put(signum)
 
     def request_stop(self) -> None:
         """Stop from another thread (the admin's "stop")."""
+        if self._stop_signal_at is None:
+            self._stop_signal_at = time.monotonic()
         self._signals.put(signal.SIGTERM)
 
     def _install_signals(self) -> None:

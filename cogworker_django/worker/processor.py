@@ -83,12 +83,15 @@ class Processor:
                 work = fetcher.fetch(conn, ack=done)
             except Exception as exc:  # noqa: BLE001 - Redis away: back off, keep the ack pending
                 errors.report("Fetch", exc)
+                if done is not None:
+                    manager.record.finished(done)  # its ack is the heartbeat's to retry now
                 done = None
                 manager.wait_quiet(error_pause)
                 error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
                 continue
             if done is not None:
                 manager.record.settled(done.raw, ACK)
+                manager.record.finished(done)
                 done = None
             error_pause = IDLE_FIRST_PAUSE
             errors.recovered("Fetch")
@@ -107,14 +110,19 @@ class Processor:
             self.manager.fetcher.ack(conn, work.raw)
         except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
             errors.report("Ack", exc)
-            return
-        self.manager.record.settled(work.raw, ACK)
+        else:
+            self.manager.record.settled(work.raw, ACK)
+        self.manager.record.finished(work)
 
     # One job -----------------------------------------------------------------------------
 
     def process(self, work: Work) -> Work | None:
-        """Run one job and settle it; returns the work still to ack (after a success)."""
+        """Run one job and settle it; returns the work still to ack (after a success).
+        That one stays *running* in the record until the fetch carrying its ack returns,
+        so the heartbeat never acks it too (a second LREM could take the list entry of
+        another copy of the same payload, still running)."""
         record = self.manager.record
+        ack_later = False
         job = payload.decode(wire(work.raw), work.queue)
         record.started(work)
         self.busy = True
@@ -136,6 +144,7 @@ class Processor:
             if outcome is None:
                 stats.counters.incr("processed")
                 record.settle_later(work.raw, ACK)
+                ack_later = True
                 return work
             target, score = outcome
             if target != "schedule":
@@ -146,7 +155,8 @@ class Processor:
             jobs._current.job = None
             self.manager.work_finished(self.name)
             self.busy = False
-            record.finished(work)
+            if not ack_later:
+                record.finished(work)
 
     def _execute(self, job: dict[str, Any], queue: str) -> tuple[str, float] | None:
         """None on success, else (target set, score) with ``job`` updated in place."""
