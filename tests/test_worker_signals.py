@@ -57,7 +57,10 @@ def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
     wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the job started")
     w.signal(signal.SIGTERM)
     w.wait_for_log("SIGTERM received: stopping")
-    time.sleep(0.5)
+    # Within a second, the same TERM delivered twice (a process group or cgroup-wide
+    # kill plus the supervisor's forward) is not a second request.
+    w.signal(signal.SIGTERM)
+    time.sleep(1.2)
     assert w.proc.poll() is None, "still waiting for the job (SHUTDOWN_TIMEOUT=60)"
     started = time.monotonic()
     w.signal(signal.SIGTERM)
@@ -172,3 +175,64 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_quiet_and_stop_from_the_signal_channel(worker, r, prefix):
+    """The admin's Quiet and Stop: published on P:signal:<identity>."""
+    w = worker()
+    (ident,) = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
+    channel = f"{prefix}:signal:{ident}"
+    wait_until(lambda: r.publish(channel, "hello") == 1, 5, message="the subscriber")
+    w.wait_for_log(r"ignoring unknown signal 'hello'")
+    r.publish(channel, "quiet")
+    wait_until(
+        lambda: r.hget(f"{prefix}:process:{ident}", "quiet") == "true", 5, message="quiet=true"
+    )
+    assert "quiet requested from the admin" in w.log()
+    r.publish(channel, "stop")
+    assert w.wait(15) == 0
+    assert "stop requested from the admin" in w.log()
+    assert r.scard(f"{prefix}:processes") == 0
+
+
+def test_signal_subscriber_reconnects_after_its_connection_is_killed(
+    worker, redis_server, configure, prefix
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    w = worker(redis_url=server.url)
+    (ident,) = wait_until(lambda: client.smembers(f"{prefix}:processes"), 5, message="up")
+    channel = f"{prefix}:signal:{ident}"
+    wait_until(lambda: client.publish(channel, "ping") == 1, 5, message="the subscriber")
+    assert client.client_kill_filter(_type="pubsub") >= 1
+    w.wait_for_log(r"Signal subscriber: Redis unavailable")
+    w.wait_for_log(r"Signal subscriber: Redis recovered")
+    wait_until(lambda: client.publish(channel, "stop") == 1, 5, message="resubscribed")
+    assert w.wait(15) == 0
+
+
+def test_group_wide_term_to_processes_still_waits_for_jobs(worker, r, prefix):
+    """systemd's default KillMode (and Ctrl-C in a terminal) signals every process: each
+    child gets TERM directly and again from the supervisor. That is one stop, not two:
+    running jobs still get their shutdown timeout."""
+    tj.slow.enqueue_many([(2.0, "g0"), (2.0, "g1")])
+    w = worker(args=["--processes", "2"], settings={"SHUTDOWN_TIMEOUT": 10}, wait=False)
+    w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
+    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="both taken")
+    children = _children(w.pid)
+    assert len(children) == 2
+    for pid in [w.pid, *children]:  # as a cgroup-wide kill would (not killpg: that is us)
+        os.kill(pid, signal.SIGTERM)
+    assert w.wait(20) == 0
+    assert runs(r, prefix) == {"g0": 1, "g1": 1}
+    assert r.llen(f"{prefix}:queue:default") == 0
+    assert "requeued" not in w.log()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []

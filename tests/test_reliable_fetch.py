@@ -1,0 +1,147 @@
+"""Fetch mode selection, and what one job costs in Redis round trips on the hot path
+(counted with MONITOR on a private redis-server: only commands sent by clients, not
+those run inside scripts)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django.worker.launcher import choose_fetch_mode
+
+from .helpers import wait_until
+
+# Decision (unit) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "requested, version, mode",
+    [
+        ("reliable", (7, 0, 15), "reliable"),
+        ("reliable", (6, 2, 0), "reliable"),
+        ("reliable", (6, 0, 20), "basic"),
+        ("reliable", (5, 0, 7), "basic"),
+        ("basic", (7, 2, 0), "basic"),
+        ("basic", (), "basic"),
+    ],
+)
+def test_choose_fetch_mode(requested, version, mode):
+    assert choose_fetch_mode(requested, version)[0] == mode
+
+
+def test_fallback_to_basic_says_why_and_what_is_lost():
+    mode, warning = choose_fetch_mode("reliable", (6, 0, 9))
+    assert mode == "basic"
+    assert "needs Redis >= 6.2" in warning and "6.0.9" in warning
+    assert "a job taken by a worker that dies is lost" in warning
+    assert choose_fetch_mode("reliable", (6, 2, 1))[1] is None
+    assert choose_fetch_mode("basic", (6, 0, 9))[1] is None  # asked for: no warning
+
+
+# Real workers: which commands they send per job -----------------------------------------
+
+
+class Monitor:
+    """Counts the commands clients send to a server (MONITOR), by name, lowercased;
+    commands run inside Lua scripts are left out."""
+
+    def __init__(self, server) -> None:
+        self.client = server.client()
+        self.counts: Counter = Counter()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Monitor:
+        self._thread.start()
+        assert self._ready.wait(5)
+        return self
+
+    def _run(self) -> None:
+        with self.client.monitor() as m:
+            self._ready.set()
+            for cmd in m.listen():
+                if cmd.get("client_type") == "lua":
+                    continue
+                self.counts[cmd["command"].split(" ", 1)[0].lower()] += 1
+                if self._stop.is_set():
+                    return
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.client.ping()  # one more command so listen() wakes up and returns
+        self._thread.join(5)
+
+
+def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, float]:
+    client = server.client()
+    client.sadd(f"{prefix}:paused", "default")
+    w = worker(redis_url=server.url, args=args, settings={"CONCURRENCY": 5})
+    tj.noop.enqueue_many([() for _ in range(n)])
+    time.sleep(0.3)
+    with Monitor(server) as mon:
+        started = time.monotonic()
+        client.srem(f"{prefix}:paused", "default")
+        wait_until(lambda: client.llen(f"{prefix}:queue:default") == 0, 60, 0.02, message="drain")
+        took = time.monotonic() - started
+        time.sleep(0.1)  # the last jobs finish (and, reliable, ride their ack on a fetch)
+    assert w.stop() == 0
+    return mon.counts, took
+
+
+def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, configure, prefix):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    n = 3000
+    counts, took = _drain_under_monitor(worker, server, prefix, [], n)
+    per_job = {k: v / n for k, v in counts.most_common()}
+    print(f"\nreliable: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
+    # One EVALSHA (ack the finished job + fetch the next) per job; idle polls and the
+    # heartbeat add a little.
+    assert 1.0 <= per_job["evalsha"] <= 1.1, per_job
+    # No separate ack: it rides on the next fetch (and the heartbeat never acks twice).
+    assert "brpop" not in counts and "lrem" not in counts
+    others = sum(v for k, v in counts.items() if k not in ("evalsha", "llen", "srem", "ping"))
+    assert others / n < 0.1, counts
+
+
+def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
+    worker, redis_server, configure, prefix
+):
+    """Basic fetch: one non-blocking script per job (it also sees django.tasks priority
+    zsets, which BRPOP can't), and BRPOP only to wait while every queue is empty. No
+    in-progress list, no in-progress registry."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    n = 3000
+    counts, took = _drain_under_monitor(worker, server, prefix, ["--fetch", "basic"], n)
+    per_job = {k: v / n for k, v in counts.most_common()}
+    print(f"\nbasic: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
+    assert 1.0 <= per_job["evalsha"] <= 1.1, per_job
+    assert "lrem" not in counts
+    client = server.client()
+    assert not client.keys(f"{prefix}:inprogress*")
+
+
+@pytest.mark.parametrize("mode, blocking", [("basic", True), ("reliable", False)])
+def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode, blocking):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    w = worker(redis_url=server.url, args=["--fetch", mode], settings={"CONCURRENCY": 2})
+    assert f"fetch={mode}" in w.log()
+    time.sleep(0.5)
+    with Monitor(server) as mon:
+        time.sleep(2.0)
+    if blocking:
+        # Each thread blocks up to a second per BRPOP.
+        assert 2 <= mon.counts["brpop"] <= 8, mon.counts
+    else:
+        # Reliable fetch polls (no blocking LMOVE: one script walks every queue), backing
+        # off to FETCH_IDLE_MAX_INTERVAL (0.1 s in tests): about 10 per thread per second.
+        assert "brpop" not in mon.counts
+        assert 10 <= mon.counts["evalsha"] <= 60, mon.counts
+    assert w.stop() == 0
