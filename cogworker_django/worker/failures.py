@@ -6,7 +6,7 @@ Backoff (seconds before retry number ``n``, n = 1, 2, ...)::
     n ** 4 + 15 + random(0, 10 * n)
 
 about 16 s, 31 s, 96 s, 271 s, 640 s ... 4.5 days for the 25th: a default ``retry=True``
-job keeps trying for about three weeks. ``COGWORKER["RETRY_BACKOFF"]`` names a function
+job keeps trying for about 25 days (table in docs/retries.md). ``COGWORKER["RETRY_BACKOFF"]`` names a function
 ``f(retry_count) -> seconds`` to use instead.
 """
 
