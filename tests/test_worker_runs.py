@@ -253,3 +253,22 @@ def test_dead_processor_thread_is_replaced_and_logged(worker, r, prefix):
     wait_until(lambda: runs(r, prefix).get("crash", 0) >= 2, 10, message="the crashed job re-run")
     assert w.stop() == 0
     assert re.search(r"requeued 1 job\(s\) this process had taken without knowing it", w.log())
+
+
+def test_an_unregistered_module_is_never_imported(worker, r, prefix):
+    """``this`` prints the Zen of Python when imported: the worker's output must not
+    show it, for a payload naming a function in it."""
+    rb = redis.Redis.from_url(MAIN_REDIS_URL)
+    try:
+        rb.lpush(
+            f"{prefix}:queue:default",
+            json.dumps({"jid": "zen", "func": "this.s", "args": [], "kwargs": {}}),
+        )
+    finally:
+        rb.close()
+    w = worker()
+    wait_until(lambda: r.zcard(f"{prefix}:dead") == 1, 10, message="in dead")
+    assert w.stop() == 0
+    assert "Beautiful is better than ugly" not in w.log()
+    (dead,) = dead_jobs(r, prefix)
+    assert dead["error_class"] == "NotRegistered"
