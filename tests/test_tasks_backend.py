@@ -218,7 +218,7 @@ def drop_everything(job, push):
 
 def test_check_reports_redis_problems_and_queues_no_worker_reads(configure):
     messages = default_task_backend.check()
-    assert {m.id for m in messages} == {"cogworker.tasks.W001"}
+    assert {m.id for m in messages} == {"cogworker.tasks.W010"}
     assert sorted(m.msg.split("queue ")[1].split(",")[0] for m in messages) == [
         "'critical'",
         "'low'",

@@ -9,16 +9,20 @@
 -- list's next job, else the best zset member (priority below 0). A key of the wrong
 -- type is skipped (pcall): the key guard moves it aside.
 local m = #ARGV
+-- No zset at all (every queue without priorities): one EXISTS instead of m ZRANGEs.
+local with_priority = redis.call("EXISTS", unpack(KEYS, m + 1, 2 * m)) > 0
 local function take(zkey, member, name)
   local sep = string.find(member, "|", 1, true)
   redis.call("ZREM", zkey, member)
   return {name, string.sub(member, sep + 1)}
 end
 for i = 1, m do
-  local zkey = KEYS[m + i]
-  local best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
-  if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
-    best = nil
+  local zkey, best = KEYS[m + i], nil
+  if with_priority then
+    best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
+    if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
+      best = nil
+    end
   end
   if best and tonumber(best[2]) < 0 then
     return take(zkey, best[1], ARGV[i])

@@ -11,13 +11,14 @@
 -- queue, take the best zset member if its priority is above 0 (score < 0), else the
 -- list's next job, else the best zset member (priority below 0). A member is
 -- "<stamp>|<payload>": the stamp is dropped and the bare payload goes to the in-progress
--- list, added before it is removed (rule 2). Cost: one ZRANGE per queue visited, in
--- this same script (no extra round trip).
+-- list, added before it is removed (rule 2). Cost, in this same script (no extra round
+-- trip): one EXISTS over every zset, and only when one exists a ZRANGE per queue visited.
 if ARGV[1] ~= "" then
   redis.call("LREM", KEYS[1], 1, ARGV[1])
 end
 local m = #ARGV - 1
 local with_priority = #KEYS == 2 + 2 * m
+  and redis.call("EXISTS", unpack(KEYS, 3 + m, 2 + 2 * m)) > 0
 local function take(zkey, member, name)
   local job = string.sub(member, string.find(member, "|", 1, true) + 1)
   redis.call("LPUSH", KEYS[1], job)

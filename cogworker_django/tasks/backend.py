@@ -133,7 +133,8 @@ class CogworkerBackend(BaseTaskBackend):
         object.__setattr__(result, "enqueued_at", results.from_epoch(job["created_at"]))
         # Test modes (cogworker's testing.fake()/inline()) keep results out of Redis.
         if client._active_diverter() is None:
-            store.create(job, extra_ttl=float(job.get("at") or 0) - job["created_at"])
+            waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
+            store.create(job, extra_ttl=waits)  # kept at least until run_after
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -176,6 +177,7 @@ class CogworkerBackend(BaseTaskBackend):
         except ImproperlyConfigured:
             return []  # cogworker.E001 reports it
         found: list[checks.CheckMessage] = []
+        # Redis problems under this backend's name: cogworker.E002 -> cogworker.tasks.E002.
         for message in redis_messages():
             found.append(
                 type(message)(
@@ -192,7 +194,7 @@ class CogworkerBackend(BaseTaskBackend):
                     "COGWORKER['QUEUES']: workers started without '-q "
                     f"{queue}' never run its tasks.",
                     hint="Add it to COGWORKER['QUEUES'], or run workers with -q.",
-                    id="cogworker.tasks.W001",
+                    id="cogworker.tasks.W010",
                 )
             )
         return found
