@@ -43,9 +43,9 @@ COMPONENT = "History"
 # How often the flusher writes, and how many waiting runs make it write at once.
 FLUSH_INTERVAL = 1.0
 FLUSH_BATCH = 500
-# Runs per script call: big enough to amortise the round trip and the client's encoding,
-# small enough that one call holds Redis for a few milliseconds at most.
-WRITE_CHUNK = 500
+# Runs per script call: enough to amortise the round trip, few enough that one call holds
+# Redis (and this process's GIL, while encoding) for well under a millisecond.
+WRITE_CHUNK = 100
 # Runs kept in memory while Redis is away (a few MB); beyond that the oldest are dropped.
 MAX_BUFFERED = 10_000
 # Error text kept per run: the full text is in the dead/retry payload already.
