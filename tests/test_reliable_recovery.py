@@ -267,3 +267,31 @@ def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, 
     assert dead["testapp.jobs.record"]["orphan_count"] == 3
     assert r.llen(f"{prefix}:queue:default") == 0
     assert keys.inprogress(ident) not in {k for k in r.keys(f"{prefix}:*")}
+
+
+def test_recovery_works_where_time_is_refused(worker, redis_server, configure, prefix):
+    """Some proxies and managed services refuse TIME: beats are stamped with the host's
+    clock instead, and recovery compares against it."""
+    server = redis_server(extra=["--rename-command", "TIME", ""])
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    settings = {"ORPHAN_THRESHOLD": 1.5}
+    tj.count_then_sleep.enqueue_many([(30, "t0"), (30, "t1")])
+    a = worker(redis_url=server.url, settings=settings)
+    wait_until(
+        lambda: counts(client, prefix).get("t0") == 1 and counts(client, prefix).get("t1") == 1,
+        10,
+        message="both started",
+    )
+    (ident_a,) = client.smembers(f"{prefix}:processes")
+    stamp = float(client.hget(f"{prefix}:last_beat", ident_a))
+    assert abs(stamp - time.time()) < 5  # the host's clock
+    a.kill()
+    b = worker(redis_url=server.url, settings=settings)
+    b.wait_for_log(r"recovered 2 job\(s\) from dead process", timeout=15)
+    wait_until(
+        lambda: counts(client, prefix).get("t0") == 2 and counts(client, prefix).get("t1") == 2,
+        10,
+        message="both run again",
+    )
+    b.kill()

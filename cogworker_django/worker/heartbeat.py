@@ -246,7 +246,7 @@ class Heartbeat:
     def _subscribe_loop(self) -> None:
         channel = keys.signal(self.identity)
         while not self._stopping.is_set():
-            pubsub = None
+            pubsub = client = None
             try:
                 client = connection.new_client()
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
@@ -262,11 +262,14 @@ class Heartbeat:
                 errors.report("Signal subscriber", exc)
                 self._stopping.wait(1.0)
             finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # noqa: BLE001
-                        pass
+                # Each attempt has its own client (and pool): close both, or every
+                # reconnect during an outage would leak one.
+                for closable in (pubsub, client):
+                    if closable is not None:
+                        try:
+                            closable.close()
+                        except Exception:  # noqa: BLE001
+                            pass
 
     def _dispatch(self, data: Any) -> None:
         command = data.decode() if isinstance(data, bytes) else str(data)

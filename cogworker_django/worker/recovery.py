@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import redis
+
 from .. import conf, errors, keys, locks, payload, scripts
 from . import failures
 from .fetch import text, wire
@@ -85,6 +87,15 @@ def requeue_from_list(
     return moved
 
 
+def redis_now(conn: Any) -> int:
+    """Redis's clock (last beats are stamped with it); this host's clock where ``TIME``
+    is refused (some proxies and managed services), as the heartbeat does."""
+    try:
+        return int(conn.time()[0])
+    except redis.ResponseError:
+        return int(time.time())
+
+
 class OrphanRecovery:
     def __init__(self, identity: str, heartbeat: Any, fallback_queue: str) -> None:
         self.identity = identity
@@ -103,7 +114,7 @@ class OrphanRecovery:
         if not at_boot and not self.ready():
             return 0
         threshold = conf.get().ORPHAN_THRESHOLD
-        now = int(conn.time()[0])
+        now = redis_now(conn)
         ids = [text(i) for i in conn.smembers(keys.inprogress_ids())]
         beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
         moved = 0
