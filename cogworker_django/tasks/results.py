@@ -102,7 +102,11 @@ def build(task: Task, task_id: str, data: dict[str, str]) -> TaskResult:
         worker_ids=[str(w) for w in _list(data.get("worker_ids"))],
     )
     if "return_value" in data:
-        object.__setattr__(result, "_return_value", json.loads(data["return_value"]))
+        try:
+            value = json.loads(data["return_value"])
+        except ValueError:  # written by hand, or damaged: the rest of the result still reads
+            value = None
+        object.__setattr__(result, "_return_value", value)
     return result
 
 
