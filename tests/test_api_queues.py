@@ -75,3 +75,19 @@ def test_clear_keeps_a_paused_queue_listed(r):
     r.sadd(keys.paused(), "low")
     assert Queue("low").clear() == 1
     assert "low" in [q.name for q in Queue.all()]
+
+
+def test_size_and_clear_count_prioritised_tasks(r):
+    """django.tasks with a priority wait in P:pqueue:<q> beside the list: the queue's
+    size includes them and clearing the queue removes them."""
+    from cogworker_django import client, keys, payload
+    from cogworker_django.api import Queue
+
+    client.push(payload.build("testapp.jobs.record", ("plain",), {}, queue="prio"))
+    client.push(payload.build("testapp.jobs.record", ("high",), {}, queue="prio", priority=5))
+    assert r.zcard(keys.priority_queue("prio")) == 1
+    queue = Queue("prio")
+    assert queue.size() == 2 and queue.info().size == 2
+    assert [q.size for q in Queue.overview() if q.name == "prio"] == [2]
+    assert queue.clear() == 2
+    assert queue.size() == 0 and not r.exists(keys.priority_queue("prio"))

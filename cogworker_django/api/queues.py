@@ -76,6 +76,7 @@ class Queue:
         for n in names:
             pipe.llen(keys.queue(n))
             pipe.lindex(keys.queue(n), -1)
+            pipe.zcard(keys.priority_queue(n))  # django.tasks with a priority wait here
         pipe.smembers(keys.paused())
         replies = pipe.execute(raise_on_error=False)
         paused = replies[-1] if isinstance(replies[-1], set) else set()
@@ -83,9 +84,11 @@ class Queue:
         now = time.time()
         out = []
         for i, n in enumerate(names):
-            size, oldest = replies[2 * i], replies[2 * i + 1]
+            size, oldest, prioritised = replies[3 * i : 3 * i + 3]
             # A queue key of the wrong type (moved aside by the key guard soon) shows as empty.
-            size = size if isinstance(size, int) else 0
+            size = (size if isinstance(size, int) else 0) + (
+                prioritised if isinstance(prioritised, int) else 0
+            )
             oldest = oldest if isinstance(oldest, bytes) else None
             out.append(QueueInfo(n, size, _latency(oldest, now), n in paused_names))
         return out
@@ -93,7 +96,11 @@ class Queue:
     # Reads ------------------------------------------------------------------------------
 
     def size(self) -> int:
-        return int(client().llen(self.key))
+        """Jobs waiting: the list plus the queue's prioritised django.tasks."""
+        pipe = client().pipeline(transaction=False)
+        pipe.llen(self.key)
+        pipe.zcard(keys.priority_queue(self.name))
+        return sum(int(n) for n in pipe.execute())
 
     def latency(self) -> float | None:
         return _latency(client().lindex(self.key, -1), time.time())
@@ -107,8 +114,11 @@ class Queue:
         pipe.llen(self.key)
         pipe.lindex(self.key, -1)
         pipe.sismember(keys.paused(), self.name)
-        size, oldest, paused = pipe.execute()
-        return QueueInfo(self.name, int(size), _latency(oldest, time.time()), bool(paused))
+        pipe.zcard(keys.priority_queue(self.name))
+        size, oldest, paused, prioritised = pipe.execute()
+        return QueueInfo(
+            self.name, int(size) + int(prioritised), _latency(oldest, time.time()), bool(paused)
+        )
 
     def jobs(self, start: int = 0, count: int = 25) -> list[JobRecord]:
         """Jobs in the order they will run: ``start`` 0 is the next one (index -1)."""
@@ -165,6 +175,11 @@ class Queue:
                 job = payload.decode(raw)
                 if locks.job_locks(job):
                     locks.release_job_locks(job)
+        # Prioritised django.tasks of this queue hold no locks: dropped in one step.
+        pipe = conn.pipeline(transaction=True)
+        pipe.zcard(keys.priority_queue(self.name))
+        pipe.delete(keys.priority_queue(self.name))
+        removed += int(pipe.execute()[0])
         if not conn.exists(self.key) and not conn.sismember(keys.paused(), self.name):
             # Empty and not paused: drop it from the listing (a worker reading it, or the
             # next push, lists it again).
