@@ -104,9 +104,9 @@ def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, confi
     counts, took = _drain_under_monitor(worker, server, prefix, [], n)
     per_job = {k: v / n for k, v in counts.most_common()}
     print(f"\nreliable: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
-    # One EVALSHA (ack the finished job + fetch the next) per job; idle polls and the
-    # heartbeat add a little.
-    assert 1.0 <= per_job["evalsha"] <= 1.1, per_job
+    # At most one EVALSHA per job (acks and fetches share it; under load one call takes
+    # several jobs, see worker/dispatch.py); idle polls and the heartbeat add a little.
+    assert per_job["evalsha"] <= 1.1, per_job
     # No separate ack: it rides on the next fetch (and the heartbeat never acks twice).
     assert "brpop" not in counts and "lrem" not in counts
     # Nothing else is paid per job: the heartbeat, poller and key guard run on timers
@@ -127,7 +127,7 @@ def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
     counts, took = _drain_under_monitor(worker, server, prefix, ["--fetch", "basic"], n)
     per_job = {k: v / n for k, v in counts.most_common()}
     print(f"\nbasic: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
-    assert 1.0 <= per_job["evalsha"] <= 1.1, per_job
+    assert per_job["evalsha"] <= 1.1, per_job
     assert "lrem" not in counts
     client = server.client()
     assert not client.keys(f"{prefix}:inprogress*")

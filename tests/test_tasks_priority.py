@@ -75,7 +75,7 @@ def test_the_old_fetch_layout_ignores_priority_sets(r):
 
     got = scripts.run(
         "fetch", get_client(), [keys.inprogress("me"), keys.paused(), keys.queue("default")],
-        ["", "default"],
+        [0, 1, "default"],
     )  # fmt: skip
     assert json.loads(got[1])["args"] == ["p0"]
 

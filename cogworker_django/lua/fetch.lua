@@ -1,9 +1,12 @@
--- Reliable fetch: ack the job this thread just finished, then move the first job found
--- in the weighted queue order into this process's in-progress list. One round trip.
+-- Reliable fetch: ack the jobs this process's threads just finished, then move up to N
+-- jobs, each the first found in the weighted queue order, into this process's
+-- in-progress list. One round trip whatever the number of queues, acks and jobs.
 -- KEYS[1] = P:inprogress:<id>, KEYS[2] = P:paused, KEYS[3..m+2] = P:queue:<q> in fetch
 -- order, then optionally KEYS[m+3..2m+2] = P:pqueue:<q> in the same order
--- ARGV[1] = raw payload to ack ("" for none), ARGV[2..m+1] = the queue names
--- Returns {queue name, raw payload}, or false when every unpaused queue is empty.
+-- ARGV[1] = number of acks A, ARGV[2..A+1] = raw payloads to ack, ARGV[A+2] = N (jobs
+-- wanted, 0 to only ack), ARGV[A+3..A+m+2] = the queue names
+-- Returns {queue name, raw payload, queue name, raw payload, ...} (empty when every
+-- unpaused queue is empty).
 -- A paused set or a queue of the wrong type is skipped (pcall): the key guard moves it
 -- aside, and one bad key must not stop fetching from the others.
 --
@@ -13,39 +16,64 @@
 -- "<stamp>|<payload>": the stamp is dropped and the bare payload goes to the in-progress
 -- list, added before it is removed (rule 2). Cost, in this same script (no extra round
 -- trip): one EXISTS over every zset, and only when one exists a ZRANGE per queue visited.
-if ARGV[1] ~= "" then
-  redis.call("LREM", KEYS[1], 1, ARGV[1])
+local acks = tonumber(ARGV[1])
+for i = 2, acks + 1 do
+  redis.call("LREM", KEYS[1], 1, ARGV[i])
 end
-local m = #ARGV - 1
+local wanted = tonumber(ARGV[acks + 2])
+local first = acks + 3
+local m = #ARGV - first + 1
+local taken = {}
+if wanted < 1 or m < 1 then
+  return taken
+end
 local with_priority = #KEYS == 2 + 2 * m
   and redis.call("EXISTS", unpack(KEYS, 3 + m, 2 + 2 * m)) > 0
+local open = {}
+for i = 1, m do
+  open[i] = redis.pcall("SISMEMBER", KEYS[2], ARGV[first + i - 1]) ~= 1
+end
 local function take(zkey, member, name)
   local job = string.sub(member, string.find(member, "|", 1, true) + 1)
   redis.call("LPUSH", KEYS[1], job)
   redis.call("ZREM", zkey, member)
-  return {name, job}
+  taken[#taken + 1] = name
+  taken[#taken + 1] = job
 end
-for i = 1, m do
-  local name = ARGV[i + 1]
-  local paused = redis.pcall("SISMEMBER", KEYS[2], name)
-  if paused ~= 1 then
-    local zkey, best = KEYS[2 + m + i], nil
-    if with_priority then
-      best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
-      if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
-        best = nil
+-- One job from the first queue in the order that has one; false when none has.
+local function take_one()
+  for i = 1, m do
+    if open[i] then
+      local name = ARGV[first + i - 1]
+      local zkey, best = KEYS[2 + m + i], nil
+      if with_priority then
+        best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
+        if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
+          best = nil
+        end
       end
-    end
-    if best and tonumber(best[2]) < 0 then
-      return take(zkey, best[1], name)
-    end
-    local job = redis.pcall("LMOVE", KEYS[2 + i], KEYS[1], "RIGHT", "LEFT")
-    if type(job) == "string" then
-      return {name, job}
-    end
-    if best then
-      return take(zkey, best[1], name)
+      if best and tonumber(best[2]) < 0 then
+        take(zkey, best[1], name)
+        return true
+      end
+      local job = redis.pcall("LMOVE", KEYS[2 + i], KEYS[1], "RIGHT", "LEFT")
+      if type(job) == "string" then
+        taken[#taken + 1] = name
+        taken[#taken + 1] = job
+        return true
+      end
+      if best then
+        take(zkey, best[1], name)
+        return true
+      end
+      open[i] = false -- empty (or unreadable): not visited again in this call
     end
   end
+  return false
 end
-return false
+for _ = 1, wanted do
+  if not take_one() then
+    break
+  end
+end
+return taken

@@ -70,6 +70,12 @@ class ReliableFetch:
 
     def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
         """Ack ``ack`` (if any) and take the next job, in one round trip."""
+        works = self.fetch_many(conn, [ack.raw] if ack else [], 1)
+        return works[0] if works else None
+
+    def fetch_many(self, conn: redis.Redis, acks: list[str], count: int) -> list[Work]:
+        """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
+        dispatch.py for how a pool of threads shares it)."""
         order = weighted_order(self.queues)
         result = self._script(
             conn,
@@ -79,11 +85,11 @@ class ReliableFetch:
                 *(keys.queue(q) for q in order),
                 *(keys.priority_queue(q) for q in order),  # django.tasks priorities
             ],
-            [wire(ack.raw) if ack else "", *order],
+            [len(acks), *map(wire, acks), count, *order],
         )
         if not result:
-            return None
-        return Work(text(result[0]), text(result[1]))
+            return []
+        return [Work(text(result[i]), text(result[i + 1])) for i in range(0, len(result), 2)]
 
     def ack(self, conn: redis.Redis, raw: str) -> None:
         conn.lrem(self.inprogress, 1, wire(raw))

@@ -223,6 +223,8 @@ class Heartbeat:
 
         listed = {text(r) for r in conn.lrange(keys.inprogress(self.identity), 0, -1)}
         known = self.manager.record.running_raws() | set(self.manager.record.pending())
+        if self.manager.dispatcher is not None:
+            known |= self.manager.dispatcher.ready_raws()  # fetched, about to be taken
         unknown = listed - known
         confirmed = unknown & self._unknown_last_beat
         self._unknown_last_beat = unknown - confirmed

@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any
 
-from .. import conf, connection
+from .. import conf, connection, errors
+from .dispatch import Dispatcher
 from .fetch import BasicFetch, ReliableFetch, Work
 from .processor import Processor
 from .record import Record
@@ -41,6 +42,7 @@ class Manager:
         self.basic_handed: set[int] = set()  # see settlement._hand_over_basic
         self._work_lock = threading.Lock()
         self._work: dict[str, dict[str, Any]] = {}
+        self.dispatcher = Dispatcher(self, fetcher) if isinstance(fetcher, ReliableFetch) else None
         self.processors = [Processor(self, i) for i in range(concurrency)]
 
     # State -------------------------------------------------------------------------------
@@ -114,6 +116,10 @@ class Manager:
                 len(still),
                 ", ".join(still),
             )
+        if self.dispatcher is not None:
+            # Acks handed in after the last fetch: sent now, else dropped by the hand-over.
+            dispatcher = self.dispatcher
+            errors.best_effort("Ack", lambda: dispatcher.flush(connection.get_client()))
         from .settlement import hand_over
 
         hand_over(self, force)

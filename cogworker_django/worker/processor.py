@@ -78,9 +78,14 @@ class Processor:
         done: Work | None = None
         idle_pause = IDLE_FIRST_PAUSE
         error_pause = IDLE_FIRST_PAUSE
+        dispatcher = manager.dispatcher  # reliable fetch: shared by the threads (dispatch.py)
         while not manager.quieted:
             try:
-                work = fetcher.fetch(conn, ack=done)
+                if dispatcher is not None:
+                    work = dispatcher.next(conn, done)
+                    done = None  # handed in: acked with the next fetch of any thread
+                else:
+                    work = fetcher.fetch(conn, ack=done)
             except Exception as exc:  # noqa: BLE001 - Redis away: back off, keep the ack pending
                 errors.report("Fetch", exc)
                 if done is not None:
