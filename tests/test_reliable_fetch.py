@@ -151,3 +151,14 @@ def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode
         assert "brpop" not in mon.counts
         assert 10 <= mon.counts["evalsha"] <= 60, mon.counts
     assert w.stop() == 0
+
+
+def test_threads_share_fetches_under_load(worker, redis_server, configure, prefix):
+    """The dispatcher (worker/dispatch.py): with several threads busy, one EVALSHA acks
+    several finished jobs and takes several new ones, so a drain needs clearly fewer
+    calls than jobs. (A count of commands, not a timing.)"""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    n = 3000
+    counts, _ = _drain_under_monitor(worker, server, prefix, [], n)
+    assert counts["evalsha"] < 0.9 * n, counts
