@@ -141,10 +141,19 @@ def release_job_locks(job: dict) -> None:
             release(key, jid)
 
 
-def extend_job_locks(job: dict, ttl: float) -> None:
-    """On a retried failure: keep the job's locks for the backoff plus their own TTL."""
+def extend_job_locks(job: dict, wait: float) -> None:
+    """On a retried failure: keep the job's locks for the ``wait`` until the retry plus
+    each lock's own lifetime while queued (the unique lock's ``unique_for``; the periodic
+    running lock's queued TTL, ``UNIQUE_LOCK_TTL``)."""
+    from . import conf, keys
+
     jid = job.get("jid")
     if not isinstance(jid, str):
         return
+    queued_ttl = conf.get().UNIQUE_LOCK_TTL
     for key in job_locks(job):
-        errors.best_effort("Lock extension", lambda key=key: expire(key, jid, ttl), key)
+        own = queued_ttl
+        if key.startswith(keys.unique("")):
+            own = float(job.get("unique_for") or queued_ttl)
+        ttl = wait + own
+        errors.best_effort("Lock extension", lambda key=key, ttl=ttl: expire(key, jid, ttl), key)

@@ -236,3 +236,14 @@ def test_locks_module_knows_the_running_lock_of_a_run(r):
     assert not r.exists(lock)
     plain = entries.parse_entry("p", {"cron": "* * * * *", "job": "testapp.jobs.periodic_tick"})
     assert locks.job_locks(plain.build_job(slot=T0)) == []
+
+
+def test_a_retried_run_keeps_its_running_lock_for_the_backoff_plus_the_queued_ttl(r):
+    """A periodic run has no unique_for: on a retried failure its running lock lives for
+    the wait until the retry plus the queued TTL (UNIQUE_LOCK_TTL), so no new slot fires
+    while the retry waits."""
+    job = claimed_run(r)
+    lock = keys.periodic_running("e")
+    r.expire(lock, 5)
+    locks.extend_job_locks(job, 100)
+    assert 86400 + 90 < r.ttl(lock) <= 86400 + 100

@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cogworker_django")
 
-# Hooks run on every beat after the presence write: f(conn, recovering) where
+# Hooks run on every beat after the presence write: f(heartbeat, conn, recovering) where
 # ``recovering`` is True on the first beat after a failed one. Periodic running locks
 # register here.
-beat_hooks: list[Callable[[Any, bool], None]] = []
+beat_hooks: list[Callable[[Any, Any, bool], None]] = []
 # Queue entries no live process read for this long leave P:live_queues.
 LIVE_QUEUE_RETENTION = 86400
 

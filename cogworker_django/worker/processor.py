@@ -202,9 +202,8 @@ class Processor:
             "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
         )
         if target == "retry":
-            locks.extend_job_locks(
-                job, score - time.time() + float(job.get("unique_for") or 0) + 60
-            )
+            # The wait until the retry, plus a minute for the poller to move it.
+            locks.extend_job_locks(job, score - time.time() + 60)
         return target, score
 
     def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
