@@ -119,7 +119,8 @@ def _number(key, value, *, minimum=0.0, strict=True, integer=False):
         kind = "an integer" if integer else "a number"
         raise _bad(key, value, f"expected {kind}")
     if (strict and value <= minimum) or (not strict and value < minimum):
-        raise _bad(key, value, f"must be {'>' if strict else '>='} {minimum}")
+        shown = int(minimum) if integer or minimum == int(minimum) else minimum
+        raise _bad(key, value, f"must be {'>' if strict else '>='} {shown}")
     return value
 
 

@@ -16,8 +16,10 @@ def test_healthy_redis_has_no_messages():
 
 def test_unreachable_redis_is_an_error_with_the_password_masked(configure):
     port = free_port()
-    configure(REDIS_URL=f"redis://:hunter2@127.0.0.1:{port}/0",
-              REDIS_OPTIONS={"socket_connect_timeout": 1})
+    configure(
+        REDIS_URL=f"redis://:hunter2@127.0.0.1:{port}/0",
+        REDIS_OPTIONS={"socket_connect_timeout": 1},
+    )
     [message] = checks.redis_messages()
     assert message.id == "cogworker.E002"
     assert f"127.0.0.1:{port}" in message.msg and "hunter2" not in message.msg

@@ -6,9 +6,9 @@ import time
 
 import pytest
 import redis
+from testapp import jobs as tj
 
 from cogworker_django import connection, keys
-from testapp import jobs as tj
 
 from .helpers import free_port
 
@@ -52,7 +52,9 @@ def test_rebuilt_after_fork():
 
 def test_stopped_redis_gives_a_clear_error_within_the_timeout(redis_server, configure):
     server = redis_server()
-    configure(REDIS_URL=server.url, REDIS_OPTIONS={"socket_timeout": 2, "socket_connect_timeout": 1})
+    configure(
+        REDIS_URL=server.url, REDIS_OPTIONS={"socket_timeout": 2, "socket_connect_timeout": 1}
+    )
     tj.record.enqueue("before")
     server.stop()
     started = time.monotonic()
@@ -63,7 +65,9 @@ def test_stopped_redis_gives_a_clear_error_within_the_timeout(redis_server, conf
 
 def test_paused_redis_times_out_instead_of_hanging(redis_server, configure):
     server = redis_server()
-    configure(REDIS_URL=server.url, REDIS_OPTIONS={"socket_timeout": 1, "socket_connect_timeout": 1})
+    configure(
+        REDIS_URL=server.url, REDIS_OPTIONS={"socket_timeout": 1, "socket_connect_timeout": 1}
+    )
     connection.get_client().ping()
     server.client().execute_command("CLIENT", "PAUSE", "3000", "ALL")
     started = time.monotonic()
@@ -81,7 +85,10 @@ def test_mask_url():
 def test_cache_alias_uses_the_django_redis_client(settings, configure, prefix, r):
     settings.CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-        "jobs": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"},
+        "jobs": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/0",
+        },
     }
     configure(CACHE_ALIAS="jobs")
     from django_redis import get_redis_connection

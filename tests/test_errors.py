@@ -8,27 +8,33 @@ import redis.exceptions as rx
 from cogworker_django import errors
 
 
-@pytest.mark.parametrize("exc", [
-    rx.ConnectionError("Connection refused"),
-    rx.TimeoutError("Timeout reading from socket"),
-    rx.BusyLoadingError("LOADING Redis is loading the dataset in memory"),
-    rx.ReadOnlyError("READONLY You can't write against a read only replica."),
-    rx.ResponseError("UNBLOCKED force unblock from blocking operation"),
-    rx.ResponseError("MASTERDOWN Link with MASTER is down"),
-    rx.ResponseError("BUSY Redis is busy running a script"),
-    rx.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
-    ConnectionResetError(104, "Connection reset by peer"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        rx.ConnectionError("Connection refused"),
+        rx.TimeoutError("Timeout reading from socket"),
+        rx.BusyLoadingError("LOADING Redis is loading the dataset in memory"),
+        rx.ReadOnlyError("READONLY You can't write against a read only replica."),
+        rx.ResponseError("UNBLOCKED force unblock from blocking operation"),
+        rx.ResponseError("MASTERDOWN Link with MASTER is down"),
+        rx.ResponseError("BUSY Redis is busy running a script"),
+        rx.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+        ConnectionResetError(104, "Connection reset by peer"),
+    ],
+)
 def test_unavailable(exc):
     assert errors.is_unavailable(exc)
 
 
-@pytest.mark.parametrize("exc", [
-    rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
-    rx.ResponseError("ERR value is not an integer or out of range"),
-    rx.DataError("Invalid input"),
-    ValueError("bad data"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        rx.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        rx.ResponseError("ERR value is not an integer or out of range"),
+        rx.DataError("Invalid input"),
+        ValueError("bad data"),
+    ],
+)
 def test_deterministic(exc):
     assert not errors.is_unavailable(exc)
 

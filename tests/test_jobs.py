@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 from django.db import transaction
+from testapp import jobs as tj
 
 from cogworker_django import call, client, jobs, keys, middleware
-from testapp import jobs as tj
 
 
 @pytest.fixture
@@ -114,11 +114,19 @@ def test_unserialisable_argument_raises_type_error_naming_it(r):
     assert r.llen(keys.queue("default")) == 0  # nothing was pushed, not even the good one
 
 
-@pytest.mark.parametrize("options,fragment", [
-    ({"queue": ""}, "queue"), ({"queue": "a b"}, "queue"), ({"retry": "x"}, "retry"),
-    ({"retry": -1}, "retry"), ({"unique": "always"}, "unique"), ({"unique_for": 0}, "unique_for"),
-    ({"on_commit": "yes"}, "on_commit"), ({"priority": 1}, "unknown option"),
-])
+@pytest.mark.parametrize(
+    "options,fragment",
+    [
+        ({"queue": ""}, "queue"),
+        ({"queue": "a b"}, "queue"),
+        ({"retry": "x"}, "retry"),
+        ({"retry": -1}, "retry"),
+        ({"unique": "always"}, "unique"),
+        ({"unique_for": 0}, "unique_for"),
+        ({"on_commit": "yes"}, "on_commit"),
+        ({"priority": 1}, "unknown option"),
+    ],
+)
 def test_bad_options_are_refused(options, fragment):
     with pytest.raises((ValueError, TypeError), match=fragment):
         tj.record.using(**options)

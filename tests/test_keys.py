@@ -1,20 +1,40 @@
 """Key names: all under the prefix; two prefixes on one Redis never see each other."""
 
 from django.test import override_settings
+from testapp import jobs as tj
 
 from cogworker_django import keys
-from testapp import jobs as tj
 
 
 def test_every_key_is_under_the_prefix(prefix):
     built = [
-        keys.queues(), keys.paused(), keys.schedule(), keys.retry(), keys.dead(),
-        keys.processes(), keys.inprogress_ids(), keys.last_beat(), keys.live_queues(),
-        keys.unsettled(), keys.periodic_schedule(), keys.periodic_disabled(), keys.history(),
-        keys.stat("processed"), keys.stat("failed"), keys.stat("failed", "2026-01-01"), keys.queue("q"),
-        keys.process("id"), keys.work("id"), keys.inprogress("id"), keys.signal("id"),
-        keys.unique("d"), keys.periodic_last_slot("n"), keys.periodic_lock("n", 1),
-        keys.periodic_running("n"), keys.result("r"), keys.quarantine("k", 1, "ab"),
+        keys.queues(),
+        keys.paused(),
+        keys.schedule(),
+        keys.retry(),
+        keys.dead(),
+        keys.processes(),
+        keys.inprogress_ids(),
+        keys.last_beat(),
+        keys.live_queues(),
+        keys.unsettled(),
+        keys.periodic_schedule(),
+        keys.periodic_disabled(),
+        keys.history(),
+        keys.stat("processed"),
+        keys.stat("failed"),
+        keys.stat("failed", "2026-01-01"),
+        keys.queue("q"),
+        keys.process("id"),
+        keys.work("id"),
+        keys.inprogress("id"),
+        keys.signal("id"),
+        keys.unique("d"),
+        keys.periodic_last_slot("n"),
+        keys.periodic_lock("n", 1),
+        keys.periodic_running("n"),
+        keys.result("r"),
+        keys.quarantine("k", 1, "ab"),
     ]
     assert all(k.startswith(prefix + ":") for k in built)
     assert len(set(built)) == len(built)

@@ -9,8 +9,17 @@ from cogworker_django import payload
 
 def test_build_has_every_field():
     job = payload.build("a.b", (1, "x"), {"k": [1]}, queue="low", retry=3)
-    assert set(job) >= {"jid", "func", "args", "kwargs", "queue", "retry", "retry_count",
-                        "created_at", "enqueued_at"}
+    assert set(job) >= {
+        "jid",
+        "func",
+        "args",
+        "kwargs",
+        "queue",
+        "retry",
+        "retry_count",
+        "created_at",
+        "enqueued_at",
+    }
     assert job["args"] == [1, "x"] and job["kwargs"] == {"k": [1]} and job["retry_count"] == 0
     assert json.loads(payload.encode(job)) == job
 
@@ -27,8 +36,18 @@ def test_unserialisable_keyword_argument_is_named():
         payload.encode(job)
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[1,2]", b'{"no": "func"}', b"\xff\xfe\x00",
-                                 b'{"jid": "x", "func": "f", "args": "nope"}', "", b"null"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[1,2]",
+        b'{"no": "func"}',
+        b"\xff\xfe\x00",
+        b'{"jid": "x", "func": "f", "args": "nope"}',
+        "",
+        b"null",
+    ],
+)
 def test_decode_never_raises_and_keeps_raw_bytes(raw):
     job = payload.decode(raw, "default")
     assert job["func"] == payload.UNPARSEABLE
@@ -49,10 +68,25 @@ def test_large_integers_survive():
     assert payload.decode(payload.encode(job))["args"] == [big]
 
 
-@pytest.mark.parametrize("value,count", [
-    (True, 25), (None, 25), (False, 0), (0, 0), (5, 5), (2.9, 2), ("7", 7), (" 3 ", 3),
-    ("lots", 0), ({"a": 1}, 0), ([3], 0), (-4, 0), (float("nan"), 0), (float("inf"), 0),
-])
+@pytest.mark.parametrize(
+    "value,count",
+    [
+        (True, 25),
+        (None, 25),
+        (False, 0),
+        (0, 0),
+        (5, 5),
+        (2.9, 2),
+        ("7", 7),
+        (" 3 ", 3),
+        ("lots", 0),
+        ({"a": 1}, 0),
+        ([3], 0),
+        (-4, 0),
+        (float("nan"), 0),
+        (float("inf"), 0),
+    ],
+)
 def test_retry_option_parsing_never_crashes(value, count):
     assert payload.max_retries(value) == count
 

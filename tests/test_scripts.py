@@ -8,8 +8,11 @@ from cogworker_django import connection, scripts
 
 
 def lua_files():
-    return sorted(p.name for p in resources.files("cogworker_django").joinpath("lua").iterdir()
-                  if p.name.endswith(".lua"))
+    return sorted(
+        p.name
+        for p in resources.files("cogworker_django").joinpath("lua").iterdir()
+        if p.name.endswith(".lua")
+    )
 
 
 @pytest.mark.parametrize("name", lua_files())

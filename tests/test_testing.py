@@ -1,9 +1,9 @@
 """testing.fake(), testing.inline(), drain(), per-job lists and the pytest fixtures."""
 
 import pytest
+from testapp import jobs as tj
 
 from cogworker_django import keys, testing
-from testapp import jobs as tj
 
 
 def test_fake_records_instead_of_pushing(r, prefix):
