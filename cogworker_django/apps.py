@@ -17,6 +17,8 @@ class CogworkerConfig(AppConfig):
     def ready(self) -> None:
         from . import checks, conf  # noqa: F401 - checks registers the system checks
 
+        _listen_for_departing_tasks()
+
         # Fail at startup, naming the bad key, rather than at the first enqueue.
         try:
             conf.get()
@@ -25,3 +27,16 @@ class CogworkerConfig(AppConfig):
             # line; raised from here it would come with a traceback.
             if not _running_worker_command():
                 raise
+
+
+def _listen_for_departing_tasks() -> None:
+    """With django.tasks (Django 6.0+), a task that leaves without a settling run gets a
+    FAILED result, in every process that can make one leave (workers, the admin)."""
+    try:
+        import django.tasks  # noqa: F401
+    except ImportError:
+        return
+    from . import departures
+    from .tasks import lifecycle
+
+    departures.add_listener(lifecycle.departed)

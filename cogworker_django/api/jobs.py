@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import keys, locks, payload, scripts
+from .. import departures, keys, locks, payload, scripts
 from ..worker.failures import dead_trim
 from . import search as scanning
 from ._util import as_bytes, client
@@ -154,7 +154,7 @@ class JobSet:
         locks.retry_deferred()
         if not client().zrem(self.key, record.raw):
             return Outcome.GONE
-        locks.release_job_locks(record.job)
+        departures.job_left(record.job, f"deleted from {self.name} by an operator")
         return Outcome.DONE
 
     def retry_all(self, batch: int = BULK_BATCH, until: float | None = None) -> BulkResult:
@@ -212,9 +212,7 @@ class JobSet:
             result.done += int(removed)
             result.gone += len(members) - int(removed)
             for raw in members:
-                job = payload.decode(raw)
-                if locks.job_locks(job):
-                    locks.release_job_locks(job)
+                departures.job_left(payload.decode(raw), f"deleted from {self.name} by an operator")
             if len(members) < batch:
                 return result
 
@@ -251,7 +249,7 @@ class RetrySet(JobSet):
         if not moved:
             return Outcome.GONE
         _trim_dead(conn)
-        locks.release_job_locks(job)
+        departures.job_left(job, "killed (moved to dead) by an operator")
         return Outcome.DONE
 
 

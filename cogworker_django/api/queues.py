@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .. import keys, locks, payload
+from .. import departures, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
 from .records import JobRecord
 
@@ -172,9 +172,9 @@ class Queue:
             removed += len(rows)
             remaining -= len(rows)
             for raw in rows:
-                job = payload.decode(raw)
-                if locks.job_locks(job):
-                    locks.release_job_locks(job)
+                departures.job_left(
+                    payload.decode(raw), f"queue {self.name} cleared by an operator"
+                )
         # Prioritised django.tasks of this queue hold no locks: dropped in one step.
         pipe = conn.pipeline(transaction=True)
         pipe.zcard(keys.priority_queue(self.name))

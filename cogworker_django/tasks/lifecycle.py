@@ -168,3 +168,26 @@ def unrunnable(job: dict[str, Any], why: str) -> None:
             "traceback": f"NotRegistered: {job.get('func')!r} was not run: {why}\n",
         },
     )
+
+
+def departed(job: dict[str, Any], reason: str) -> None:
+    """A task leaving the system without a run that settles it (sent to dead after too
+    many orphanings, deleted, killed or cleared by an operator; departures.py): its
+    result becomes FAILED with the reason, unless it had already ended."""
+    task_id = job.get("jid")
+    if job.get("kind") != "task" or not isinstance(task_id, str):
+        return
+    if store.read(task_id).get("status") in (store.SUCCESSFUL, store.FAILED):
+        return
+    store.finish(
+        job,
+        token=f"departed:{job.get('retry_count') or 0}:{job.get('orphan_count') or 0}",
+        worker_id="",
+        started=None,
+        status=store.FAILED,
+        finished=time.time(),
+        error={
+            "exception_class_path": "cogworker_django.departures.JobLeft",
+            "traceback": f"JobLeft: {reason}\n",
+        },
+    )

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, errors, keys, locks, payload, priority, scripts
+from .. import conf, connection, departures, errors, keys, payload, priority, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery, file_unsettled
 
@@ -69,7 +69,7 @@ def _move(conn: Any, source: str, raw: str) -> int:
             [wire(raw), payload.encode(job), "", repr(time.time())],
         )
         if moved:
-            locks.release_job_locks(leaving)  # it left the system: its locks go too
+            departures.job_left(leaving, "filed in dead: the job has no queue")
         return moved
     job.pop("at", None)
     job["enqueued_at"] = time.time()

@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from .. import conf, errors, keys, locks, payload, scripts
+from .. import conf, departures, errors, keys, payload, scripts
 from . import failures
 from .fetch import text, wire
 from .processor import file_job
@@ -83,7 +83,7 @@ def requeue_from_list(
                     job["jid"],
                     job.get("error_message"),
                 )
-                locks.release_job_locks(job)
+                departures.job_left(job, job.get("error_message") or "recovered too often")
     return moved
 
 

@@ -1,0 +1,29 @@
+"""A job leaving the system without a run that settles it: sent to dead as a poison job
+(orphaned too often) or as one with no queue, or deleted, killed or cleared by an
+operator. Everything tied to the job is let go: its locks, always
+(``locks.release_job_locks``), and whatever a listener registered for (the django.tasks
+backend marks the task's result FAILED). Listeners are best-effort (rule 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import errors, locks
+
+# f(job, reason): called for every departing job; registered at startup (apps.py).
+listeners: list[Callable[[dict[str, Any], str], None]] = []
+
+
+def job_left(job: dict[str, Any], reason: str) -> None:
+    """``job`` is gone for good, for ``reason`` (a short sentence for humans)."""
+    if locks.job_locks(job):
+        locks.release_job_locks(job)
+    for listener in list(listeners):
+        errors.best_effort("Departure", lambda listener=listener: listener(job, reason))
+
+
+def add_listener(listener: Callable[[dict[str, Any], str], None]) -> None:
+    if listener not in listeners:
+        listeners.append(listener)
