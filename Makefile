@@ -63,7 +63,7 @@ migrate: venv
 demo: venv redis migrate
 	$(MANAGE) shell --no-imports -c "$(DEMO_ADMIN_SNIPPET)"
 	$(MANAGE) shell --no-imports -c "from demo.jobs import enqueue_demo; enqueue_demo()"
-	COGWORKER_SETTINGS_JSON='{"RETRY_BACKOFF": "demo.jobs.demo_backoff"}' exec $(MANAGE) cogworker
+	COGWORKER_SETTINGS_JSON='{"RETRY_BACKOFF": "demo.jobs.demo_backoff", "QUEUES": ["critical:3", "default:2", "low"]}' exec $(MANAGE) cogworker
 
 runserver: venv redis migrate
 	exec $(MANAGE) runserver 127.0.0.1:8000

@@ -104,7 +104,12 @@ COGWORKER = {
     "REDIS_URL": os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("COGWORKER_PREFIX", "cogworker"),
 }
-COGWORKER.update(_json_object_from_env("COGWORKER_SETTINGS_JSON") or {})
+_overrides = _json_object_from_env("COGWORKER_SETTINGS_JSON")
+if _overrides is None:
+    # The demo and plain manage.py commands: the weighted queues of API.md, which the
+    # django.tasks backend below also serves. (The tests always pass their own settings.)
+    COGWORKER["QUEUES"] = ["critical:3", "default:2", "low"]
+COGWORKER.update(_overrides or {})
 
 COGWORKER_PERIODIC = {
     "heartbeat-report": {
