@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
+
 from . import conf, connection, errors, keys, middleware, payload, priority
 
 log = logging.getLogger("cogworker_django")
@@ -120,6 +122,22 @@ def _check_listing(result: Any, queue: str) -> None:
         errors.recovered("Queue listing")
 
 
+class BulkPushError(redis.ResponseError):
+    """Redis refused some writes of a bulk push (a key of the wrong type), while the
+    others went through (a ``ResponseError``, as a single push would raise): ``results`` holds the jid of every job that was pushed and None
+    for the others, so a caller can retry just those (retrying the whole call would
+    queue the pushed ones twice: rule 1). ``errors`` are Redis's replies."""
+
+    def __init__(self, results: list[str | None], errors: list[Exception], wanted: int) -> None:
+        self.results = results
+        self.errors = errors
+        pushed = sum(r is not None for r in results)
+        super().__init__(
+            f"{wanted - pushed} of {wanted} jobs were not pushed ({errors[0]}); the other "
+            f"{pushed} were: see .results for which"
+        )
+
+
 def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     """Push many jobs in one round trip; the result holds each job's jid, or None
     where a middleware stopped it or it was a duplicate of a unique job."""
@@ -136,8 +154,10 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
         return [divert(j) if j is not None else None for j in prepared]
 
     now = time.time()
-    by_queue: dict[str, list[str]] = {}
-    scheduled: dict[str, float] = {}
+    # What each write carries, by position in ``prepared``, so that a write refused by
+    # Redis (a key of the wrong type) is reported for exactly the jobs it held.
+    by_queue: dict[str, list[tuple[int, str]]] = {}
+    scheduled: list[tuple[int, str, float]] = []
     unique_jobs: list[int] = []
     for i, job in enumerate(prepared):
         if job is None:
@@ -145,24 +165,24 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
         if job.get("unique") in ("until_executed", "until_started"):
             unique_jobs.append(i)
         elif _is_scheduled(job, now):
-            scheduled[payload.encode(job)] = float(job["at"])
+            scheduled.append((i, payload.encode(job), float(job["at"])))
         else:
             job.pop("at", None)
             job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append(payload.encode(job))
+            by_queue.setdefault(job["queue"], []).append((i, payload.encode(job)))
 
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)
-    writes = 0
-    for queue, datas in by_queue.items():
-        for start in range(0, len(datas), BULK_CHUNK):
-            pipe.lpush(keys.queue(queue), *datas[start : start + BULK_CHUNK])
-            writes += 1
-    items = list(scheduled.items())
-    for start in range(0, len(items), BULK_CHUNK):
-        pipe.zadd(keys.schedule(), dict(items[start : start + BULK_CHUNK]))
-        writes += 1
-    unique_results: list[Any] = []
+    carried: list[list[int]] = []
+    for queue, entries in by_queue.items():
+        for start in range(0, len(entries), BULK_CHUNK):
+            chunk = entries[start : start + BULK_CHUNK]
+            pipe.lpush(keys.queue(queue), *(data for _, data in chunk))
+            carried.append([i for i, _ in chunk])
+    for start in range(0, len(scheduled), BULK_CHUNK):
+        chunk = scheduled[start : start + BULK_CHUNK]
+        pipe.zadd(keys.schedule(), {data: score for _, data, score in chunk})
+        carried.append([i for i, _, _ in chunk])
     if unique_jobs:
         from . import unique
 
@@ -171,17 +191,25 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     if by_queue:
         pipe.sadd(keys.queues(), *by_queue)
     results = pipe.execute(raise_on_error=False)
-    for r in results[:writes]:
-        if isinstance(r, Exception):
-            raise r
-    unique_results = results[writes : writes + len(unique_jobs)]
-    if by_queue:
-        _check_listing(results[-1], ", ".join(by_queue))
 
     out = [job["jid"] if job is not None else None for job in prepared]
+    refused: list[Exception] = []
+    for indices, result in zip(carried, results, strict=False):
+        if isinstance(result, Exception):
+            refused.append(result)
+            for i in indices:
+                out[i] = None
     if unique_jobs:
         from . import unique
 
-        for i, result in zip(unique_jobs, unique_results, strict=True):
-            out[i] = unique.interpret(prepared[i], result)
+        for i, result in zip(unique_jobs, results[len(carried) :], strict=False):
+            if isinstance(result, Exception):
+                refused.append(result)
+                out[i] = None
+            else:
+                out[i] = unique.interpret(prepared[i], result)
+    if by_queue:
+        _check_listing(results[-1], ", ".join(by_queue))
+    if refused:
+        raise BulkPushError(out, refused, sum(j is not None for j in prepared))
     return out

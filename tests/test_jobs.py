@@ -11,7 +11,7 @@ import redis
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import call, client, jobs, keys, middleware
+from cogworker_django import call, client, jobs, keys, middleware, payload
 
 
 @pytest.fixture
@@ -205,3 +205,20 @@ def test_enqueue_on_commit_setting(configure, r):
 
 def test_current_job_outside_a_job_is_none():
     assert jobs.current_job() is None
+
+
+def test_a_bulk_push_partly_refused_says_which_jobs_went_through(r):
+    """One queue key of the wrong type refuses its jobs; the others are pushed, and the
+    error lists which, so a caller retries only the refused ones (rule 1)."""
+    r.set(keys.queue("broken"), "not a list")
+    good = tj.record.using(queue="fine").enqueue_many([("a",), ("b",)])
+    assert all(good)
+    jobs_ = [
+        payload.build("testapp.jobs.record", (t,), {}, queue=q)
+        for t, q in (("1", "fine"), ("2", "broken"), ("3", "fine"))
+    ]
+    with pytest.raises(client.BulkPushError, match="1 of 3 jobs were not pushed") as info:
+        client.push_many(jobs_)
+    assert isinstance(info.value, redis.ResponseError)
+    assert info.value.results == [jobs_[0]["jid"], None, jobs_[2]["jid"]]
+    assert r.llen(keys.queue("fine")) == 4
