@@ -153,20 +153,29 @@ def _failed(result: TaskResult, end: dict[str, Any], exc: BaseException) -> None
     _send(task_finished, result)
 
 
-def unrunnable(job: dict[str, Any], why: str) -> None:
-    """The processor files this task in dead without running it: say so in its result."""
-    retry_count = job.get("retry_count") or 0
+def _failed_without_run(job: dict[str, Any], token: str, error_class: str, text: str) -> None:
+    """A FAILED result for a task that ends without a run of its own."""
     store.finish(
         job,
-        token=f"unrunnable:{retry_count}",
+        token=token,
         worker_id="",
         started=None,
         status=store.FAILED,
         finished=time.time(),
         error={
-            "exception_class_path": "cogworker_django.jobs.NotRegistered",
-            "traceback": f"NotRegistered: {job.get('func')!r} was not run: {why}\n",
+            "exception_class_path": error_class,
+            "traceback": f"{error_class.rsplit('.', 1)[-1]}: {text}\n",
         },
+    )
+
+
+def unrunnable(job: dict[str, Any], why: str) -> None:
+    """The processor files this task in dead without running it: say so in its result."""
+    _failed_without_run(
+        job,
+        f"unrunnable:{job.get('retry_count') or 0}",
+        "cogworker_django.jobs.NotRegistered",
+        f"{job.get('func')!r} was not run: {why}",
     )
 
 
@@ -179,15 +188,9 @@ def departed(job: dict[str, Any], reason: str) -> None:
         return
     if store.read(task_id).get("status") in (store.SUCCESSFUL, store.FAILED):
         return
-    store.finish(
+    _failed_without_run(
         job,
-        token=f"departed:{job.get('retry_count') or 0}:{job.get('orphan_count') or 0}",
-        worker_id="",
-        started=None,
-        status=store.FAILED,
-        finished=time.time(),
-        error={
-            "exception_class_path": "cogworker_django.departures.JobLeft",
-            "traceback": f"JobLeft: {reason}\n",
-        },
+        f"departed:{job.get('retry_count') or 0}:{job.get('orphan_count') or 0}",
+        "cogworker_django.departures.JobLeft",
+        reason,
     )
