@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 import time
 
@@ -245,11 +246,11 @@ def test_recovery_waits_for_healthy_beats_after_an_outage(r, prefix):
         healthy_since = None
 
     conn = connection.get_client()
-    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) == 0
-    assert OrphanRecovery("me", Failing(), "default").run(conn) == 0
+    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) is None
+    assert OrphanRecovery("me", Failing(), "default").run(conn) is None
     assert r.llen(f"{prefix}:inprogress:ghost:3:dead") == 2
-    # At boot, a process that sees beats already older than the threshold recovers.
-    assert OrphanRecovery("me", Failing(), "default").run(conn, at_boot=True) == 2
+    # Once its own beats have been healthy for two intervals, it recovers.
+    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
 
 
 def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, configure):
@@ -295,3 +296,39 @@ def test_recovery_works_where_time_is_refused(worker, redis_server, configure, p
         message="both run again",
     )
     b.kill()
+
+
+def test_a_worker_booting_beside_a_stalled_one_lets_it_beat_first(
+    worker, redis_server, configure, prefix
+):
+    """Rule 13 at boot: a worker stalled longer than ORPHAN_THRESHOLD (SIGSTOP here; a
+    Redis outage or pause looks the same: its beat is stale, its presence expired) is
+    still alive. A worker booting meanwhile must give it a few beats before declaring it
+    dead: the stalled worker resumes, beats, and finishes its own jobs; none runs twice."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    fast = {"ORPHAN_THRESHOLD": 2}
+    first = worker(redis_url=server.url, settings=fast)
+    ident = first.log().split("identity=")[1].split()[0]
+    tokens = [f"long{i}" for i in range(3)]
+    tj.slow.enqueue_many([(5, t) for t in tokens])
+    wait_until(lambda: client.llen(f"{prefix}:inprogress:{ident}") == 3, 10,
+               message="the first worker holds the 3 jobs")  # fmt: skip
+    first.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: not client.exists(f"{prefix}:process:{ident}"), 10,
+                   message="the stalled worker's presence to expire")  # fmt: skip
+        time.sleep(2.2)  # and its last beat older than ORPHAN_THRESHOLD
+        worker(redis_url=server.url, settings=fast)  # booted: its poller is running
+    finally:
+        first.signal(signal.SIGCONT)
+    wait_until(lambda: len(client.hgetall(f"{prefix}:test:runs")) == 3, 20, message="3 runs")
+
+    def settled() -> bool:
+        lists = [f"{prefix}:queue:default", *client.keys(f"{prefix}:inprogress:*")]
+        return all(client.llen(k) == 0 for k in lists)
+
+    wait_until(settled, 20, message="no job queued or in progress (a wrongly recovered copy ran)")
+    assert client.hgetall(f"{prefix}:test:runs") == {t: "1" for t in tokens}
+    assert "recovered" not in first.log()

@@ -54,7 +54,7 @@ def test_many_due_jobs_move_in_batches(r, prefix):
 
 
 class _NoRecovery:
-    def run(self, conn, at_boot=False):
+    def run(self, conn):
         return 0
 
 

@@ -124,9 +124,10 @@ class Poller:
 
     def _boot_chores(self) -> None:
         conn = connection.get_client()
-        errors.best_effort("Orphan recovery", lambda: self.recovery.run(conn, at_boot=True))
         now = time.monotonic()
-        self._next_run["orphans"] = now + self.orphan_interval
+        # The first orphan pass runs on the first poll at which this process's beats have
+        # been healthy long enough (OrphanRecovery.ready), then every orphan interval.
+        self._next_run["orphans"] = now
         for name, _interval, fn in self.timers:
             errors.best_effort(name, lambda fn=fn: fn(conn))
             self._next_run[name] = now + _interval
@@ -143,7 +144,9 @@ class Poller:
         self.backoff.run("Process count", count)
         now = time.monotonic()
         if now >= self._next_run.get("orphans", 0):
-            if self.backoff.run("Orphan recovery", lambda: self.recovery.run(conn)):
+            passes: list[int | None] = []
+            ran = self.backoff.run("Orphan recovery", lambda: passes.append(self.recovery.run(conn)))
+            if ran and passes[0] is not None:
                 self._next_run["orphans"] = now + self.orphan_interval
         for name, interval, fn in self.timers:
             if now >= self._next_run.get(name, 0):

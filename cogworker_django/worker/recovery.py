@@ -108,11 +108,13 @@ class OrphanRecovery:
         wait = HEALTHY_BEATS_BEFORE_RECOVERY * conf.get().HEARTBEAT_INTERVAL
         return since is not None and time.monotonic() - since >= wait
 
-    def run(self, conn: Any, *, at_boot: bool = False) -> int:
-        """One pass; returns how many jobs it moved. At boot the wait of rule 13 is
-        waived only for processes whose beats are already older than the threshold."""
-        if not at_boot and not self.ready():
-            return 0
+    def run(self, conn: Any) -> int | None:
+        """One pass; returns how many jobs it moved, or None when it did not look yet:
+        this process's own beats have not been healthy for long enough (rule 13). That
+        holds at boot too: a process starting just after an outage can't tell the
+        others' stale beats from death until they have had their chance to beat."""
+        if not self.ready():
+            return None
         threshold = conf.get().ORPHAN_THRESHOLD
         now = redis_now(conn)
         ids = [text(i) for i in conn.smembers(keys.inprogress_ids())]
