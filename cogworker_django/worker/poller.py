@@ -145,7 +145,9 @@ class Poller:
         now = time.monotonic()
         if now >= self._next_run.get("orphans", 0):
             passes: list[int | None] = []
-            ran = self.backoff.run("Orphan recovery", lambda: passes.append(self.recovery.run(conn)))
+            ran = self.backoff.run(
+                "Orphan recovery", lambda: passes.append(self.recovery.run(conn))
+            )
             if ran and passes[0] is not None:
                 self._next_run["orphans"] = now + self.orphan_interval
         for name, interval, fn in self.timers:
