@@ -116,6 +116,12 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def text(value: Any, errors: str = "replace") -> str:
+    """A Redis reply (a name, a field, a counter) as text; not for raw payloads, which
+    must round-trip byte for byte (worker/fetch.text)."""
+    return value.decode("utf-8", errors) if isinstance(value, bytes) else str(value)
+
+
 def mask_url(url: str) -> str:
     """``url`` with any password replaced by ``***``."""
     try:

@@ -303,10 +303,6 @@ def _epoch(value: Any) -> float | None:
     return float(value)
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _float(value: Any) -> float | None:
     try:
         return float(value)
@@ -327,7 +323,7 @@ def _decode(entry_id: Any, raw: Any) -> dict[str, Any]:
     if not isinstance(record, dict):
         record = {}
     return {
-        "id": _text(entry_id),
+        "id": connection.text(entry_id),
         "jid": _str(record.get("jid")) or "",
         "job": _str(record.get("job")) or "",
         "queue": _str(record.get("queue")) or "",
@@ -374,7 +370,7 @@ def _slices(
                 return
             raise
         yield items, matched, failed
-        high = _before(_text(last)) if last else ""
+        high = _before(connection.text(last)) if last else ""
 
 
 def query(

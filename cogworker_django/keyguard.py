@@ -58,8 +58,8 @@ _SIZE_COMMANDS = {
 _COPY_SUFFIX = re.compile(r"^(\d+):([0-9a-f]{8})$")
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+def _display(value: Any) -> str:
+    return connection.text(value, "backslashreplace")
 
 
 def _per_queue(name: str) -> dict[str, str]:
@@ -92,7 +92,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
             if errors.is_unavailable(result):
                 raise result
             result = ()
-        listed.append(sorted(_text(m) for m in result))
+        listed.append(sorted(_display(m) for m in result))
     queue_names, process_ids, inprogress_ids, entries = listed
     for name in dict.fromkeys([*queues, *queue_names]):
         types.update(_per_queue(name))
@@ -119,7 +119,7 @@ def check(conn: redis.Redis | None = None, queues: Iterable[str] | None = None) 
         pipe.type(key)
     moved = []
     for key, actual in zip(names, pipe.execute(), strict=True):
-        actual = _text(actual)
+        actual = _display(actual)
         if actual in ("none", expected[key]):
             continue
         try:
@@ -144,7 +144,7 @@ def quarantine(conn: redis.Redis, key: str, expected: str) -> str | None:
     log.error(
         "Key guard: %s held a %s, not a %s: moved to %s (kept %d days)",
         key,
-        _text(actual),
+        _display(actual),
         expected,
         target,
         QUARANTINE_TTL // 86400,
@@ -163,7 +163,7 @@ def copies(conn: redis.Redis, key: str) -> list[tuple[int, str]]:
     prefix = keys.quarantine_prefix(key)
     found = []
     for name in conn.scan_iter(match=_glob_escape(prefix) + "*", count=SCAN_COUNT):
-        name = _text(name)
+        name = _display(name)
         # This key's copies only, not those of "<key>:<more>".
         m = _COPY_SUFFIX.match(name[len(prefix) :])
         if m:
@@ -208,7 +208,7 @@ def quarantined(
     conn = conn or connection.get_client()
     found = []
     for name in conn.scan_iter(match=_glob_escape(keys.quarantine_root()) + "*", count=SCAN_COUNT):
-        name = _text(name)
+        name = _display(name)
         parsed = _parse(name)
         if parsed:
             found.append((parsed[1], name, parsed[0]))
@@ -220,7 +220,7 @@ def quarantined(
         pipe.type(name)
         pipe.ttl(name)
     meta = pipe.execute()
-    types = [_text(t) for t in meta[0::2]]
+    types = [_display(t) for t in meta[0::2]]
     pipe = conn.pipeline(transaction=False)
     for (_ms, name, _orig), kind in zip(page, types, strict=True):
         pipe.execute_command(_SIZE_COMMANDS.get(kind, "EXISTS"), name)
@@ -248,7 +248,7 @@ def _require_copy(key: str) -> None:
 
 
 def _clip(value: Any) -> str:
-    text = _text(value)
+    text = _display(value)
     return text if len(text) <= PREVIEW_ITEM_CHARS else text[:PREVIEW_ITEM_CHARS] + "..."
 
 
@@ -257,12 +257,12 @@ def preview(key: str, *, conn: redis.Redis | None = None) -> str:
     cut at PREVIEW_ITEM_CHARS, all within PREVIEW_CHARS). ValueError for other keys."""
     _require_copy(key)
     conn = conn or connection.get_client()
-    kind = _text(conn.type(key))
+    kind = _display(conn.type(key))
     n = PREVIEW_ITEMS
     if kind == "none":
         return "(gone: expired or deleted)"
     if kind == "string":
-        lines = [_text(conn.getrange(key, 0, PREVIEW_CHARS))]
+        lines = [_display(conn.getrange(key, 0, PREVIEW_CHARS))]
     elif kind == "list":
         lines = [_clip(v) for v in conn.lrange(key, 0, n - 1)]
     elif kind == "set":
@@ -275,7 +275,7 @@ def preview(key: str, *, conn: redis.Redis | None = None) -> str:
         ]
     elif kind == "stream":
         lines = [
-            f"{_text(i)} " + " ".join(f"{_text(f)}={_clip(v)}" for f, v in fields.items())
+            f"{_display(i)} " + " ".join(f"{_display(f)}={_clip(v)}" for f, v in fields.items())
             for i, fields in conn.xrange(key, count=n)
         ]
     else:

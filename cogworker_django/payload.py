@@ -70,7 +70,7 @@ def encode(job: dict[str, Any]) -> str:
 def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     func = job.get("func", "?")
     for i, value in enumerate(job.get("args") or ()):
-        if not _serialisable(value):
+        if not is_json(value):
             return (
                 f"{func}: positional argument {i} ({type(value).__name__}) is not JSON-serialisable;"
                 " pass plain data (ids, strings, numbers, lists, dicts)"
@@ -78,7 +78,7 @@ def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     for name, value in (job.get("kwargs") or {}).items():
         if not isinstance(name, str):
             return f"{func}: keyword argument names must be strings, got {name!r}"
-        if not _serialisable(value):
+        if not is_json(value):
             return (
                 f"{func}: keyword argument {name!r} ({type(value).__name__}) is not "
                 "JSON-serialisable; pass plain data (ids, strings, numbers, lists, dicts)"
@@ -86,7 +86,8 @@ def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     return f"{func}: the job is not JSON-serialisable: {safe_str(exc)}"
 
 
-def _serialisable(value: Any) -> bool:
+def is_json(value: Any) -> bool:
+    """True when ``value`` can travel in a payload."""
     try:
         _dumps(value)
     except (TypeError, ValueError):

@@ -17,10 +17,6 @@ from . import entries as entries_mod
 from . import running_lock
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _readable(value: Any) -> Any:
     """``value`` from a pipeline, None for a deterministic error; an outage raises."""
     if isinstance(value, Exception):
@@ -34,7 +30,7 @@ def _epoch(value: Any) -> float | None:
     if value is None:
         return None
     try:
-        return float(_text(value))
+        return float(connection.text(value))
     except ValueError:
         return None
 
@@ -51,7 +47,7 @@ def entries() -> list[dict[str, Any]]:
         pipe.get(keys.periodic_last_slot(entry.name))
         pipe.get(keys.periodic_running(entry.name))
     results = pipe.execute(raise_on_error=False)
-    disabled = {_text(m) for m in (_readable(results[0]) or ())}
+    disabled = {connection.text(m) for m in (_readable(results[0]) or ())}
     now = time.time()
     rows = []
     for i, entry in enumerate(loaded):
@@ -62,7 +58,7 @@ def entries() -> list[dict[str, Any]]:
                 "next_run": float(entry.schedule.next(now)),
                 "last_run": _epoch(last),
                 "enabled": entry.name not in disabled,
-                "lock_holder": _text(holder) if holder is not None else None,
+                "lock_holder": connection.text(holder) if holder is not None else None,
             }
         )
     return rows

@@ -9,14 +9,13 @@ every callable here, on the calling (main) thread (rule 10).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import conf, jobs
+from .. import conf, jobs, payload
 from .slots import Cron, CronError
 
 FIELDS = ("cron", "job", "args", "kwargs", "queue", "unique", "timezone")
@@ -74,14 +73,6 @@ def _bad(name: str, key: str, value: Any, why: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(
         f"COGWORKER_PERIODIC[{name!r}][{key!r}] = {value!r} is invalid: {why}."
     )
-
-
-def _json_ok(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def default_timezone() -> str:
@@ -142,7 +133,7 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     args = raw.get("args", [])
     if args is None:
         args = []
-    if not isinstance(args, (list, tuple)) or not _json_ok(list(args)):
+    if not isinstance(args, (list, tuple)) or not payload.is_json(list(args)):
         raise _bad(name, "args", args, "expected a list of JSON-serialisable values")
     kwargs = raw.get("kwargs", {})
     if kwargs is None:
@@ -150,7 +141,7 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     if (
         not isinstance(kwargs, dict)
         or not all(isinstance(k, str) for k in kwargs)
-        or not _json_ok(kwargs)
+        or not payload.is_json(kwargs)
     ):
         raise _bad(
             name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"

@@ -58,10 +58,6 @@ FIRST_LOOK_TICKS = 2
 FIRST_LOOK_MIN = 1.0
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 @dataclass(frozen=True)
 class Claim:
     code: str  # "claimed", "taken", "blocked" or "disabled"
@@ -98,7 +94,7 @@ def claim(conn: Any, entry: Entry, slot: int, jid: str, now: float) -> Claim:
             running_lock.queued_ttl(),
         ],
     )
-    return Claim(_text(code), _text(detail), _text(unreadable) == "1")
+    return Claim(connection.text(code), connection.text(detail), connection.text(unreadable) == "1")
 
 
 def rollback(conn: Any, rb: Rollback) -> None:
@@ -332,7 +328,7 @@ class Ticker:
 
         def write() -> None:
             names = {e.name for e in self.entries}
-            stale = {_text(k) for k in conn.hkeys(key)} - names
+            stale = {connection.text(k) for k in conn.hkeys(key)} - names
             pipe = conn.pipeline(transaction=True)
             pipe.hset(key, mapping={e.name: json.dumps(e.as_dict()) for e in self.entries})
             if stale:

@@ -114,11 +114,7 @@ def decode_hash(flat: Any) -> dict[str, str]:
         items = list(flat.items())
     else:
         items = list(zip(flat[0::2], flat[1::2], strict=True))
-    return {_text(k): _text(v) for k, v in items}
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return {connection.text(k): connection.text(v) for k, v in items}
 
 
 # The three writes --------------------------------------------------------------------------
