@@ -45,17 +45,33 @@ def test_two_processes_claim_a_slot_once(r):
 
 def test_catch_up_off_skips_a_slot_missed_before_the_first_look(r, caplog):
     e = entry()
-    t = Ticker([e], catch_up=False)
+    t = Ticker([e], catch_up=False, started_at=T0 + 29)
     with caplog.at_level(logging.INFO, "cogworker_django"):
-        t.tick(now=T0 + 30)  # the T0 slot passed 30 s before this process looked
+        t.tick(now=T0 + 30)  # the T0 slot passed 29 s before this process started
     assert queued(r) == []
     assert not r.exists(keys.periodic_last_slot("e"))  # last_slot means "ran": untouched
     assert "not fired (PERIODIC_CATCH_UP is off)" in caplog.text
     t.tick(now=T0 + 60.1)  # a slot that becomes due while it runs fires
     assert [j["periodic_slot"] for j in queued(r)] == [T0 + 60]
     # A slot due just now is not "missed": a process that starts then fires it.
-    Ticker([entry("f")], catch_up=False).tick(now=T0 + 120.5)
+    Ticker([entry("f")], catch_up=False, started_at=T0 + 120.4).tick(now=T0 + 120.5)
     assert queued(r)[-1]["periodic"] == "f"
+
+
+def test_catch_up_off_fires_a_slot_due_after_the_start_however_late_the_first_tick(r, caplog):
+    # The first tick waits for the first orphan pass (tens of seconds at the production
+    # timings): a slot that came due in between is not "missed".
+    t = Ticker([entry()], catch_up=False, started_at=T0 - 3)
+    with caplog.at_level(logging.INFO, "cogworker_django"):
+        t.tick(now=T0 + 55)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]
+    assert "passed before this process started" not in caplog.text
+    # A slot due shortly before the start (the command's own boot) still fires ...
+    Ticker([entry("g")], catch_up=False, started_at=T0 + 8).tick(now=T0 + 50)
+    assert queued(r)[-1]["periodic"] == "g"
+    # ... but not one due well before it.
+    Ticker([entry("h")], catch_up=False, started_at=T0 + 12).tick(now=T0 + 50)
+    assert queued(r)[-1]["periodic"] == "g"
 
 
 def test_catch_up_on_fires_the_latest_missed_slot_once(r):

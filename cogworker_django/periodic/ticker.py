@@ -18,8 +18,11 @@ Duties, each tick:
   away does not back off (rule 5) and ends the tick early; one entry failing never
   stops the others (rule 6);
 - ``PERIODIC_CATCH_UP`` off: on this process's first look at an entry, a slot that
-  passed more than a couple of ticks ago (nobody was running) is not fired; on: the
-  latest missed slot fires once;
+  passed more than a couple of ticks before this process *started* is not fired; a slot
+  that came due after the start fires, however long the first tick waited (the first
+  tick waits for the first orphan pass, tens of seconds at the production timings, and
+  a slot due in that window is no missed slot: a deploy just before a slot must not
+  lose it); on: the latest missed slot fires once;
 - publish the schedule to ``P:periodic:schedule`` for the admin (best-effort, retried
   until it works once).
 The first tick waits for the first orphan recovery pass, so a run interrupted by a
@@ -121,8 +124,13 @@ class Ticker:
         *,
         ready: Callable[[], bool] = lambda: True,
         catch_up: bool | None = None,
+        started_at: float | None = None,
     ) -> None:
         s = conf.get()
+        # When the process started (epoch seconds): with catch-up off, only slots due
+        # before this count as missed. The launcher passes its own start; tests driving
+        # tick(now) with a fixed clock pass theirs.
+        self.started_at = time.time() if started_at is None else started_at
         self.entries = list(entries)
         self.ready = ready
         self.catch_up = s.PERIODIC_CATCH_UP if catch_up is None else catch_up
@@ -203,7 +211,8 @@ class Ticker:
             return False
         first_look = name not in self._seen
         self._seen.add(name)
-        if first_look and not self.catch_up and now - slot > self.first_look_window:
+        missed = self.started_at - slot > self.first_look_window
+        if first_look and not self.catch_up and missed:
             self._done[name] = slot
             log.info(
                 "periodic %s: slot %s passed before this process started; not fired "

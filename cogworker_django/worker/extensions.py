@@ -22,7 +22,13 @@ def build(launcher: Any) -> list[Any]:
     running_lock.register_heartbeat_hook()
     periodic = entries.load()
     if periodic:
-        components.append(ticker.Ticker(periodic, ready=lambda: launcher.recovery.completed_once))
+        components.append(
+            ticker.Ticker(
+                periodic,
+                ready=lambda: launcher.recovery.completed_once,
+                started_at=launcher.started_at,
+            )
+        )
     from ..tasks import worker_setup
 
     # django.tasks backend (Django 6.0+): worker id for results, deferred result writes.

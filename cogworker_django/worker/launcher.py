@@ -79,6 +79,7 @@ class Launcher:
         fetch_mode: str,
         tag: str = "",
         shutdown_timeout: float,
+        started_at: float | None = None,
     ) -> None:
         self.concurrency = concurrency
         self.queues = queues
@@ -86,6 +87,9 @@ class Launcher:
         self.tag = tag
         self.shutdown_timeout = shutdown_timeout
         self.identity = new_identity(tag)
+        # This process's start (epoch), as early as the command can take it: a periodic
+        # slot due after it is this process's to fire (catch-up or not).
+        self.started_at = started_at if started_at is not None else time.time()
         self._signals: queue.SimpleQueue[int | str] = queue.SimpleQueue()
         self._stopping = False
         self._stop_signal_at: float | None = None

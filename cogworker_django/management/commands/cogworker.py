@@ -51,6 +51,8 @@ class Command(BaseCommand):
         parser.add_argument("--logfile", help="also write the log to this file")
 
     def handle(self, *args, **opts):
+        # Taken first: periodic slots due after this are this worker's to fire.
+        started_at = time.time()
         try:
             settings = conf.get()
         except ImproperlyConfigured as exc:
@@ -98,6 +100,7 @@ class Command(BaseCommand):
             fetch_mode=opts["fetch"] or settings.FETCH,
             tag=tag,
             shutdown_timeout=timeout,
+            started_at=started_at,
         )
         code = (
             run_processes(kwargs, opts["processes"]) if opts["processes"] > 1 else run_one(kwargs)
