@@ -154,6 +154,23 @@ def extend_job_locks(job: dict, wait: float) -> None:
     for key in job_locks(job):
         own = queued_ttl
         if key.startswith(keys.unique("")):
-            own = float(job.get("unique_for") or queued_ttl)
-        ttl = wait + own
+            own = _seconds(job.get("unique_for"), queued_ttl)
+        ttl = min(_seconds(wait, 0.0) + own, MAX_LOCK_TTL)
         errors.best_effort("Lock extension", lambda key=key, ttl=ttl: expire(key, jid, ttl), key)
+
+
+# Redis refuses an EXPIRE past what its millisecond clock can hold; a lock extended by a
+# hostile backoff or payload is capped at ten years instead (still owner-checked).
+MAX_LOCK_TTL = 10 * 365 * 86400
+
+
+def _seconds(value: object, default: float) -> float:
+    """``value`` as finite seconds > 0, else ``default`` (payloads and hooks may hold
+    anything: a failure path must not raise on them)."""
+    if isinstance(value, bool):
+        return default
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return seconds if math.isfinite(seconds) and seconds > 0 else default

@@ -12,20 +12,69 @@ job keeps trying for about 25 days (table in docs/retries.md). ``COGWORKER["RETR
 
 from __future__ import annotations
 
+import logging
+import math
 import random
+import threading
 import time
 from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import conf, payload
+from .. import conf, errors, payload
+
+log = logging.getLogger("cogworker_django")
+
+# Filing a failure must never raise: a failure path that raises kills the processor
+# thread and leaves the job in the in-progress list, where it is requeued and run
+# again, failing the same way forever. A RETRY_BACKOFF hook that raises or answers
+# something that is not a finite number >= 0 is replaced by the built-in formula
+# (logged once per hook and kind of problem, not once per job).
+_hook_problems: set[tuple[str, str]] = set()
+_hook_problems_lock = threading.Lock()
+
+
+def builtin_backoff(retry_count: int) -> float:
+    return retry_count**4 + 15 + random.uniform(0, 10 * retry_count)
 
 
 def backoff(retry_count: int) -> float:
+    """Seconds before retry number ``retry_count``: the RETRY_BACKOFF hook's answer when
+    it is a finite number >= 0, else the built-in formula. Never raises."""
     path = conf.get().RETRY_BACKOFF
     if path:
-        return float(import_string(path)(retry_count))
-    return retry_count**4 + 15 + random.uniform(0, 10 * retry_count)
+        try:
+            seconds = _checked_seconds(import_string(path)(retry_count))
+        except Exception as exc:  # noqa: BLE001 - a broken hook must not lose the failure
+            _hook_failed(path, errors.describe(exc))
+        else:
+            if seconds is not None:
+                return seconds
+            _hook_failed(path, "it did not return a finite number of seconds >= 0")
+    return builtin_backoff(retry_count)
+
+
+def _checked_seconds(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _hook_failed(path: str, problem: str) -> None:
+    kind = problem.split(":", 1)[0]
+    with _hook_problems_lock:
+        if (path, kind) in _hook_problems:
+            return
+        _hook_problems.add((path, kind))
+    log.error(
+        "RETRY_BACKOFF %s failed (%s): the built-in backoff is used instead (logged once)",
+        path,
+        problem,
+    )
 
 
 def record_error(job: dict[str, Any], error_class: str, message: str, trace: str = "") -> None:

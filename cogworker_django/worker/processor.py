@@ -13,6 +13,7 @@ Duties:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from .. import connection, errors, jobs, keys, locks, middleware, payload, scripts, stats
+from .. import conf, connection, errors, jobs, keys, locks, middleware, payload, scripts, stats
 from . import failures
 from .fetch import Work, wire
 from .record import ACK, Filing
@@ -154,7 +155,7 @@ class Processor:
             target, score = outcome
             if target != "schedule":
                 stats.counters.incr("failed")
-            self._file(work, Filing(target, score, payload.encode(job)), job)
+            self._file(work, filing_for(work, job, target, score), job)
             return None
         finally:
             jobs._current.job = None
@@ -185,7 +186,7 @@ class Processor:
             middleware.run_server_chain(self._chain, job, queue, lambda: jobs.perform(job))
             return None
         except middleware.Reschedule as r:
-            return "schedule", time.time() + r.delay
+            return "schedule", time.time() + reschedule_delay(r)
         except Exception as exc:  # noqa: BLE001 - every failure is filed
             return self._failed(job, exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit (or any BaseException)
@@ -197,7 +198,18 @@ class Processor:
             close_old_connections()
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
-        target, score = failures.after_failure(job, exc)
+        try:
+            target, score = failures.after_failure(job, exc)
+        except Exception as err:  # noqa: BLE001 - the failure path never kills the thread
+            # (a thread that dies here leaves the job listed, requeued, failing forever)
+            log.error(
+                "%s (jid %s): its failure could not be counted (%s): filed in dead",
+                job.get("func"),
+                job.get("jid"),
+                errors.describe(err),
+                exc_info=True,
+            )
+            return "dead", time.time()
         log.warning(
             "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
         )
@@ -216,6 +228,39 @@ class Processor:
             self.manager.record.settle_later(work.raw, filing)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
+
+
+def reschedule_delay(r: middleware.Reschedule) -> float:
+    """A middleware's Reschedule delay, or UNIQUE_RESCHEDULE_DELAY when it is not a finite
+    number >= 0 (a NaN score can't be filed; an infinite one would never come due)."""
+    try:
+        delay = float(r.delay)
+    except (TypeError, ValueError, OverflowError):
+        delay = math.nan
+    if math.isfinite(delay) and delay >= 0:
+        return delay
+    log.error("Reschedule(delay=%r) is not a usable delay: rescheduled with the default", r.delay)
+    return conf.get().UNIQUE_RESCHEDULE_DELAY
+
+
+def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Filing:
+    """The filing of a failed job; never raises. A job a middleware left holding values
+    JSON can't take is filed in dead with its payload as it was fetched."""
+    try:
+        return Filing(target, score, payload.encode(job))
+    except Exception as exc:  # noqa: BLE001 - the failure path never kills the thread
+        log.error(
+            "%s (jid %s) can't be encoded after its run (%s): filed in dead as fetched",
+            job.get("func"),
+            job.get("jid"),
+            errors.describe(exc),
+        )
+        wrapper = payload.unparseable(
+            wire(work.raw), work.queue, "UnencodableAfterRun", errors.describe(exc)
+        )
+        if isinstance(job.get("jid"), str):
+            wrapper["jid"] = job["jid"]
+        return Filing("dead", time.time(), payload.encode(wrapper))
 
 
 def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:

@@ -75,6 +75,27 @@ def fast_backoff(retry_count):
     return 0.2
 
 
+# Hostile RETRY_BACKOFF hooks (tests/test_worker_failure_path.py): filing must survive them.
+def backoff_raises(retry_count):
+    raise RuntimeError("backoff hook is broken")
+
+
+def backoff_inf(retry_count):
+    return float("inf")
+
+
+def backoff_nan(retry_count):
+    return float("nan")
+
+
+def backoff_text(retry_count):
+    return "soon"
+
+
+def backoff_negative(retry_count):
+    return -5
+
+
 # Unique jobs (tests/test_unique_*.py) --------------------------------------------------------
 
 
