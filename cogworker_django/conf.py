@@ -8,9 +8,11 @@ Django's ``setting_changed`` signal says the settings moved. A bad value raises
 
 from __future__ import annotations
 
+import inspect
 import threading
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -153,6 +155,149 @@ def parse_queues(specs: Any, key: str = "QUEUES") -> tuple[QueueSpec, ...]:
     return tuple(QueueSpec(n, w) for n, w in weights.items())
 
 
+# Automatic retries and timeouts of the Redis client (rule 11). A command that timed out
+# may have run: re-sent by the client, a push queues its job twice, a BRPOP whose reply
+# was lost takes a second job, and a periodic claim reads its own first claim as "taken"
+# (the slot is never pushed). Callers decide what to retry, so retries stay off; and the
+# socket must wait longer than any command that blocks in Redis, or a fetch that found a
+# job is cut off before its reply arrives.
+_WHY_NO_RETRIES = (
+    "automatic retries must stay off: a command that timed out may have run, and re-sent "
+    "it can queue a job twice, lose a fetched job or skip a periodic slot"
+)
+
+
+def min_socket_timeout() -> float:
+    """The shortest ``socket_timeout`` allowed: a blocking fetch's own timeout plus a
+    margin for its reply to travel back on a busy machine."""
+    from .connection import FETCH_BLOCK_SECONDS, SOCKET_TIMEOUT_MARGIN
+
+    return FETCH_BLOCK_SECONDS + SOCKET_TIMEOUT_MARGIN
+
+
+def _socket_timeout_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a usable timeout (None when it is)."""
+    if value is None:
+        return "a call could hang forever; expected a number of seconds"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return "expected a number of seconds"
+    if name == "socket_timeout" and value < min_socket_timeout():
+        from .connection import DEFAULT_SOCKET_TIMEOUT, FETCH_BLOCK_SECONDS
+
+        return (
+            f"must be at least {min_socket_timeout():g} s, longer than a blocking fetch "
+            f"waits in Redis ({FETCH_BLOCK_SECONDS:g} s), or a fetch that found a job can "
+            f"time out before its reply arrives (default {DEFAULT_SOCKET_TIMEOUT:g})"
+        )
+    if value <= 0:
+        return "must be > 0"
+    return None
+
+
+def _retries_of(retry: Any) -> int | None:
+    try:
+        return int(retry.get_retries())
+    except Exception:  # noqa: BLE001 - not a redis-py Retry
+        return None
+
+
+def _check_redis_options(options: dict) -> None:
+    """Refuse client options that would turn automatic retries on or let a call hang."""
+
+    def bad(option: str, value: Any, why: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(
+            f"COGWORKER['REDIS_OPTIONS'][{option!r}] = {value!r} is invalid: {why}."
+        )
+
+    if "connection_pool" in options:
+        raise bad(
+            "connection_pool",
+            options["connection_pool"],
+            "a pool built elsewhere bypasses the timeouts and retry settings cogworker "
+            "enforces; pass its options (socket_timeout, ssl, ...) here instead",
+        )
+    if "retry" in options and options["retry"] is not None:
+        retry = options["retry"]
+        retries = _retries_of(retry)
+        if retries != 0:
+            shown = "a Retry object" if retries is None else f"Retry with {retries} retries"
+            raise ImproperlyConfigured(
+                f"COGWORKER['REDIS_OPTIONS']['retry'] = {shown} is invalid: {_WHY_NO_RETRIES}; "
+                "leave it out (or pass Retry(NoBackoff(), 0))."
+            )
+    for option in ("retry_on_timeout", "retry_on_error"):
+        if options.get(option):
+            raise bad(option, options[option], f"{_WHY_NO_RETRIES}; leave it out")
+    for option in ("socket_timeout", "socket_connect_timeout"):
+        if option in options:
+            why = _socket_timeout_problem(option, options[option])
+            if why:
+                raise bad(option, options[option], why)
+
+
+def _check_url_query(url: str) -> None:
+    """The same rules for options given in the URL's query string (redis-py reads
+    ``?socket_timeout=...&retry_on_timeout=...`` and lets them win over keyword arguments)."""
+    try:
+        query = parse_qs(urlsplit(url).query)
+    except ValueError:
+        return  # an unparseable URL is refused by redis-py with its own message
+    for option, values in query.items():
+        value = values[-1] if values else ""
+        why = None
+        if option in ("retry_on_timeout", "retry_on_error"):
+            off = value.strip().upper() in ("", "0", "F", "FALSE", "N", "NO")
+            if option == "retry_on_error" or not off:
+                why = f"{_WHY_NO_RETRIES}; leave it out"
+        elif option in ("socket_timeout", "socket_connect_timeout"):
+            try:
+                number: Any = float(value)
+            except ValueError:
+                number = value
+            why = _socket_timeout_problem(option, number)
+        if why:
+            raise ImproperlyConfigured(
+                f"COGWORKER['REDIS_URL'] sets {option}={value} in its query string, which is "
+                f"invalid: {why}."
+            )
+
+
+def retry_backoff() -> Any:
+    """The ``RETRY_BACKOFF`` callable, or None when the built-in backoff is used.
+
+    Imported on each call (the hook may live in a module that imports this app); raises
+    ``ImproperlyConfigured`` naming the setting when the path can't be imported, does not
+    name a callable, or names one that can't take the retry count as its one argument.
+    """
+    path = get().RETRY_BACKOFF
+    if path is None:
+        return None
+    from django.utils.module_loading import import_string
+
+    def bad(why: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(f"COGWORKER['RETRY_BACKOFF'] = {path!r} {why}.")
+
+    try:
+        hook = import_string(path)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the message
+        from .errors import describe
+
+        raise bad(f"can't be imported: {describe(exc)}") from None
+    if not callable(hook):
+        raise bad(
+            f"is not callable (it is {type(hook).__name__}); expected f(retry_count) -> seconds"
+        )
+    try:
+        inspect.signature(hook).bind(1)
+    except TypeError:
+        raise bad(
+            "can't be called with one argument (the retry count); expected f(retry_count) -> seconds"
+        ) from None
+    except ValueError:
+        pass  # no signature to inspect (some builtins): trust it
+    return hook
+
+
 def _validate(user: Any) -> Settings:
     if user is None:
         user = {}
@@ -171,6 +316,8 @@ def _validate(user: Any) -> Settings:
     for key in ("REDIS_OPTIONS", "SENTINEL_OPTIONS"):
         if not isinstance(v[key], dict):
             raise _bad(key, v[key], "expected a dict of redis client keyword arguments")
+    _check_redis_options(v["REDIS_OPTIONS"])
+    _check_url_query(v["REDIS_URL"])
     if v["CACHE_ALIAS"] is not None and not isinstance(v["CACHE_ALIAS"], str):
         raise _bad("CACHE_ALIAS", v["CACHE_ALIAS"], "expected the name of a CACHES entry or None")
     sentinels = v["SENTINELS"]

@@ -3,7 +3,9 @@
 One client (and so one connection pool) per process, rebuilt in a forked child.
 Every connection has connect and socket timeouts, so no call hangs forever, and
 redis-py's automatic retries are off (rule 11: a timed-out LMOVE, INCR or script
-retried by the client could run twice); callers decide what to retry.
+retried by the client could run twice); callers decide what to retry. Settings that
+would change either are refused (``conf`` for ``REDIS_OPTIONS`` and the URL's query;
+:func:`unsafe_options` here for whatever client was built, the cache's included).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import conf
+from . import conf, errors
 
 # Longer than any blocking command we issue (fetch blocks at most FETCH_BLOCK_SECONDS),
 # so a blocked call always returns before its socket gives up on it (rule 11).
@@ -25,6 +28,9 @@ DEFAULT_SOCKET_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 # The longest a fetch or subscriber blocks in Redis: short enough to notice shutdown.
 FETCH_BLOCK_SECONDS = 1.0
+# A socket timeout must exceed FETCH_BLOCK_SECONDS by this much at least (the reply of a
+# blocked command that found a job still has to travel back and be read).
+SOCKET_TIMEOUT_MARGIN = 0.5
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
 
@@ -40,22 +46,98 @@ def _client_options(extra: dict | None = None) -> dict[str, Any]:
         "retry": Retry(NoBackoff(), 0),
         "health_check_interval": 30,
     }
-    opts.update(conf.get().REDIS_OPTIONS)
+    opts.update(conf.get().REDIS_OPTIONS)  # validated: no retries, no None timeouts
     if extra:
         opts.update(extra)
-    # A None timeout would let a call hang forever: never allowed.
-    for key in ("socket_timeout", "socket_connect_timeout"):
-        if opts.get(key) is None:
-            opts[key] = DEFAULT_SOCKET_TIMEOUT
+    if opts.get("retry") is None:
+        opts["retry"] = Retry(NoBackoff(), 0)
     return opts
+
+
+def unsafe_options(client: Any) -> list[str]:
+    """What makes ``client`` unfit for jobs: automatic retries on, or a socket timeout
+    that is none or too short for a blocking fetch. Empty when it is fit.
+
+    Read from a connection object made (not connected) from the client's own pool
+    settings, so redis-py's defaults and any URL query options count exactly as they
+    would on a real connection.
+    """
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if pool is None or not isinstance(kwargs, dict):
+        return []  # not a redis-py client we can read (a cluster client, say)
+    try:
+        conn = pool.connection_class(**kwargs)
+    except Exception:  # noqa: BLE001 - settings a connection can't take fail on first use
+        return []
+    found: list[str] = []
+    timeout = getattr(conn, "socket_timeout", None)
+    if timeout is None:
+        found.append("its socket_timeout is None (a call can hang forever)")
+    elif timeout < conf.min_socket_timeout():
+        found.append(
+            f"its socket_timeout is {timeout:g} s, not longer than a blocking fetch waits "
+            f"in Redis ({FETCH_BLOCK_SECONDS:g} s) plus {SOCKET_TIMEOUT_MARGIN:g} s"
+        )
+    retry = getattr(conn, "retry", None)
+    retries = retry.get_retries() if retry is not None else 0
+    if retries != 0:
+        kinds = ", ".join(sorted({e.__name__ for e in getattr(retry, "_supported_errors", ())}))
+        count = "without limit" if retries < 0 else f"up to {retries} time(s)"
+        found.append(
+            f"it re-sends a failed command automatically, {count}"
+            + (f" on {kinds}" if kinds else "")
+            + " (a timed-out command may have run: re-sent, it can queue a job twice, "
+            "lose a fetched job or skip a periodic slot)"
+        )
+    return found
+
+
+_OWN_FIX = "Check COGWORKER['REDIS_OPTIONS'] and the query string of COGWORKER['REDIS_URL']."
+
+
+def _refuse_unsafe(client: Any, where: str, fix: str) -> None:
+    found = unsafe_options(client)
+    if found:
+        raise ImproperlyConfigured(
+            f"The Redis client of {where} is unfit for jobs: " + "; ".join(found) + f". {fix}"
+        )
+
+
+def _cache_client(alias: str) -> redis.Redis:
+    where = f"CACHES[{alias!r}] (COGWORKER['CACHE_ALIAS'])"
+    try:
+        from django_redis import get_redis_connection
+
+        client = get_redis_connection(alias)
+    except Exception as exc:  # noqa: BLE001 - a missing alias or a cache that isn't django-redis
+        raise ImproperlyConfigured(
+            f"COGWORKER['CACHE_ALIAS'] = {alias!r} is invalid: expected the alias of a "
+            f"django-redis cache in CACHES ({errors.describe(exc)})."
+        ) from None
+    _refuse_unsafe(
+        client,
+        where,
+        f"Set CACHES[{alias!r}]['OPTIONS']['SOCKET_TIMEOUT'] to {conf.min_socket_timeout():g} "
+        f"or more ({DEFAULT_SOCKET_TIMEOUT:g} is a good value), and leave 'retry', "
+        f"'retry_on_timeout' and 'retry_on_error' out of its CONNECTION_POOL_KWARGS and of "
+        "its LOCATION's query string.",
+    )
+    return client
 
 
 def _build() -> redis.Redis:
     s = conf.get()
     if s.CACHE_ALIAS:
-        from django_redis import get_redis_connection
+        return _cache_client(s.CACHE_ALIAS)
+    client = _build_own()
+    # conf refused bad REDIS_OPTIONS and URL options already; this catches the rest.
+    _refuse_unsafe(client, describe_target(), _OWN_FIX)
+    return client
 
-        return get_redis_connection(s.CACHE_ALIAS)
+
+def _build_own() -> redis.Redis:
+    s = conf.get()
     if s.SENTINELS:
         from redis.sentinel import Sentinel
 
@@ -92,7 +174,9 @@ def new_client(**overrides: Any) -> redis.Redis:
     s = conf.get()
     if s.CACHE_ALIAS or s.SENTINELS:
         return _build()
-    return redis.Redis.from_url(s.REDIS_URL, **_client_options(overrides))
+    client = redis.Redis.from_url(s.REDIS_URL, **_client_options(overrides))
+    _refuse_unsafe(client, describe_target(), _OWN_FIX)
+    return client
 
 
 def reset() -> None:

@@ -1,8 +1,11 @@
 """Settings: defaults, lazy reading (override_settings works), clear errors naming the key."""
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
 
 from cogworker_django import conf
 
@@ -103,3 +106,115 @@ def test_periodic_must_be_a_dict():
     with override_settings(COGWORKER_PERIODIC=["x"]):
         with pytest.raises(ImproperlyConfigured, match="COGWORKER_PERIODIC"):
             conf.periodic_raw()
+
+
+# Automatic retries and timeouts of the Redis client --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options,named",
+    [
+        ({"retry": Retry(ExponentialBackoff(), 3)}, "'retry'"),
+        ({"retry": Retry(NoBackoff(), -1)}, "'retry'"),
+        ({"retry_on_timeout": True}, "'retry_on_timeout'"),
+        ({"retry_on_error": [redis.ConnectionError]}, "'retry_on_error'"),
+        ({"socket_timeout": None}, "'socket_timeout'"),
+        ({"socket_timeout": 1.0}, "'socket_timeout'"),
+        ({"socket_timeout": 0.5}, "'socket_timeout'"),
+        ({"socket_timeout": "10"}, "'socket_timeout'"),
+        ({"socket_connect_timeout": None}, "'socket_connect_timeout'"),
+        ({"socket_connect_timeout": 0}, "'socket_connect_timeout'"),
+        ({"connection_pool": redis.ConnectionPool()}, "'connection_pool'"),
+    ],
+)
+def test_redis_options_that_would_retry_or_hang_are_refused(options, named):
+    with pytest.raises(ImproperlyConfigured) as info:
+        conf._validate({"REDIS_OPTIONS": options})
+    message = str(info.value)
+    assert f"COGWORKER['REDIS_OPTIONS'][{named}]" in message
+    assert "is invalid" in message
+
+
+def test_refusals_say_why():
+    with pytest.raises(ImproperlyConfigured, match=r"Retry with 3 retries.*retries must stay off"):
+        conf._validate({"REDIS_OPTIONS": {"retry": Retry(ExponentialBackoff(), 3)}})
+    with pytest.raises(ImproperlyConfigured, match=r"hang forever"):
+        conf._validate({"REDIS_OPTIONS": {"socket_timeout": None}})
+    with pytest.raises(ImproperlyConfigured, match=r"at least 1.5 s.*blocking fetch"):
+        conf._validate({"REDIS_OPTIONS": {"socket_timeout": 1.0}})
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"retry": Retry(NoBackoff(), 0)},
+        {"retry": None},
+        {"retry_on_timeout": False},
+        {"retry_on_error": []},
+        {"socket_timeout": 1.5},
+        {"socket_timeout": 30, "socket_connect_timeout": 0.5},
+    ],
+)
+def test_redis_options_that_keep_retries_off_are_accepted(options):
+    assert conf._validate({"REDIS_OPTIONS": options}).REDIS_OPTIONS == options
+
+
+def test_min_socket_timeout_is_longer_than_a_blocking_fetch():
+    from cogworker_django import connection
+
+    assert conf.min_socket_timeout() > connection.FETCH_BLOCK_SECONDS
+    assert connection.DEFAULT_SOCKET_TIMEOUT >= conf.min_socket_timeout()
+
+
+@pytest.mark.parametrize(
+    "query,option",
+    [
+        ("socket_timeout=0.5", "socket_timeout"),
+        ("socket_connect_timeout=0", "socket_connect_timeout"),
+        ("retry_on_timeout=true", "retry_on_timeout"),
+        ("retry_on_timeout=1", "retry_on_timeout"),
+        ("retry_on_error=ConnectionError", "retry_on_error"),
+    ],
+)
+def test_the_same_options_in_the_url_query_are_refused(query, option):
+    url = f"redis://:s3cret@127.0.0.1:6379/0?{query}"
+    with pytest.raises(ImproperlyConfigured) as info:
+        conf._validate({"REDIS_URL": url})
+    message = str(info.value)
+    assert "COGWORKER['REDIS_URL']" in message and option in message
+    assert "s3cret" not in message
+
+
+def test_harmless_url_query_options_are_accepted():
+    url = "redis://127.0.0.1:6379/0?socket_timeout=5&retry_on_timeout=false&client_name=x"
+    assert conf._validate({"REDIS_URL": url}).REDIS_URL == url
+
+
+# RETRY_BACKOFF -----------------------------------------------------------------------------
+
+
+def test_retry_backoff_resolves_to_the_callable(configure):
+    from testapp import jobs as tj
+
+    assert conf.retry_backoff() is None
+    configure(RETRY_BACKOFF="testapp.jobs.backoff_2s")
+    assert conf.retry_backoff() is tj.backoff_2s
+
+
+@pytest.mark.parametrize(
+    "path,fragment",
+    [
+        ("testapp.nowhere.backoff", "can't be imported: ModuleNotFoundError"),
+        ("testapp.jobs.no_such_function", "can't be imported: ImportError"),
+        ("nodots", "can't be imported"),
+        ("testapp.jobs.__name__", "is not callable (it is str)"),
+        ("testapp.jobs.timeline_key", "can't be called with one argument"),
+    ],
+)
+def test_a_bad_retry_backoff_names_the_setting_and_the_problem(configure, path, fragment):
+    configure(RETRY_BACKOFF=path)
+    with pytest.raises(ImproperlyConfigured) as info:
+        conf.retry_backoff()
+    message = str(info.value)
+    assert message.startswith(f"COGWORKER['RETRY_BACKOFF'] = {path!r} ")
+    assert fragment in message

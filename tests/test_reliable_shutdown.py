@@ -58,14 +58,14 @@ def test_term_during_long_jobs_requeues_the_unfinished_to_run_next(worker, r, pr
 
 def test_a_job_whose_ack_failed_is_not_run_again(worker, redis_server, configure, prefix):
     """The ack of a finished job is made to fail: writes are paused (CLIENT PAUSE WRITE)
-    past the worker's 1 s socket timeout, so Redis drops the timed-out ack. TERM comes
+    past the worker's 1.5 s socket timeout, so Redis drops the timed-out ack. TERM comes
     while the ack is still pending: the long jobs are requeued, the finished one is not,
     and a second worker runs only the long ones."""
     server = redis_server()
     configure(REDIS_URL=server.url)
     client = server.client()
     settings = {
-        "REDIS_OPTIONS": {"socket_timeout": 1.0},
+        "REDIS_OPTIONS": {"socket_timeout": 1.5},
         "CONCURRENCY": 3,
         "SHUTDOWN_TIMEOUT": 1,
     }
