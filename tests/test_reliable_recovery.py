@@ -12,6 +12,7 @@ import time
 from testapp import jobs as tj
 
 from cogworker_django import connection, keys, payload
+from cogworker_django.worker.heartbeat import Clearance
 from cogworker_django.worker.recovery import OrphanRecovery, requeue_from_list
 
 from .helpers import wait_until
@@ -143,9 +144,10 @@ def _fabricate_dead_process(r, prefix, ident: str, n: int) -> list[str]:
 
 
 class _Healthy:
-    """Stands in for a heartbeat that has been beating for a long time."""
+    """Stands in for a heartbeat that has seen Redis answer for an hour."""
 
-    healthy_since = time.monotonic() - 3600
+    def __init__(self) -> None:
+        self.clearance = Clearance(10.0, since=time.time() - 3600)
 
 
 def test_two_recoverers_at_once_requeue_each_job_exactly_once(r, prefix):
@@ -240,16 +242,18 @@ def test_recovery_waits_for_healthy_beats_after_an_outage(r, prefix):
     _fabricate_dead_process(r, prefix, "ghost:3:dead", 2)
 
     class JustRecovered:
-        healthy_since = time.monotonic()
+        def __init__(self) -> None:
+            self.clearance = Clearance(10.0)
+            self.clearance.beat(time.time())
 
     class Failing:
-        healthy_since = None
+        clearance = Clearance(10.0)  # no beat has gone through
 
     conn = connection.get_client()
-    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) is None
+    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) == 0
     assert OrphanRecovery("me", Failing(), "default").run(conn) is None
     assert r.llen(f"{prefix}:inprogress:ghost:3:dead") == 2
-    # Once its own beats have been healthy for two intervals, it recovers.
+    # Once Redis has answered it for a whole threshold, it recovers.
     assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
 
 
@@ -260,6 +264,7 @@ def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, 
     worn["orphan_count"] = 2
     r.rpush(f"{prefix}:inprogress:{ident}", b"\xff garbage", payload.encode(worn))
     r.sadd(f"{prefix}:inprogress_ids", ident)
+    r.hset(f"{prefix}:last_beat", ident, int(time.time()) - 3600)
     conn = connection.get_client()
     assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
     dead = {json.loads(m)["func"]: json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)}

@@ -12,6 +12,14 @@ Duties, each beat:
   reconciling the in-progress list with the record.
 The first beat runs synchronously, before any fetch: a process must be visibly alive
 before its in-progress list can hold anything.
+
+Each beat also reads Redis's clock (``TIME``, last in the pipeline) for this process's
+``Clearance``: the Redis time since which it has seen Redis answer without a break. A
+clear stretch starts at a successful beat (the first one, or the first after a break)
+and ends at a failed beat or at a gap longer than ``stall_gap`` between two answers
+this process recorded (its beats and its orphan passes): Redis stalled (``CLIENT
+PAUSE``, ``DEBUG SLEEP``, a slow fork), or this process was starved of CPU. Orphan
+recovery judges nobody by time this process could not watch (rule 13, recovery.py).
 """
 
 from __future__ import annotations
@@ -47,6 +55,71 @@ def presence_ttl(interval: float) -> int:
     return max(2, int(interval * 4 + 0.999))
 
 
+def stall_gap(interval: float) -> float:
+    """Two answers further apart than this (Redis clock) mean a break: beats come
+    ``interval`` apart, a slow beat or a busy moment adds far less than a whole interval
+    plus a second."""
+    return 2 * interval + 1.0
+
+
+class Clearance:
+    """The Redis time since which this process has seen Redis answer without a break.
+
+    ``beat(at)`` records a successful beat (its presence written, at Redis time ``at``);
+    ``answered(at)`` any other successful read of Redis's clock, and returns the start
+    of the clear stretch, or None while there is none; ``broken()`` a failed beat.
+    Only a beat starts a stretch: a read answering while writes fail (OOM, a demoted
+    master) shows nothing about whether the others can beat. Thread-safe (the heartbeat
+    and the poller record answers)."""
+
+    def __init__(self, max_gap: float, since: float | None = None) -> None:
+        self.max_gap = max_gap
+        self._lock = threading.Lock()
+        # ``since`` given: a stretch known to have begun then (tools and tests).
+        self._since = since
+        self._last: float | None = None
+
+    @property
+    def since(self) -> float | None:
+        return self._since
+
+    def beat(self, at: float) -> float:
+        with self._lock:
+            if self._since is None or self._gap(at):
+                self._since = at
+            self._last = at if self._last is None else max(self._last, at)
+            return self._since
+
+    def answered(self, at: float) -> float | None:
+        with self._lock:
+            if self._since is None:
+                return None
+            if self._gap(at):
+                # A break just ended: the next beat starts a new stretch.
+                self._since = self._last = None
+                return None
+            self._last = at if self._last is None else max(self._last, at)
+            return self._since
+
+    def broken(self) -> None:
+        with self._lock:
+            self._since = self._last = None
+
+    def _gap(self, at: float) -> bool:
+        last = self._last
+        if last is None:
+            return False
+        # Answers from two threads may land slightly out of order; a clock stepped
+        # back by more than a gap counts as a break too.
+        return at - last > self.max_gap or last - at > self.max_gap
+
+
+def redis_seconds(reply: Any) -> float:
+    """A ``TIME`` reply as epoch seconds."""
+    seconds, micros = reply
+    return int(seconds) + int(micros) / 1e6
+
+
 def _rss_kb() -> int | None:
     try:
         with open(f"/proc/{os.getpid()}/status") as f:
@@ -71,9 +144,9 @@ class Heartbeat:
         self._on_stop_signal = on_stop_signal
         self._stopping = threading.Event()
         self._beat_failed = False
-        # Monotonic time since which every beat succeeded (None while failing): orphan
-        # recovery waits for a few good beats after an outage (rule 13).
-        self.healthy_since: float | None = None
+        # Since when (Redis clock) this process has seen Redis answer without a break:
+        # orphan recovery measures others' missed beats from there (rule 13).
+        self.clearance = Clearance(stall_gap(self.interval))
         self._unknown_last_beat: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._subscriber: Any = None
@@ -122,7 +195,7 @@ class Heartbeat:
             self.beat()
         except Exception as exc:  # noqa: BLE001 - a failed beat is retried next interval
             self._beat_failed = True
-            self.healthy_since = None
+            self.clearance.broken()
             errors.report("Heartbeat", exc)
             return False
         return True
@@ -176,11 +249,15 @@ class Heartbeat:
             names.append("in-progress registry")
             scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [ident])
             names.append("last-beat stamp")
+        pipe.time()  # last: when this beat went through, for the clearance
         results = pipe.execute(raise_on_error=False)
         for r in results[:2]:
             if isinstance(r, Exception):
                 raise r  # the presence key: without it the beat failed
-        for name, r in zip(names, results[2:], strict=True):
+        clock = results[-1]
+        if isinstance(clock, Exception) and errors.is_unavailable(clock):
+            raise clock
+        for name, r in zip(names, results[2:-1], strict=True):
             if isinstance(r, Exception):
                 if errors.is_unavailable(r):
                     raise r
@@ -190,8 +267,10 @@ class Heartbeat:
                     log.error("Heartbeat: %s not written: %s", name, errors.describe(r))
         recovering = self._beat_failed
         self._beat_failed = False
-        if self.healthy_since is None:
-            self.healthy_since = time.monotonic()
+        # TIME refused (some proxies): this host's clock, as for the stamp.
+        self.clearance.beat(
+            redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
+        )
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
 

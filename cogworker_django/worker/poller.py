@@ -125,8 +125,10 @@ class Poller:
     def _boot_chores(self) -> None:
         conn = connection.get_client()
         now = time.monotonic()
-        # The first orphan pass runs on the first poll at which this process's beats have
-        # been healthy long enough (OrphanRecovery.ready), then every orphan interval.
+        # The first orphan pass runs on the first poll (it counts nobody's missed beats
+        # from before this process's own first beat: OrphanRecovery), then every orphan
+        # interval; a pass that could not judge (no clear stretch yet) is retried at the
+        # next poll.
         self._next_run["orphans"] = now
         for name, _interval, fn in self.timers:
             errors.best_effort(name, lambda fn=fn: fn(conn))

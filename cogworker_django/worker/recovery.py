@@ -1,15 +1,33 @@
 """Orphan recovery: the jobs of processes that died are run again by the living.
 
-A process is dead when its last beat (``P:last_beat``, Redis clock) is older than
-``ORPHAN_THRESHOLD`` and its presence key is gone. Each of its jobs is moved back to its
-queue with ``orphan_count`` + 1 by one script per job that removes it from the dead
-process's list and pushes it only if it was still there, so two recoverers never
-requeue it twice. Past ``MAX_ORPHANINGS`` the job goes to dead instead (a job that kills
-its worker must not kill the fleet forever). Then the identity is forgotten.
+Each of a dead process's jobs is moved back to its queue with ``orphan_count`` + 1 by
+one script per job that removes it from the dead process's list and pushes it only if
+it was still there, so two recoverers never requeue it twice. Past ``MAX_ORPHANINGS``
+the job goes to dead instead (a job that kills its worker must not kill the fleet
+forever). Then the identity is forgotten. A process never recovers its own list: it
+trusts its own record (the heartbeat's reconcile handles lost fetch replies).
 
-Rule 13: nobody is an orphan because Redis was away. A process recovers others only
-once its own beats have succeeded for a few intervals after an outage, so the others
-have had their chance to beat too.
+Who is dead (rule 13: nobody is an orphan because Redis was away or the machine was
+busy). All times are on Redis's clock (``TIME``; this host's clock where it is
+refused). The checker keeps ``clear_since``, the time since which it has seen Redis
+answer without a break (``heartbeat.Clearance``: reset at its own start, by a failed
+beat, and by a gap between two of its answers longer than ``stall_gap``). A process X
+is dead only when its presence key is gone and
+
+    now - max(last_beat[X], clear_since) >= ORPHAN_THRESHOLD
+
+so X has missed its beats for a full threshold during which Redis answered the
+checker. X without a readable stamp is measured from when this checker first saw it
+so, instead of counting as dead at once. Stamps are whole seconds (floored): a stamp
+is taken for the end of its second.
+
+Why it holds when either side is starved of CPU: a starved checker makes no answers,
+so its starvation shows as a gap and restarts ``clear_since`` when it resumes; a
+stalled Redis answers nobody, so the same gap shows. Either way every other process
+gets a full threshold, from the moment the checker could watch again, to get one beat
+through. What remains is a process starved on its own for a whole threshold while
+Redis and the checker ran: it is taken for dead (its jobs run again), which is what
+``ORPHAN_THRESHOLD`` bounds.
 
 Also here: filing ``P:unsettled`` (jobs a stopping process ran but could not file).
 """
@@ -18,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -27,13 +46,12 @@ import redis
 from .. import conf, departures, errors, keys, payload, scripts
 from . import failures
 from .fetch import text, wire
+from .heartbeat import redis_seconds
 from .processor import file_job
 from .record import Filing
 
 log = logging.getLogger("cogworker_django")
 
-# Beats a process must have had since its last outage before it declares others dead.
-HEALTHY_BEATS_BEFORE_RECOVERY = 2
 UNSETTLED_BATCH = 100
 
 
@@ -87,13 +105,22 @@ def requeue_from_list(
     return moved
 
 
-def redis_now(conn: Any) -> int:
+def redis_now(conn: Any) -> float:
     """Redis's clock (last beats are stamped with it); this host's clock where ``TIME``
     is refused (some proxies and managed services), as the heartbeat does."""
     try:
-        return int(conn.time()[0])
+        return redis_seconds(conn.time())
     except redis.ResponseError:
-        return int(time.time())
+        return time.time()
+
+
+def stamp_of(beat: Any) -> float | None:
+    """A last-beat stamp, or None when missing or unreadable."""
+    try:
+        last = float(beat) if beat is not None else None
+    except (TypeError, ValueError):
+        return None
+    return last if last is not None and math.isfinite(last) else None
 
 
 class OrphanRecovery:
@@ -102,29 +129,42 @@ class OrphanRecovery:
         self.heartbeat = heartbeat
         self.fallback_queue = fallback_queue
         self.completed_once = False
-
-    def ready(self) -> bool:
-        since = self.heartbeat.healthy_since
-        wait = HEALTHY_BEATS_BEFORE_RECOVERY * conf.get().HEARTBEAT_INTERVAL
-        return since is not None and time.monotonic() - since >= wait
+        # Identity -> when (Redis clock) this checker first saw it without a stamp.
+        self._unstamped: dict[str, float] = {}
 
     def run(self, conn: Any) -> int | None:
-        """One pass; returns how many jobs it moved, or None when it did not look yet:
-        this process's own beats have not been healthy for long enough (rule 13). That
-        holds at boot too: a process starting just after an outage can't tell the
-        others' stale beats from death until they have had their chance to beat."""
-        if not self.ready():
+        """One pass; returns how many jobs it moved, or None when it did not judge: this
+        process has seen no clear stretch of Redis answering since its last break (its
+        beats are failing, or a stall just ended: the next good beat starts one)."""
+        clearance = self.heartbeat.clearance
+        try:
+            now = redis_now(conn)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                clearance.broken()
+            raise
+        clear_since = clearance.answered(now)
+        if clear_since is None:
             return None
         threshold = conf.get().ORPHAN_THRESHOLD
-        now = redis_now(conn)
         ids = [text(i) for i in conn.smembers(keys.inprogress_ids())]
         beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
+        for gone in set(self._unstamped) - set(ids):
+            del self._unstamped[gone]
         moved = 0
         for ident in ids:
             if ident == self.identity:
                 continue
+            last = stamp_of(beats.get(ident))
+            if last is None:
+                last = self._unstamped.setdefault(ident, now)
+            else:
+                self._unstamped.pop(ident, None)
+                last += 1.0  # whole seconds, floored: the beat may be up to 1 s later
+            if now - max(last, clear_since) < threshold:
+                continue
             try:
-                moved += self._recover(conn, ident, beats.get(ident), now, threshold)
+                moved += self._recover(conn, ident)
             except Exception as exc:  # noqa: BLE001 - one identity never stops the others
                 if errors.is_unavailable(exc):
                     raise
@@ -132,13 +172,7 @@ class OrphanRecovery:
         self.completed_once = True
         return moved
 
-    def _recover(self, conn: Any, ident: str, beat: Any, now: int, threshold: float) -> int:
-        try:
-            last = float(beat) if beat is not None else None
-        except (TypeError, ValueError):
-            last = None
-        if last is not None and now - last < threshold:
-            return 0
+    def _recover(self, conn: Any, ident: str) -> int:
         if conn.exists(keys.process(ident)):
             return 0  # alive (its stamp may be failing while its presence works)
         raws = [text(r) for r in conn.lrange(keys.inprogress(ident), 0, -1)]
@@ -159,6 +193,7 @@ class OrphanRecovery:
             pipe.srem(keys.processes(), ident)
             pipe.delete(keys.work(ident))
             pipe.execute(raise_on_error=False)
+            self._unstamped.pop(ident, None)
         return moved
 
 
