@@ -1,6 +1,16 @@
-"""System checks: settings, Redis reachable, Redis version and eviction policy."""
+"""System checks: settings, the Redis client's retry and timeout options, the retry
+backoff hook; and, where asked for, Redis reachable, its version and eviction policy.
+
+Only the last need the network, so they are deployment checks (``manage.py check
+--deploy``; ``--deploy --tag cogworker_redis`` runs them alone) and the worker runs
+them at boot: ``migrate``, ``runserver`` or ``manage.py test`` never wait for Redis, nor
+fail because it is down. Every other check reads settings only. Neither the client nor
+the Redis checks run in a ``TESTING`` mode (fake or inline), where nothing talks to Redis.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -25,19 +35,74 @@ def check_periodic(app_configs=None, **kwargs):
     return entries.check_messages()
 
 
-@checks.register("cogworker", deploy=False)
-def check_redis(app_configs=None, **kwargs):
+# The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
+REDIS_TAG = "cogworker_redis"
+
+
+def _settings_or_none() -> conf.Settings | None:
     try:
-        conf.get()
+        return conf.get()
     except ImproperlyConfigured:
-        return []  # reported by check_settings
+        return None  # reported by check_settings
+
+
+@checks.register("cogworker")
+def check_client(app_configs=None, **kwargs):
+    """The client jobs will use (built, not connected): automatic retries off and a
+    socket timeout longer than a blocking fetch, whatever made it (the cache's too)."""
+    s = _settings_or_none()
+    if s is None or s.TESTING:
+        return []
+    return _client_or_message()[1]
+
+
+def _client_or_message() -> tuple[Any, list[checks.CheckMessage]]:
+    try:
+        return connection.get_client(), []
+    except ImproperlyConfigured as exc:
+        return None, [checks.Error(str(exc), id="cogworker.E003")]
+    except Exception as exc:  # noqa: BLE001 - a client that can't even be built
+        message = (
+            f"The Redis client for {connection.describe_target()} can't be built: "
+            f"{errors.describe(exc)}"
+        )
+        return None, [checks.Error(message, id="cogworker.E003")]
+
+
+@checks.register("cogworker")
+def check_retry_backoff(app_configs=None, **kwargs):
+    """RETRY_BACKOFF names something importable that takes the retry count."""
+    if _settings_or_none() is None:
+        return []
+    try:
+        conf.retry_backoff()
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Point it at a function f(retry_count) -> seconds, or remove it to "
+                "use the built-in backoff.",
+                id="cogworker.E004",
+            )
+        ]
+    return []
+
+
+@checks.register("cogworker", REDIS_TAG, deploy=True)
+def check_redis(app_configs=None, **kwargs):
+    s = _settings_or_none()
+    if s is None or s.TESTING:
+        return []
     return redis_messages()
 
 
 def redis_messages() -> list[checks.CheckMessage]:
+    """Redis reachable, new enough, not evicting keys (this one talks to Redis)."""
     target = connection.describe_target()
+    client, unfit = _client_or_message()
+    if unfit:
+        return unfit  # not contacted: it would retry, or wait too little or forever
     try:
-        client = connection.get_client()
         version = connection.server_version(client)
         policy = connection.maxmemory_policy(client)
     except Exception as exc:  # noqa: BLE001 - any failure here is the message

@@ -1,9 +1,21 @@
 """System checks and `manage.py check`: unreachable Redis is an error naming the URL
-(password masked); an old Redis and an evicting maxmemory-policy are warnings."""
+(password masked); an old Redis and an evicting maxmemory-policy are warnings. Those need
+the network, so they run with `check --deploy` and in the worker, never before `migrate`,
+`runserver` or `test`, and never in a TESTING mode. An unfit Redis client and a bad
+RETRY_BACKOFF are errors of every `check`, found without the network."""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from cogworker_django import checks
 
-from .helpers import free_port, run_command
+from .helpers import MAIN_REDIS_URL, MANAGE, ROOT, free_port, run_command, wait_until
 
 
 def ids(messages):
@@ -35,10 +47,11 @@ def test_evicting_policy_is_a_warning(redis_server, configure):
 
 
 def test_manage_py_check_passes_and_warns_on_allkeys_lru(redis_server, prefix):
-    ok = run_command(prefix, "check")
+    ok = run_command(prefix, "check", "--deploy", "--tag", checks.REDIS_TAG)
     assert ok.returncode == 0, ok.stderr
+    assert "no issues" in ok.stdout
     server = redis_server(extra=["--maxmemory-policy", "allkeys-lru"])
-    warned = run_command(prefix, "check", redis_url=server.url)
+    warned = run_command(prefix, "check", "--deploy", redis_url=server.url)
     assert warned.returncode == 0
     assert "cogworker.W002" in warned.stderr + warned.stdout
 
@@ -47,3 +60,190 @@ def test_manage_py_check_fails_on_bad_settings(prefix):
     result = run_command(prefix, "check", settings={"CONCURRENCY": 0})
     assert result.returncode != 0
     assert "CONCURRENCY" in result.stderr
+
+
+# Redis down: only the worker and `check --deploy` need it ----------------------------------
+
+
+@pytest.fixture
+def down_url():
+    """A Redis URL where nothing listens (a free port), password included."""
+    return f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+
+
+@pytest.fixture
+def db_env():
+    with tempfile.TemporaryDirectory(prefix="cogworker-db-") as tmp:
+        yield {"TESTPROJECT_DB": str(Path(tmp) / "db.sqlite3")}
+
+
+@pytest.mark.parametrize("testing", [None, "fake", "inline"])
+def test_migrate_check_and_test_start_with_redis_down(prefix, down_url, db_env, testing):
+    settings = {"TESTING": testing} if testing else {}
+    for command in (["migrate"], ["check"], ["test", "demo"]):
+        done = run_command(prefix, *command, redis_url=down_url, settings=settings, env=db_env)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "cogworker.E002" not in done.stdout + done.stderr
+        assert "unreachable" not in done.stdout + done.stderr
+
+
+def test_runserver_starts_with_redis_down(prefix, down_url, db_env):
+    import json
+    import os
+
+    port = free_port()
+    env = {
+        **os.environ,
+        **db_env,
+        "COGWORKER_PREFIX": prefix,
+        "COGWORKER_REDIS_URL": down_url,
+        "COGWORKER_SETTINGS_JSON": json.dumps({}),
+    }
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(MANAGE), "runserver", "--noreload", f"127.0.0.1:{port}"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=str(ROOT),
+        )
+        try:
+
+            def started():
+                out.seek(0)
+                text = out.read().decode(errors="replace")
+                assert proc.poll() is None, text
+                return "Quit the server with" in text
+
+            wait_until(started, 60, 0.1, message="runserver to start")
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_check_deploy_reports_redis_down(prefix, down_url):
+    for args in (["--deploy"], ["--deploy", "--tag", checks.REDIS_TAG]):
+        done = run_command(prefix, "check", *args, redis_url=down_url)
+        assert done.returncode == 1, done.stdout
+        assert "cogworker.E002" in done.stderr
+        assert "hunter2" not in done.stderr and "***" in done.stderr
+
+
+@pytest.mark.parametrize("testing", ["fake", "inline"])
+def test_check_deploy_leaves_redis_alone_in_a_testing_mode(prefix, down_url, testing):
+    done = run_command(
+        prefix, "check", "--deploy", redis_url=down_url, settings={"TESTING": testing}
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cogworker.E002" not in done.stdout + done.stderr
+
+
+def test_the_worker_still_refuses_to_start_with_redis_down(prefix, down_url):
+    done = run_command(prefix, "cogworker", redis_url=down_url, timeout=60)
+    assert done.returncode != 0
+    assert "unreachable" in done.stderr and "hunter2" not in done.stderr
+
+
+def test_the_worker_logs_the_redis_warnings_at_boot(worker, redis_server):
+    server = redis_server(extra=["--maxmemory-policy", "allkeys-lru"])
+    w = worker(redis_url=server.url)
+    w.wait_for_log(r"maxmemory-policy 'allkeys-lru'.*\(cogworker\.W002\)")
+
+
+def test_redis_checks_are_deployment_checks():
+    from django.core.checks.registry import registry
+
+    deploy_only = set(registry.get_checks(True)) - set(registry.get_checks(False))
+    assert checks.check_redis in deploy_only
+    assert checks.REDIS_TAG in checks.check_redis.tags
+
+
+# The Redis client: retries off, a socket timeout longer than a blocking fetch -------------
+
+
+def unfit_cache(settings, **pool_kwargs):
+    from django_redis.pool import ConnectionFactory
+
+    ConnectionFactory._pools.clear()  # django-redis keeps one pool per URL and process
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "jobs": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": MAIN_REDIS_URL,
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": pool_kwargs},
+        },
+    }
+
+
+def test_an_unfit_cache_client_is_an_error_without_contacting_redis(settings, configure):
+    unfit_cache(settings, retry=Retry(NoBackoff(), 3), socket_timeout=None)
+    configure(CACHE_ALIAS="jobs")
+    [message] = checks.check_client()
+    assert message.id == "cogworker.E003"
+    assert "CACHES['jobs']" in message.msg
+    assert "socket_timeout is None" in message.msg and "up to 3 time" in message.msg
+    # the deployment check does not talk through it either
+    assert ids(checks.redis_messages()) == ["cogworker.E003"]
+
+
+def test_a_fit_client_has_no_message(settings, configure):
+    assert checks.check_client() == []
+    unfit_cache(settings, retry=Retry(NoBackoff(), 0))
+    configure(CACHE_ALIAS="jobs")
+    assert checks.check_client() == []
+
+
+def test_the_client_is_not_checked_in_a_testing_mode(settings, configure):
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    configure(CACHE_ALIAS="default")  # not django-redis: an error outside testing
+    assert ids(checks.check_client()) == ["cogworker.E003"]
+    configure(TESTING="fake")
+    assert checks.check_client() == []
+    assert checks.check_redis() == []
+
+
+def test_unfit_redis_options_fail_check_and_the_worker(prefix):
+    bad = {"REDIS_OPTIONS": {"socket_timeout": 0.5}}
+    done = run_command(prefix, "check", settings=bad)
+    assert done.returncode != 0
+    assert "COGWORKER['REDIS_OPTIONS']['socket_timeout'] = 0.5 is invalid" in done.stderr
+    url = MAIN_REDIS_URL + "?retry_on_timeout=true"
+    worker = run_command(prefix, "cogworker", redis_url=url, timeout=60)
+    assert worker.returncode != 0
+    assert "CommandError: COGWORKER['REDIS_URL'] sets retry_on_timeout=true" in worker.stderr
+
+
+# RETRY_BACKOFF -----------------------------------------------------------------------------
+
+
+def test_retry_backoff_check(configure):
+    assert checks.check_retry_backoff() == []
+    configure(RETRY_BACKOFF="testapp.jobs.backoff_2s")
+    assert checks.check_retry_backoff() == []
+    configure(RETRY_BACKOFF="testapp.jobs.no_such_hook")
+    [message] = checks.check_retry_backoff()
+    assert message.id == "cogworker.E004"
+    assert (
+        "COGWORKER['RETRY_BACKOFF'] = 'testapp.jobs.no_such_hook' can't be imported" in message.msg
+    )
+
+
+@pytest.mark.parametrize(
+    "path,fragment",
+    [
+        ("testapp.no_such_module.backoff", "can't be imported"),
+        ("testapp.jobs.__name__", "is not callable"),
+        ("testapp.jobs.timeline_key", "can't be called with one argument"),
+    ],
+)
+def test_a_bad_retry_backoff_fails_check_and_the_worker_refuses_to_boot(prefix, path, fragment):
+    settings = {"RETRY_BACKOFF": path}
+    done = run_command(prefix, "check", settings=settings)
+    assert done.returncode == 1
+    assert "cogworker.E004" in done.stderr and fragment in done.stderr
+    worker = run_command(prefix, "cogworker", settings=settings, timeout=60)
+    assert worker.returncode != 0
+    lines = worker.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"CommandError: COGWORKER['RETRY_BACKOFF'] = {path!r} ")
+    assert fragment in lines[-1]
+    assert "Traceback" not in worker.stderr

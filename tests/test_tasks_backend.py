@@ -216,17 +216,17 @@ def drop_everything(job, push):
     return None
 
 
-def test_check_reports_redis_problems_and_queues_no_worker_reads(configure):
+def test_check_reports_queues_no_worker_reads_and_never_contacts_redis(configure):
     messages = default_task_backend.check()
     assert {m.id for m in messages} == {"cogworker.tasks.W010"}
     assert sorted(m.msg.split("queue ")[1].split(",")[0] for m in messages) == [
         "'critical'",
         "'low'",
     ]
+    # Redis down: not this check's business (Django runs it before every command; the
+    # deployment checks report an unreachable Redis as cogworker.E002).
     configure(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0", QUEUES=["default", "low", "critical"])
-    messages = default_task_backend.check()
-    assert [m.id for m in messages] == ["cogworker.tasks.E002"]
-    assert "Task backend 'default': Redis at" in messages[0].msg
+    assert default_task_backend.check() == []
 
 
 @pytest.mark.django_db(transaction=True)

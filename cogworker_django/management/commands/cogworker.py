@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import autodiscover_modules
 
-from cogworker_django import conf, connection, errors
+from cogworker_django import checks, conf, connection, errors
 
 log = logging.getLogger("cogworker_django")
 LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -85,14 +85,22 @@ class Command(BaseCommand):
             from cogworker_django.worker import extensions
 
             extensions.validate()
+            conf.retry_backoff()  # importable and callable with the retry count
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         try:
             connection.get_client().ping()
+        except ImproperlyConfigured as exc:  # a client that would retry or wait too little
+            raise CommandError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
             raise CommandError(
                 f"Redis at {connection.describe_target()} is unreachable: {errors.describe(exc)}"
             ) from None
+        # The deployment checks that need Redis run here too (an old Redis is reported
+        # by the launcher as it falls back to basic fetch).
+        for message in checks.redis_messages():
+            if message.id != "cogworker.W001":
+                log.warning("%s (%s)", message.msg, message.id)
 
         kwargs = dict(
             concurrency=concurrency,
