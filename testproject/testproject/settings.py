@@ -10,6 +10,7 @@ Environment knobs (the tests start workers with them):
 - COGWORKER_TASKS_BACKEND  "0" leaves the django.tasks backend out (Django 6.0+)
 - COGWORKER_LOG_LEVEL      level of the cogworker_django and demo loggers (default INFO)
 - TESTPROJECT_DB           SQLite file (default testproject/db.sqlite3)
+- TESTPROJECT_EXTRA_APPS   more INSTALLED_APPS, comma-separated (e.g. "soakapp")
 - DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
 """
 
@@ -54,6 +55,8 @@ INSTALLED_APPS = [
 # The tests' own app; optional so the project still runs without it.
 if (BASE_DIR / "testapp").is_dir():
     INSTALLED_APPS.append("testapp")
+# More apps, comma-separated, from TESTPROJECT_EXTRA_APPS (the chaos soak adds soakapp).
+INSTALLED_APPS += [a for a in os.environ.get("TESTPROJECT_EXTRA_APPS", "").split(",") if a]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
