@@ -1,8 +1,8 @@
 """Fixtures shared by the suite.
 
-Every test gets its own key prefix on the real Redis (127.0.0.1:6379 unless
-COGWORKER_TEST_REDIS_URL says otherwise), removed afterwards, so tests never see each
-other's keys and may run in parallel.
+Every test gets its own key prefix on the real Redis at COGWORKER_REDIS_URL (default
+redis://127.0.0.1:6379/0), removed afterwards, so tests never see each other's keys and
+may run in parallel.
 """
 
 from __future__ import annotations

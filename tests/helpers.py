@@ -24,7 +24,8 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 MANAGE = ROOT / "testproject" / "manage.py"
-MAIN_REDIS_URL = os.environ.get("COGWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# The Redis of the suite: COGWORKER_REDIS_URL, as for everything else in this project.
+MAIN_REDIS_URL = os.environ.get("COGWORKER_REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 # Timings for workers under test: fast beats and polls so tests take seconds, not minutes.
 FAST_SETTINGS: dict[str, Any] = {

@@ -1,9 +1,15 @@
 """Key names: all under the prefix; two prefixes on one Redis never see each other."""
 
+import os
+import subprocess
+import sys
+
 from django.test import override_settings
 from testapp import jobs as tj
 
 from cogworker_django import keys
+
+from .helpers import MAIN_REDIS_URL, ROOT
 
 
 def test_every_key_is_under_the_prefix(prefix):
@@ -44,7 +50,7 @@ def test_every_key_is_under_the_prefix(prefix):
 def test_two_prefixes_never_see_each_others_keys(r, prefix):
     tj.record.enqueue("mine")
     other = prefix + "x"
-    with override_settings(COGWORKER={"REDIS_URL": "redis://127.0.0.1:6379/0", "PREFIX": other}):
+    with override_settings(COGWORKER={"REDIS_URL": MAIN_REDIS_URL, "PREFIX": other}):
         tj.record.enqueue("theirs")
         assert r.llen(keys.queue("default")) == 1
         theirs = r.lrange(keys.queue("default"), 0, -1)
@@ -56,3 +62,27 @@ def test_two_prefixes_never_see_each_others_keys(r, prefix):
     finally:
         for k in r.scan_iter(match=f"{other}:*"):
             r.delete(k)
+
+
+def test_the_suite_uses_the_redis_of_cogworker_redis_url(redis_server):
+    """COGWORKER_REDIS_URL (the one variable the README names) moves every test's Redis:
+    tests run against a private server, and their keys land there."""
+    server = redis_server()
+    env = {**os.environ, "COGWORKER_REDIS_URL": server.url}
+    chosen = [
+        "tests/test_keys.py::test_two_prefixes_never_see_each_others_keys",
+        "tests/test_connection.py::test_cache_alias_uses_the_django_redis_client",
+        "tests/test_checks.py::test_healthy_redis_has_no_messages",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *chosen],
+        env=env,
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout
+    stats = server.client().info("commandstats")
+    assert stats.get("cmdstat_lpush", {}).get("calls", 0) >= 3, stats.keys()
