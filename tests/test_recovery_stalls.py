@@ -16,7 +16,9 @@ import time
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import keys
+from cogworker_django import conf, connection, keys, payload
+from cogworker_django.worker.heartbeat import Clearance, stall_gap
+from cogworker_django.worker.recovery import OrphanRecovery, redis_now
 
 from .helpers import wait_until
 
@@ -80,3 +82,148 @@ def test_a_worker_starved_across_a_redis_pause_keeps_its_jobs(redis_server, conf
     assert runs(r) == {**{f"{t}:start": 1 for t in tokens}, **{f"{t}:end": 1 for t in tokens}}
     assert x.stop() == 0
     assert checker.stop() == 0
+
+
+def test_a_worker_without_a_stamp_is_not_recovered_before_a_full_threshold(
+    redis_server, configure, worker
+):
+    """X's last-beat stamp is gone (the key guard moved the hash aside, say) and X is
+    stopped until its presence key lapses and a while after: it has no stamp and no
+    presence, yet the checker first saw it so less than a threshold ago. Not dead: it
+    resumes, beats, and keeps its jobs."""
+    threshold = 5.0
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    settings = {"ORPHAN_THRESHOLD": threshold}
+    checker = worker(redis_url=server.url, settings={**settings, "QUEUES": ["elsewhere"]})
+    checker_up = time.monotonic()
+    x = worker(redis_url=server.url, settings=settings)
+    x_ident = identity_of(x)
+    tokens = [f"long{i}" for i in range(2)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    wait_until(lambda: r.llen(keys.inprogress(x_ident)) == 2, 10, message="X holds the 2 jobs")
+    wait_until(lambda: time.monotonic() - checker_up >= threshold, threshold + 1)
+
+    x.signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: not r.exists(keys.process(x_ident)), 10, message="X's presence lapsed")
+        r.hdel(keys.last_beat(), x_ident)  # nothing of X's is in flight any more
+        time.sleep(threshold * 0.4)  # several passes of the checker, well under a threshold
+        assert not r.hexists(keys.last_beat(), x_ident)
+    finally:
+        x.signal(signal.SIGCONT)
+    wait_until(
+        lambda: all(runs(r).get(f"{t}:end") for t in tokens), 30, message="X finished its jobs"
+    )
+    assert "from dead process" not in checker.log(), checker.log()[-3000:]
+    wait_until(lambda: settled(r), 10, message="nothing queued or in progress")
+    assert runs(r) == {**{f"{t}:start": 1 for t in tokens}, **{f"{t}:end": 1 for t in tokens}}
+    assert x.stop() == 0
+    assert checker.stop() == 0
+
+
+# In-process checks against the real Redis and its real clock: a checker is an
+# OrphanRecovery with a Clearance standing for its heartbeat.
+
+
+class Checker:
+    def __init__(self, interval: float, since: float | None = None) -> None:
+        self.clearance = Clearance(stall_gap(interval), since=since)
+
+
+def ghost(r, ident: str, stamp: str | None, n: int = 2) -> None:
+    """A process that left ``n`` jobs in progress and no presence key."""
+    raws = [
+        payload.encode(payload.build("testapp.jobs.record", [f"{ident}{i}"], jid=f"{ident}-{i}"))
+        for i in range(n)
+    ]
+    r.rpush(keys.inprogress(ident), *raws)
+    r.sadd(keys.inprogress_ids(), ident)
+    if stamp is not None:
+        r.hset(keys.last_beat(), ident, stamp)
+
+
+def redis_clock() -> float:
+    return redis_now(connection.get_client())
+
+
+def test_an_unstamped_process_is_timed_from_when_it_was_first_seen(r, configure):
+    """No stamp, or one that can't be read, and no presence: dead only a full threshold
+    after this checker first saw it so (bounded by its clear stretch as always)."""
+    threshold = 2.0
+    configure(ORPHAN_THRESHOLD=threshold)
+    conn = connection.get_client()
+    ghost(r, "nostamp:1:x", None)
+    ghost(r, "badstamp:1:x", "not a number")
+    ghost(r, "stamped:1:x", str(int(redis_clock()) - 3600))
+    recovery = OrphanRecovery("me", Checker(5.0, since=redis_clock() - 3600), "default")
+    first_seen = redis_clock()
+    assert recovery.run(conn) == 2  # only the old stamp counts at once
+    assert r.llen(keys.inprogress("nostamp:1:x")) == 2
+    assert r.llen(keys.inprogress("badstamp:1:x")) == 2
+    # A later pass, still within a threshold of the first sighting: nothing.
+    wait_until(lambda: redis_clock() - first_seen >= threshold / 2, threshold)
+    assert recovery.run(conn) == 0
+    # A fresh checker (another process) has not seen them before: nothing either.
+    other = OrphanRecovery("other", Checker(5.0, since=redis_clock() - 3600), "default")
+    assert other.run(conn) == 0
+    wait_until(lambda: redis_clock() - first_seen >= threshold + 0.1, threshold * 2)
+    assert other.run(conn) == 0
+    assert recovery.run(conn) == 4
+    assert r.llen(keys.queue("default")) == 6
+    assert r.scard(keys.inprogress_ids()) == 0
+
+
+def test_production_timings_count_from_the_checkers_clear_stretch(r, configure):
+    """At the defaults (beats every 5 s, ORPHAN_THRESHOLD 300 s): a process whose last
+    beat is an hour old is dead only once the checker has seen Redis answer for 300 s.
+    Two beats of the checker's own (the old rule) are not enough."""
+    s = configure()
+    assert "ORPHAN_THRESHOLD" not in s and "HEARTBEAT_INTERVAL" not in s
+    threshold, interval = conf.get().ORPHAN_THRESHOLD, conf.get().HEARTBEAT_INTERVAL
+    assert (threshold, interval) == (300, 5.0)
+    conn = connection.get_client()
+    ghost(r, "old:1:x", str(int(redis_clock()) - 3600))
+    # A checker that just started and beat: nobody is judged by time before its start.
+    booted = Checker(interval)
+    booted.clearance.beat(redis_clock())
+    assert OrphanRecovery("booted", booted, "default").run(conn) == 0
+    # One that has seen Redis answer for a second less than the threshold: not yet.
+    since = redis_clock() - (threshold - 1)
+    almost = OrphanRecovery("almost", Checker(interval, since=since), "default")
+    assert almost.run(conn) == 0
+    assert r.llen(keys.inprogress("old:1:x")) == 2
+    # Then the threshold is reached on Redis's clock: dead.
+    wait_until(lambda: redis_clock() - since >= threshold, 5)
+    assert almost.run(conn) == 2
+    assert r.llen(keys.queue("default")) == 2
+
+
+def test_production_timings_a_starved_checker_restarts_its_clear_stretch(r, configure):
+    """At the defaults: answers one beat interval apart keep the checker's clear stretch;
+    a checker that made no answer for longer than ``stall_gap`` (it was starved, or Redis
+    stalled) judges nobody until a beat of its own starts a new stretch, and then counts
+    from there."""
+    interval = conf.get().HEARTBEAT_INTERVAL
+    assert interval == 5.0 and stall_gap(interval) < 2 * interval + 2
+    conn = connection.get_client()
+    checker = Checker(interval, since=redis_clock() - 3600)
+    recovery = OrphanRecovery("me", checker, "default")
+    ghost(r, "a:1:x", str(int(redis_clock()) - 3600))
+    assert recovery.run(conn) == 2
+    # One beat interval later (a normal gap): still clear.
+    last = redis_clock()
+    wait_until(lambda: redis_clock() - last >= interval, interval + 2)
+    checker.clearance.beat(redis_clock())
+    ghost(r, "b:1:x", str(int(redis_clock()) - 3600))
+    assert recovery.run(conn) == 2
+    # Now the checker makes no answer for longer than a stall gap.
+    last = redis_clock()
+    ghost(r, "c:1:x", str(int(redis_clock()) - 3600))
+    wait_until(lambda: redis_clock() - last > stall_gap(interval), stall_gap(interval) + 3)
+    assert recovery.run(conn) is None  # the break is seen: no judgement
+    assert checker.clearance.since is None
+    checker.clearance.beat(redis_clock())  # its next beat starts a new stretch
+    assert recovery.run(conn) == 0
+    assert r.llen(keys.inprogress("c:1:x")) == 2
