@@ -48,8 +48,26 @@ def delete(key: str, owner: str, conn: redis.Redis | None = None) -> bool:
     return bool(scripts.run("owned_delete", conn or connection.get_client(), [key], [owner]))
 
 
+# Per thread: set by a worker's processor while its run is abandoned to a requeued copy
+# (the shutdown hand-over requeued it while it ran on). The copy has the same jid, so an
+# owner check can't tell them apart: such a run releases nothing.
+_run = threading.local()
+
+
+def set_run_abandoned(abandoned: bool) -> None:
+    _run.abandoned = abandoned
+
+
+def run_abandoned() -> bool:
+    return bool(getattr(_run, "abandoned", False))
+
+
 def release(key: str, owner: str, component: str = "Lock release") -> bool:
-    """Owner-checked delete that never raises; deferred when it fails (rule 4)."""
+    """Owner-checked delete that never raises; deferred when it fails (rule 4). Nothing
+    is released from a run abandoned to its requeued copy (which holds it now)."""
+    if run_abandoned():
+        log.info("%s kept: its run was requeued at shutdown and the copy holds it", key)
+        return False
     try:
         delete(key, owner)
     except Exception as exc:  # noqa: BLE001

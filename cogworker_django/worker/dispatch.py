@@ -46,6 +46,9 @@ class Dispatcher:
             if done is not None:
                 self._acks.append(done)
             seen = self._dry_fetches
+            if self.manager.stopping:
+                # Jobs fetched but not taken stay listed: the hand-over requeues them.
+                return None
             while not self._ready:
                 if self.manager.quieted:
                     return None
@@ -88,6 +91,12 @@ class Dispatcher:
             record.settled(work.raw, ACK)
             record.finished(work)
         return works[0] if works else None
+
+    def give_back(self, work: Work) -> None:
+        """A job fetched while the process stops: not run, kept listed (and known) for the
+        hand-over to requeue."""
+        with self._cond:
+            self._ready.appendleft(work)
 
     def ready_raws(self) -> set[str]:
         """Jobs fetched and not yet taken by a thread (known to this process)."""

@@ -39,6 +39,9 @@ class Manager:
         # Set once the shutdown hand-over ran: a job still running then was requeued, so
         # its processor must not settle it too (a failure filed in retry would run twice).
         self.handed_over = False
+        # Set when a stop begins: a job a fetch returns from then on is not run but left
+        # on the in-progress list for the hand-over to requeue.
+        self.stopping = False
         self.basic_handed: set[int] = set()  # see settlement._hand_over_basic
         self._work_lock = threading.Lock()
         self._work: dict[str, dict[str, Any]] = {}
@@ -94,6 +97,7 @@ class Manager:
     def stop(self, timeout: float, force: threading.Event) -> None:
         """Quiet, wait up to ``timeout`` for running jobs (less if ``force`` is set), wait
         out processors inside a fetch, then hand over everything unfinished."""
+        self.stopping = True
         self.quiet()
         deadline = time.monotonic() + timeout
         for p in self.processors:
@@ -104,11 +108,10 @@ class Manager:
                 p.thread.join(min(remaining, 0.1))
         # A processor not running a job is at most one fetch away from noticing quiet;
         # until it does it could still take a job, and one taken after the hand-over
-        # would be lost with the process. Wait those out first.
-        fetch_deadline = time.monotonic() + connection.FETCH_BLOCK_SECONDS + 1.0
-        for p in self.processors:
-            if not p.busy and p.thread is not None:
-                p.thread.join(max(0.0, fetch_deadline - time.monotonic()))
+        # would stay listed until orphan recovery (gaining an orphaning at every deploy).
+        # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
+        # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
+        self._join_fetchers(longest_fetch())
         still = [p.name for p in self.processors if p.busy and p.alive()]
         if still:
             log.warning(
@@ -124,3 +127,32 @@ class Manager:
 
         hand_over(self, force)
         self.handed_over = True
+        if self.dispatcher is not None and self._join_fetchers(longest_fetch()):
+            # A fetch outlasted even that wait: what it took after the hand-over is on the
+            # list, not run (see ``stopping``): a second pass requeues it now.
+            hand_over(self, force)
+
+    def _join_fetchers(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for the threads not running a job to exit; True when
+        some had not exited by the time this was called (they were inside a fetch)."""
+        waiting = [p for p in self.processors if not p.busy and p.alive()]
+        deadline = time.monotonic() + seconds
+        for p in waiting:
+            p.thread.join(max(0.0, deadline - time.monotonic()))
+        return bool(waiting)
+
+
+def longest_fetch() -> float:
+    """The longest a fetch can take: the client's socket timeout (a reply that never
+    comes) plus a connect, plus a second; FETCH_BLOCK_SECONDS + 1 at least."""
+    kwargs = getattr(
+        getattr(connection.get_client(), "connection_pool", None), "connection_kwargs", {}
+    )
+    total = 1.0
+    for key, default in (
+        ("socket_timeout", connection.DEFAULT_SOCKET_TIMEOUT),
+        ("socket_connect_timeout", connection.DEFAULT_CONNECT_TIMEOUT),
+    ):
+        value = kwargs.get(key, default) if isinstance(kwargs, dict) else default
+        total += float(value) if isinstance(value, int | float) and value > 0 else default
+    return max(total, connection.FETCH_BLOCK_SECONDS + 1.0)

@@ -55,6 +55,7 @@ class Processor:
         self.name = f"processor-{index}"
         self.thread: threading.Thread | None = None
         self.busy = False
+        self._performing: Work | None = None
         self._chain = server_chain()
 
     def start(self) -> None:
@@ -107,6 +108,9 @@ class Processor:
                     idle_pause = min(idle_pause * 2, manager.idle_max)
                 continue
             idle_pause = IDLE_FIRST_PAUSE
+            if manager.stopping and dispatcher is not None:
+                dispatcher.give_back(work)  # a fetch that returned after the stop began
+                continue
             done = self.process(work)
         if done is not None:
             self._ack_alone(conn, done)
@@ -134,12 +138,14 @@ class Processor:
         self.busy = True
         self.manager.work_started(self.name, work)
         jobs._current.job = job
+        locks.set_run_abandoned(False)
+        self._performing = work
         try:
             try:
-                outcome = self._execute(job, work.queue)
+                outcome = self._execute(job, work)
             finally:
-                record.performed(work)
-            if self.manager.handed_over:
+                self._end_perform(work)  # (unless perform was never reached)
+            if locks.run_abandoned():
                 log.warning(
                     "%s (jid %s) finished after the shutdown hand-over requeued it: "
                     "left to its requeued copy",
@@ -147,25 +153,50 @@ class Processor:
                     job["jid"],
                 )
                 return None
-            if outcome is None:
-                stats.counters.incr("processed")
-                record.settle_later(work.raw, ACK)
-                ack_later = True
-                return work
-            target, score = outcome
-            if target != "schedule":
-                stats.counters.incr("failed")
-            self._file(work, filing_for(work, job, target, score), job)
-            return None
+            try:
+                if outcome is None:
+                    stats.counters.incr("processed")
+                    record.settle_later(work.raw, ACK)
+                    ack_later = True
+                    return work
+                target, score = outcome
+                if target != "schedule":
+                    stats.counters.incr("failed")
+                self._file(work, filing_for(work, job, target, score), job)
+                return None
+            finally:
+                record.settlement_done(work)
         finally:
             jobs._current.job = None
+            locks.set_run_abandoned(False)
             self.manager.work_finished(self.name)
             self.busy = False
             if not ack_later:
                 record.finished(work)
 
-    def _execute(self, job: dict[str, Any], queue: str) -> tuple[str, float] | None:
+    def _perform(self, job: dict[str, Any], work: Work) -> Any:
+        """The innermost link of the server chain: the job itself, then the claim of its
+        settlement, before any middleware acts on the outcome (releases a lock, say)."""
+        try:
+            return jobs.perform(job)
+        finally:
+            self._end_perform(work)
+
+    def _end_perform(self, work: Work) -> None:
+        """Once per run: it is no longer performing (the heartbeat stops refreshing its
+        locks), and it claims its settlement. Refused once the shutdown hand-over has
+        begun: the run is abandoned to its requeued copy (record.py)."""
+        if self._performing is not work:
+            return
+        self._performing = None
+        record = self.manager.record
+        record.performed(work)
+        if not record.claim_settlement(work):
+            locks.set_run_abandoned(True)
+
+    def _execute(self, job: dict[str, Any], work: Work) -> tuple[str, float] | None:
         """None on success, else (target set, score) with ``job`` updated in place."""
+        queue = work.queue
         if job["func"] == payload.UNPARSEABLE:
             log.error(
                 "unparseable payload on queue %s: filed in dead (%s)",
@@ -183,7 +214,7 @@ class Processor:
             )
         close_old_connections()
         try:
-            middleware.run_server_chain(self._chain, job, queue, lambda: jobs.perform(job))
+            middleware.run_server_chain(self._chain, job, queue, lambda: self._perform(job, work))
             return None
         except middleware.Reschedule as r:
             return "schedule", time.time() + reschedule_delay(r)
@@ -213,7 +244,7 @@ class Processor:
         log.warning(
             "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
         )
-        if target == "retry":
+        if target == "retry" and not locks.run_abandoned():
             # The wait until the retry, plus a minute for the poller to move it.
             locks.extend_job_locks(job, score - time.time() + 60)
         return target, score
@@ -263,12 +294,15 @@ def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Fi
         return Filing("dead", time.time(), payload.encode(wrapper))
 
 
-def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
+def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> bool:
+    """File ``filing`` and ack ``raw`` in one script; False (nothing written) when the job
+    is no longer on the in-progress list: requeued by the shutdown hand-over or by
+    orphan recovery, it belongs to that copy now."""
     target_key = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
         filing.target
     ]
     min_score, keep = failures.dead_trim()
-    scripts.run(
+    filed = scripts.run(
         "settle",
         conn,
         [inprogress_key, target_key],
@@ -281,3 +315,6 @@ def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
             keep,
         ],
     )
+    if not filed:
+        log.info("not filed (no longer on %s: its requeued copy runs it)", inprogress_key)
+    return bool(filed)

@@ -7,6 +7,15 @@ failing, or may have lost its last writes in a failover).
   locks alive, and only theirs);
 - *pending*: finished, but not yet settled in Redis: an ack that has not gone through,
   or a failure that could not be filed. Retried on every heartbeat and at shutdown.
+
+At shutdown the hand-over and the processors still running must agree, for each run,
+on who settles it: the processor (ack, retry, dead) or the hand-over (requeue). Either
+alone, never both, or a job is requeued *and* acked or filed, and runs again. A run
+whose function returns *claims* its settlement (:meth:`claim_settlement`); the hand-over
+begins by refusing every later claim (:meth:`begin_hand_over`) and waits for the claims
+already made to be settled or left pending. A run refused its claim is abandoned: the
+hand-over requeues it, and its processor settles nothing and releases no lock (the
+requeued copy owns them now).
 """
 
 from __future__ import annotations
@@ -35,6 +44,9 @@ class Record:
         self._running: dict[str, list[Work]] = {}
         self._performing: dict[str, int] = {}
         self._pending: dict[str, str | Filing] = {}
+        self._handing_over = False
+        self._settling: dict[int, Work] = {}  # id(work) -> a claimed run not yet settled
+        self._settled_claims = threading.Condition(self._lock)
 
     def started(self, work: Work) -> None:
         with self._lock:
@@ -81,3 +93,35 @@ class Record:
     def pending(self) -> dict[str, str | Filing]:
         with self._lock:
             return dict(self._pending)
+
+    # The shutdown hand-over ------------------------------------------------------------
+
+    def claim_settlement(self, work: Work) -> bool:
+        """True when this run's processor is to settle it; False once the hand-over has
+        begun (the run is abandoned to its requeued copy). Idempotent per run."""
+        with self._lock:
+            if id(work) in self._settling:
+                return True
+            if self._handing_over:
+                return False
+            self._settling[id(work)] = work
+            return True
+
+    def settlement_done(self, work: Work) -> None:
+        """The claimed run is settled, or left in *pending* for later."""
+        with self._lock:
+            if self._settling.pop(id(work), None) is not None:
+                self._settled_claims.notify_all()
+
+    def begin_hand_over(self, timeout: float) -> int:
+        """Refuse every later claim, then wait up to ``timeout`` for the claims made so
+        far to be settled; returns how many are still unsettled (0 normally)."""
+        with self._lock:
+            self._handing_over = True
+            self._settled_claims.wait_for(lambda: not self._settling, timeout)
+            return len(self._settling)
+
+    @property
+    def handing_over(self) -> bool:
+        with self._lock:
+            return self._handing_over

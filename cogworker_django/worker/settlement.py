@@ -1,7 +1,10 @@
 """Settling what a process's record says is unsettled: on every beat, and once more at
 shutdown, where whatever is left is handed over so that nothing is lost or run twice.
 
-Shutdown hand-over (reliable fetch), in one atomic script (lua/handover.lua):
+Shutdown hand-over (reliable fetch): first the record refuses settlement to every run
+that finishes from then on (it is abandoned to its requeued copy) and waits for the
+runs that finished before to settle themselves; then, in one atomic script
+(lua/handover.lua):
 - jobs only waiting for their ack are dropped from the in-progress list (acked);
 - jobs that ran but could not be filed in retry/dead go to ``P:unsettled`` (any live
   process files them later; they never run again);
@@ -59,6 +62,14 @@ def hand_over(manager: Manager, force: Any = None) -> bool:
     """Settle, hand over and requeue at shutdown; True when nothing is left to do.
     Retried while Redis is away, for up to HANDOVER_RETRY_SECONDS (``force`` set: no
     retries)."""
+    from .manager import longest_fetch
+
+    # First, runs that finish from now on are abandoned to their requeued copies; runs
+    # that finished before are settled by their processors (one round trip each), or
+    # left pending for the steps below. Never both (record.py).
+    unsettled = manager.record.begin_hand_over(longest_fetch())
+    if unsettled:
+        log.warning("%d finished job(s) still settling at the hand-over", unsettled)
     give_up = time.monotonic() + HANDOVER_RETRY_SECONDS
     while True:
         try:

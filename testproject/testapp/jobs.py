@@ -7,6 +7,7 @@ so a test can check that each job ran exactly once.
 import asyncio
 import os
 import signal
+import threading
 import time
 
 from cogworker_django import connection, current_job, job, keys
@@ -246,3 +247,24 @@ def record_where(token):
     pipe.hincrby(runs_key(), token, 1)
     pipe.hincrby(f"{keys.prefix()}:test:pids", str(os.getpid()), 1)
     pipe.execute()
+
+
+# In-process worker tests (tests/test_shutdown_handover.py) --------------------------------
+# A run that waits at a gate the test opens: entered[token] is set once the run is in.
+gates: dict[str, threading.Event] = {}
+entered: dict[str, threading.Event] = {}
+
+
+def gate(token: str) -> threading.Event:
+    entered.setdefault(token, threading.Event())
+    return gates.setdefault(token, threading.Event())
+
+
+@job
+def wait_at_gate(token, fail=False):
+    g = gate(token)
+    entered[token].set()
+    g.wait(20)
+    _count(token)
+    if fail:
+        raise RuntimeError(f"{token} failed after the gate")
