@@ -4,6 +4,8 @@ heartbeat hook that keeps it alive, in this process against real Redis servers."
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -247,3 +249,43 @@ def test_a_retried_run_keeps_its_running_lock_for_the_backoff_plus_the_queued_tt
     r.expire(lock, 5)
     locks.extend_job_locks(job, 100)
     assert 86400 + 90 < r.ttl(lock) <= 86400 + 100
+
+
+def test_a_refresh_in_flight_holds_the_end_of_perform_so_it_never_undoes_an_extension(r):
+    """A retried failure extends the running lock right after its run stops performing;
+    a heartbeat refresh that had already chosen the run must land before that, never
+    after (it would cut the lock back to the active TTL and the next slot would fire
+    while the retry waits)."""
+    job = claimed_run(r)
+    lock = keys.periodic_running("e")
+    heartbeat, record = beat_of(job)
+    work = Work("default", payload.encode(job))
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def slow_refresh():  # a beat's refresh of this run, slowed down by the test
+        with record.while_performing(work.raw) as still:
+            entered.set()
+            release.wait(5)
+            if still:
+                LockRefresher()._refresh((lock, job["jid"]), 7, False, r)
+                order.append("refresh")
+
+    t = threading.Thread(target=slow_refresh)
+    t.start()
+    assert entered.wait(5)
+
+    def end_of_run():
+        record.performed(work)  # waits for the refresh in flight
+        locks.extend_job_locks(job, 100)  # the retried failure's extension
+        order.append("extension")
+
+    u = threading.Thread(target=end_of_run)
+    u.start()
+    time.sleep(0.3)
+    assert order == []  # the run's end waits for the refresh
+    release.set()
+    t.join(5)
+    u.join(5)
+    assert order == ["refresh", "extension"]
+    assert r.ttl(lock) > 86400  # the extension stands

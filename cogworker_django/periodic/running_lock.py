@@ -13,7 +13,9 @@ extend or release a newer run's lock):
 - refreshed by its process's heartbeat while the job is inside ``perform``, and only
   then (:class:`LockRefresher`), so a run whose process dies frees the entry within
   the active TTL; re-taken, not just extended, on the first beat after a failed one
-  (Redis may have been away longer than the TTL);
+  (Redis may have been away longer than the TTL); a refresh and the end of the run's
+  ``perform`` are ordered (``Record.while_performing``), so a refresh never lands after
+  the extension below and cuts it back;
 - extended on a retried failure to cover the backoff (processor, through
   ``locks.extend_job_locks``); released on success, on the terminal failure, and when
   the job reaches dead by another path (``locks.release_job_locks``). A release that
@@ -109,26 +111,32 @@ class LockRefresher:
         retake = recovering or self._retake_next
         self._retake_next = False
         ttl = active_ttl()
-        for raw in heartbeat.manager.record.performing():
+        record = heartbeat.manager.record
+        for raw in record.performing():
             if _MARKER not in raw:
                 continue
             held = held_lock(payload.decode(raw))
             if held is None:
                 continue
-            key, jid = held
-            try:
-                if retake:
-                    locks.retake(key, jid, ttl, conn)
-                else:
-                    # Only extends a lock still ours: a missing one was released (the run
-                    # is past perform) and must stay released.
-                    locks.expire(key, jid, ttl, conn)
-            except Exception as exc:
-                if errors.is_unavailable(exc):
-                    self._retake_next = True
-                    raise
-                # Per lock: one bad key never leaves the others to expire (rule 6).
-                log.error("periodic lock %s not refreshed: %s", key, errors.describe(exc))
+            with record.while_performing(raw) as still:
+                if still:
+                    self._refresh(held, ttl, retake, conn)
+
+    def _refresh(self, held: tuple[str, str], ttl: float, retake: bool, conn: Any) -> None:
+        key, jid = held
+        try:
+            if retake:
+                locks.retake(key, jid, ttl, conn)
+            else:
+                # Only extends a lock still ours: a missing one was released (the run
+                # is past perform) and must stay released.
+                locks.expire(key, jid, ttl, conn)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                self._retake_next = True
+                raise
+            # Per lock: one bad key never leaves the others to expire (rule 6).
+            log.error("periodic lock %s not refreshed: %s", key, errors.describe(exc))
 
 
 def register_heartbeat_hook() -> None:

@@ -20,7 +20,9 @@ requeued copy owns them now).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .fetch import Work
@@ -43,6 +45,7 @@ class Record:
         self._lock = threading.Lock()
         self._running: dict[str, list[Work]] = {}
         self._performing: dict[str, int] = {}
+        self._guards: dict[str, threading.Lock] = {}  # raw -> guard (while_performing)
         self._pending: dict[str, str | Filing] = {}
         self._handing_over = False
         self._settling: dict[int, Work] = {}  # id(work) -> a claimed run not yet settled
@@ -54,12 +57,31 @@ class Record:
             self._performing[work.raw] = self._performing.get(work.raw, 0) + 1
 
     def performed(self, work: Work) -> None:
+        # Waits for a heartbeat refresh of this run's locks in flight (while_performing).
+        with self._guard(work.raw):
+            with self._lock:
+                n = self._performing.get(work.raw, 0) - 1
+                if n > 0:
+                    self._performing[work.raw] = n
+                else:
+                    self._performing.pop(work.raw, None)
+                    self._guards.pop(work.raw, None)
+
+    @contextlib.contextmanager
+    def while_performing(self, raw: str) -> Iterator[bool]:
+        """For the heartbeat's lock refresh: yields whether ``raw`` is still performing,
+        and keeps it so until the block ends. A run whose function returns meanwhile waits
+        to leave *performing* until the refresh is done, so a refresh never lands after
+        the run has moved on: a retried failure extends its locks to cover the backoff
+        right after, and a refresh landing later would cut them back."""
+        with self._guard(raw):
+            with self._lock:
+                still = raw in self._performing
+            yield still
+
+    def _guard(self, raw: str) -> threading.Lock:
         with self._lock:
-            n = self._performing.get(work.raw, 0) - 1
-            if n > 0:
-                self._performing[work.raw] = n
-            else:
-                self._performing.pop(work.raw, None)
+            return self._guards.setdefault(raw, threading.Lock())
 
     def finished(self, work: Work) -> None:
         with self._lock:
