@@ -19,7 +19,8 @@ from typing import Any
 
 from .. import conf, connection, departures, errors, keys, payload, priority, scripts
 from .fetch import text, wire
-from .recovery import OrphanRecovery, file_unsettled
+from .recovery import OrphanRecovery
+from .unsettled import file_unsettled
 
 log = logging.getLogger("cogworker_django")
 

@@ -29,12 +29,10 @@ through. What remains is a process starved on its own for a whole threshold whil
 Redis and the checker ran: it is taken for dead (its jobs run again), which is what
 ``ORPHAN_THRESHOLD`` bounds.
 
-Also here: filing ``P:unsettled`` (jobs a stopping process ran but could not file).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -48,11 +46,8 @@ from . import failures
 from .fetch import text, wire
 from .heartbeat import redis_seconds
 from .processor import file_job
-from .record import Filing
 
 log = logging.getLogger("cogworker_django")
-
-UNSETTLED_BATCH = 100
 
 
 def requeue_from_list(
@@ -197,38 +192,4 @@ class OrphanRecovery:
         return moved
 
 
-def file_unsettled(conn: Any) -> int:
-    """File jobs that stopping processes ran but could not file; never run them again."""
-    filed = 0
-    for entry in conn.lrange(keys.unsettled(), 0, UNSETTLED_BATCH - 1):
-        entry = text(entry)
-        try:
-            data = json.loads(wire(entry))
-            filing = Filing(data["target"], float(data["score"]), data["payload"])
-            if filing.target not in ("retry", "dead", "schedule"):
-                raise ValueError(f"unknown target {filing.target!r}")
-        except (ValueError, KeyError, TypeError) as exc:
-            # An entry we can't read is still a job: bury it in dead with its bytes.
-            wrapper = payload.unparseable(
-                wire(entry), None, "InvalidUnsettledEntry", errors.safe_str(exc)
-            )
-            filing = Filing("dead", time.time(), payload.encode(wrapper))
-            entry_ok = False
-        else:
-            entry_ok = True
-        target = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
-            filing.target
-        ]
-        if scripts.run(
-            "file_unsettled",
-            conn,
-            [keys.unsettled(), target],
-            [wire(entry), repr(filing.score), filing.payload],
-        ):
-            filed += 1
-            if not entry_ok:
-                log.error("unreadable entry of %s filed in dead", keys.unsettled())
-    return filed
-
-
-__all__ = ["OrphanRecovery", "file_job", "file_unsettled", "requeue_from_list"]
+__all__ = ["OrphanRecovery", "file_job", "requeue_from_list"]
