@@ -156,7 +156,9 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     now = time.time()
     # What each write carries, by position in ``prepared``, so that a write refused by
     # Redis (a key of the wrong type) is reported for exactly the jobs it held.
-    by_queue: dict[str, list[tuple[int, str]]] = {}
+    by_queue: dict[str, list[tuple[int, str]]] = {}  # list key -> (index, payload)
+    prioritised: dict[str, list[tuple[int, str, float]]] = {}  # zset key -> members
+    queues: set[str] = set()
     scheduled: list[tuple[int, str, float]] = []
     unique_jobs: list[int] = []
     for i, job in enumerate(prepared):
@@ -169,16 +171,26 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
         else:
             job.pop("at", None)
             job["enqueued_at"] = now
-            by_queue.setdefault(job["queue"], []).append((i, payload.encode(job)))
+            where = priority.route(job, now)
+            queues.add(job["queue"])
+            if where.score is None:
+                by_queue.setdefault(where.key, []).append((i, where.value))
+            else:
+                prioritised.setdefault(where.key, []).append((i, where.value, where.score))
 
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)
     carried: list[list[int]] = []
-    for queue, entries in by_queue.items():
+    for key, entries in by_queue.items():
         for start in range(0, len(entries), BULK_CHUNK):
             chunk = entries[start : start + BULK_CHUNK]
-            pipe.lpush(keys.queue(queue), *(data for _, data in chunk))
+            pipe.lpush(key, *(data for _, data in chunk))
             carried.append([i for i, _ in chunk])
+    for key, members in prioritised.items():
+        for start in range(0, len(members), BULK_CHUNK):
+            chunk = members[start : start + BULK_CHUNK]
+            pipe.zadd(key, {data: score for _, data, score in chunk})
+            carried.append([i for i, _, _ in chunk])
     for start in range(0, len(scheduled), BULK_CHUNK):
         chunk = scheduled[start : start + BULK_CHUNK]
         pipe.zadd(keys.schedule(), {data: score for _, data, score in chunk})
@@ -188,8 +200,8 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
 
         for i in unique_jobs:
             unique.queue_push(pipe, prepared[i])
-    if by_queue:
-        pipe.sadd(keys.queues(), *by_queue)
+    if queues:
+        pipe.sadd(keys.queues(), *queues)
     results = pipe.execute(raise_on_error=False)
 
     out = [job["jid"] if job is not None else None for job in prepared]

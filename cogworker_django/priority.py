@@ -14,15 +14,18 @@ best zset member if its priority is above 0, else the list's next job, else the 
 zset member (priority below 0); it strips the stamp and moves the bare payload on, so
 in-progress lists, acks, retries and the dead set only ever see plain payloads.
 
-Paths that put a payload back on a queue *list* (orphan recovery, the shutdown
-hand-over, a lost fetch reply) keep it there: it runs next, after the queue's positive
-priorities and before its negative ones. The poller routes due scheduled and retried
-jobs through :func:`member` so they regain their place.
+Where a job being enqueued waits is decided by :func:`route` alone, for every path that
+enqueues: a push (one or in bulk, unique or not), the poller moving due scheduled and
+retried jobs, and the admin's "retry now" / "enqueue now". Paths that put a payload
+*back* on the queue it was taken from (orphan recovery, the shutdown hand-over, a lost
+fetch reply) use :func:`return_key`: the plain list, at the end taken next, so it runs
+next, after the queue's positive priorities and before its negative ones.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from . import errors, keys, payload
@@ -47,6 +50,36 @@ def routes(job: dict[str, Any]) -> bool:
     return of(job) != 0
 
 
+@dataclass(frozen=True)
+class Route:
+    """Where a job being enqueued waits, and what is written there."""
+
+    key: str  # P:queue:<q> (a list) or P:pqueue:<q> (a zset)
+    value: str  # the payload, or the zset member carrying it
+    score: float | None  # the zset score; None for the list (LPUSH)
+
+    @property
+    def score_arg(self) -> str:
+        """The score as the scripts take it: "" for the list."""
+        return "" if self.score is None else repr(self.score)
+
+
+def route(job: dict[str, Any], now: float | None = None) -> Route:
+    """The one decision of where ``job`` (with its queue, stamped for enqueueing) waits:
+    its queue's priority zset when it has a priority, else its queue's list. The payload
+    is encoded here (rule 3)."""
+    queue = job["queue"]
+    if routes(job):
+        value, score = member(job, now)
+        return Route(keys.priority_queue(queue), value, score)
+    return Route(keys.queue(queue), payload.encode(job), None)
+
+
+def return_key(queue: str) -> str:
+    """Where a payload taken from ``queue`` goes back to (recovery, hand-over): the list."""
+    return keys.queue(queue)
+
+
 def member(job: dict[str, Any], now: float | None = None) -> tuple[str, float]:
     """(zset member, score) for ``job``; the payload is encoded here, in Python (rule 3)."""
     stamp = int((time.time() if now is None else now) * 1_000_000)
@@ -66,9 +99,9 @@ def push(conn: Any, job: dict[str, Any]) -> str:
     ``P:queues`` listing rides in the same round trip and is only reported.
     """
     queue = job["queue"]
-    data, score = member(job)
+    where = route(job)
     pipe = conn.pipeline(transaction=False)
-    pipe.zadd(keys.priority_queue(queue), {data: score})
+    pipe.zadd(where.key, {where.value: where.score})
     pipe.sadd(keys.queues(), queue)
     pushed, listed = pipe.execute(raise_on_error=False)
     if isinstance(pushed, Exception):

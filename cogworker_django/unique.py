@@ -17,7 +17,7 @@ import math
 import time
 from typing import Any
 
-from . import conf, connection, errors, keys, locks, payload, scripts
+from . import conf, connection, errors, keys, locks, payload, priority, scripts
 from .middleware import Reschedule
 
 # Modes whose lock is taken by the push script (the others take none at push).
@@ -71,17 +71,14 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
     if not scheduled:
         job.pop("at", None)
         job["enqueued_at"] = now
-    target = keys.schedule() if scheduled else keys.queue(job["queue"])
-    data = payload.encode(job)
+    if scheduled:
+        target, data, score = keys.schedule(), payload.encode(job), repr(float(job["at"]))
+    else:
+        where = priority.route(job, now)  # the list, or a django.tasks priority's zset
+        target, data, score = where.key, where.value, where.score_arg
     return (
         [lock_key(job), target, keys.queues()],
-        [
-            job["jid"],
-            _push_ttl(job, now),
-            data,
-            repr(float(job["at"])) if scheduled else "",
-            job["queue"],
-        ],
+        [job["jid"], _push_ttl(job, now), data, score, job["queue"]],
     )
 
 

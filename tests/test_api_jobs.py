@@ -6,7 +6,7 @@ import time
 
 from cogworker_django import keys
 from cogworker_django.api import DeadSet, Outcome, RetrySet, ScheduledSet
-from cogworker_django.api.jobs import requeue_payload
+from cogworker_django.api.jobs import requeue_route
 
 from .api_support import add_to, make_job, unique_job
 
@@ -87,7 +87,7 @@ def test_undecodable_entries_show_and_stay_on_retry(r):
     assert dead.retry(rec) == Outcome.INVALID
     assert dead.size() == 1
     assert dead.get(rec.key).raw == rec.raw  # the handle is stable though the jid is not
-    assert requeue_payload({"func": "x", "jid": "j", "queue": ""}) is None
+    assert requeue_route({"func": "x", "jid": "j", "queue": ""}) is None
     assert dead.delete(rec) == Outcome.DONE and dead.size() == 0
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import departures, keys, locks, payload, scripts
+from .. import departures, keys, locks, payload, priority, scripts
 from ..worker.failures import dead_trim
 from . import search as scanning
 from ._util import as_bytes, client
@@ -40,17 +40,18 @@ class BulkResult:
     invalid: int = 0
 
 
-def requeue_payload(job: dict[str, Any]) -> str | None:
-    """The payload a job goes back to its queue with, or None if it can't: ``enqueued_at``
+def requeue_route(job: dict[str, Any]) -> priority.Route | None:
+    """Where and how a job goes back to its queue, or None if it can't: ``enqueued_at``
     re-stamped (queue latency is measured from it), ``at`` dropped, ``retry_count`` kept
-    (a dead job retried by hand gets one more attempt, not a fresh set)."""
+    (a dead job retried by hand gets one more attempt, not a fresh set); a django.tasks
+    priority waits in its queue's zset, as when the poller moves it (priority.route)."""
     queue = job.get("queue")
     if job.get("func") == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         return None
     fresh = dict(job)
     fresh.pop("at", None)
     fresh["enqueued_at"] = time.time()
-    return payload.encode(fresh)
+    return priority.route(fresh)
 
 
 class JobSet:
@@ -138,14 +139,14 @@ class JobSet:
     def retry(self, record: JobRecord) -> Outcome:
         """Send the entry to its queue now ("retry now" / "enqueue now")."""
         locks.retry_deferred()
-        new = requeue_payload(record.job)
-        if new is None:
+        where = requeue_route(record.job)
+        if where is None:
             return Outcome.INVALID
         moved = scripts.run(
             "requeue_due",
             client(),
-            [self.key, keys.queue(record.queue), keys.queues()],
-            [record.raw, new, record.queue, ""],
+            [self.key, where.key, keys.queues()],
+            [record.raw, where.value, record.queue, where.score_arg],
         )
         return Outcome.DONE if moved else Outcome.GONE
 
@@ -178,13 +179,23 @@ class JobSet:
             queued = 0
             for raw, _score in rows:
                 job = payload.decode(raw)
-                new = requeue_payload(job)
-                if new is None:
+                where = requeue_route(job)
+                if where is None:
                     result.invalid += 1
                     offset += 1
                     continue
                 q = job["queue"]
-                pipe.evalsha(script.sha, 3, self.key, keys.queue(q), keys.queues(), raw, new, q, "")
+                pipe.evalsha(
+                    script.sha,
+                    3,
+                    self.key,
+                    where.key,
+                    keys.queues(),
+                    raw,
+                    where.value,
+                    q,
+                    where.score_arg,
+                )
                 queued += 1
             for moved in pipe.execute() if queued else ():
                 if moved:
@@ -276,5 +287,5 @@ __all__ = [
     "Outcome",
     "RetrySet",
     "ScheduledSet",
-    "requeue_payload",
+    "requeue_route",
 ]

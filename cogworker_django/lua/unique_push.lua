@@ -1,9 +1,11 @@
 -- Push a unique job and take its lock in one step, so a taken lock always has its job
 -- and a failed push leaves no lock. The push goes before the SET (rule 2: a script
 -- stopped by an error keeps its earlier writes, and SET cannot fail on a key's type).
--- KEYS[1] = unique lock, KEYS[2] = the queue list (or the schedule zset), KEYS[3] = P:queues
+-- KEYS[1] = unique lock, KEYS[2] = the queue list (or the schedule or a priority zset),
+-- KEYS[3] = P:queues
 -- ARGV[1] = owner jid, ARGV[2] = lock TTL (whole seconds), ARGV[3] = payload JSON,
--- ARGV[4] = score for the schedule ("" to LPUSH on the queue), ARGV[5] = queue name
+-- ARGV[4] = score for a zset target: the schedule, or a priority zset ("" to LPUSH on
+-- the queue list), ARGV[5] = queue name
 -- Returns 1 if pushed, 0 if a lock was already held (a duplicate: nothing written).
 -- A lock key of another type is an error (refusing every push for ever would hide it).
 local kind = redis.call("TYPE", KEYS[1]).ok

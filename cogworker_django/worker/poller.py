@@ -74,19 +74,12 @@ def _move(conn: Any, source: str, raw: str) -> int:
         return moved
     job.pop("at", None)
     job["enqueued_at"] = time.time()
-    if priority.routes(job):  # django.tasks priorities go to their queue's zset (priority.py)
-        member, score = priority.member(job)
-        return scripts.run(
-            "requeue_due",
-            conn,
-            [source, keys.priority_queue(queue), keys.queues()],
-            [wire(raw), member, queue, repr(score)],
-        )
+    where = priority.route(job)  # the list, or the zset of a django.tasks priority
     return scripts.run(
         "requeue_due",
         conn,
-        [source, keys.queue(queue), keys.queues()],
-        [wire(raw), payload.encode(job), queue, ""],
+        [source, where.key, keys.queues()],
+        [wire(raw), where.value, queue, where.score_arg],
     )
 
 

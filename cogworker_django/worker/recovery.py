@@ -41,7 +41,7 @@ from typing import Any
 
 import redis
 
-from .. import conf, departures, errors, keys, payload, scripts
+from .. import conf, departures, errors, keys, payload, priority, scripts
 from . import failures
 from .fetch import text, wire
 from .heartbeat import redis_seconds
@@ -83,7 +83,7 @@ def requeue_from_list(
             target, score = keys.dead(), repr(time.time())
         else:
             job["enqueued_at"] = time.time()
-            target, score = keys.queue(queue), ""
+            target, score = priority.return_key(queue), ""
         new = payload.encode(job)
         if scripts.run(
             "recover_job", conn, [source, target, keys.queues()], [wire(raw), new, queue, score]

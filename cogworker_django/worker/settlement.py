@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from .. import connection, errors, keys, payload, scripts
+from .. import connection, errors, keys, payload, priority, scripts
 from .fetch import ReliableFetch, text, wire
 from .processor import file_job
 from .record import ACK, Filing
@@ -127,7 +127,7 @@ def _hand_over_reliable(manager: Manager) -> None:
             listed[raw] -= 1
     requeue = list(listed.elements())
     fallback = manager.fetcher.queues[0].name
-    queue_keys = [keys.queue(_queue_of(r, fallback)) for r in requeue]
+    queue_keys = [priority.return_key(_queue_of(r, fallback)) for r in requeue]
     args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
     for raw, filing in filings.items():
         args += [wire(raw), unsettled_entry(filing)]
@@ -165,7 +165,7 @@ def _hand_over_basic(manager: Manager) -> None:
     items: list[tuple[int, str, bytes]] = []
     for work in manager.record.running():
         if work.raw not in pending:
-            items.append((id(work), keys.queue(work.queue), wire(work.raw)))
+            items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
     for raw, how in pending.items():
         if how != ACK:
             items.append((hash((raw, how)), keys.unsettled(), unsettled_entry(how).encode()))
