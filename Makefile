@@ -23,11 +23,13 @@ print('admin user: admin / admin' + ('' if exists else ' (created)'))
 
 .DEFAULT_GOAL := help
 .PHONY: help venv redis test demo runserver migrate lint bench clean distclean
+.PHONY: test-loaded
 
 help:
 	@echo "make demo       run the demo: migrate, admin user admin/admin, enqueue demo jobs, start a worker"
 	@echo "make runserver  serve the test project (admin at http://127.0.0.1:8000/admin/)"
 	@echo "make test       run the whole test suite (PYTEST_ARGS='-k name -x' to narrow it)"
+	@echo "make test-loaded  fault, recovery and worker tests LOAD_RUNS times beside two CPU-bound processes"
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
@@ -58,6 +60,24 @@ test: venv redis
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 migrate: venv
+# A busy machine: the fault, recovery and worker tests LOAD_RUNS times in a row with two
+# CPU-bound processes beside them (killed at the end). Narrow with LOAD_TESTS or
+# PYTEST_ARGS='-k name'; every run is reported, the target fails if any run failed.
+LOAD_RUNS  ?= 20
+LOAD_TESTS ?= tests/test_faults_*.py tests/test_reliable_*.py tests/test_recovery_*.py tests/test_worker_*.py
+
+test-loaded: venv redis
+	@hogs=""; for i in 1 2; do $(VPY) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	passed=0; failed=0; \
+	for run in $$(seq 1 $(LOAD_RUNS)); do \
+		echo "== test-loaded: run $$run of $(LOAD_RUNS)"; \
+		if $(VPY) -m pytest -q $(LOAD_TESTS) $(PYTEST_ARGS); then passed=$$((passed + 1)); \
+		else failed=$$((failed + 1)); fi; \
+	done; \
+	echo "test-loaded: $$passed runs passed, $$failed failed (of $(LOAD_RUNS), two CPU-bound processes beside)"; \
+	[ $$failed -eq 0 ]
+
 	$(MANAGE) migrate --noinput
 
 demo: venv redis migrate
