@@ -59,7 +59,6 @@ redis:
 test: venv redis
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-migrate: venv
 # A busy machine: the fault, recovery and worker tests LOAD_RUNS times in a row with two
 # CPU-bound processes beside them (killed at the end). Narrow with LOAD_TESTS or
 # PYTEST_ARGS='-k name'; every run is reported, the target fails if any run failed.
@@ -78,6 +77,7 @@ test-loaded: venv redis
 	echo "test-loaded: $$passed runs passed, $$failed failed (of $(LOAD_RUNS), two CPU-bound processes beside)"; \
 	[ $$failed -eq 0 ]
 
+migrate: venv
 	$(MANAGE) migrate --noinput
 
 demo: venv redis migrate
