@@ -67,7 +67,7 @@ LOAD_TESTS ?= tests/test_faults_*.py tests/test_reliable_*.py tests/test_recover
 
 test-loaded: venv redis
 	@hogs=""; for i in 1 2; do $(VPY) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
-	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$hogs 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	passed=0; failed=0; \
 	for run in $$(seq 1 $(LOAD_RUNS)); do \
 		echo "== test-loaded: run $$run of $(LOAD_RUNS)"; \
