@@ -243,6 +243,8 @@ class Context:
     max_orphanings: int
     active_ttl: float
     stop_codes: dict[str, int | None]
+    # (entry, slot) -> whether its per-slot lock was seen (sampled while it lived)
+    claimed: dict[tuple[str, int], bool] = field(default_factory=dict)
     figures: Figures = field(default_factory=Figures)
 
 
@@ -382,13 +384,29 @@ def _runs(ctx: Context, jobs: dict[str, dict[str, Any]]) -> Invariant:
         if extra <= 0:
             continue
         f.extra_runs += extra
-        touching = [x for x in ctx.journal.faults if any(touches(x, r) for r in runs)]
-        for kind in {x.kind for x in touching}:
-            f.extra_by_kind[kind] = f.extra_by_kind.get(kind, 0) + 1
+        # A fault after the job settled (its first successful run ended, and its ack had
+        # time to go) explains nothing: a settled job must never run again.
+        settled = min((r.end for r in runs if r.ok and r.end is not None), default=None)
+        touching = [
+            x
+            for x in ctx.journal.faults
+            if (settled is None or x.start <= settled + ACK_GRACE)
+            and any(touches(x, r) for r in runs)
+        ]
+        # Each extra run is put down to one fault: those on the job's own worker first.
+        touching.sort(key=lambda x: (x.kind not in WORKER_KINDS, x.start))
+        for x in touching[:extra]:
+            f.extra_by_kind[x.kind] = f.extra_by_kind.get(x.kind, 0) + 1
+            inv.info.append(f"{jid} ({j['kind']}) ran again after {x.describe()}")
         if extra > len(touching):
             f.extra_unexplained += extra - len(touching)
+            after = (
+                f" (settled at {clock(settled)}, ran again after)"
+                if settled is not None and any(r.start > settled for r in runs)
+                else ""
+            )
             inv.failures.append(
-                f"{jid} ({j['kind']}) ran {len(runs)} times, expected {j['expected']}, "
+                f"{jid} ({j['kind']}) ran {len(runs)} times, expected {j['expected']}{after}, "
                 f"faults that touched it: {[x.describe() for x in touching] or 'none'}; "
                 f"runs: {_runs_text(runs)}"
             )
@@ -506,8 +524,13 @@ def _periodic(ctx: Context) -> list[Invariant]:
                 none_skipped.info.append(f"{entry}: slot {clock(slot)} skipped: {why}")
             else:
                 near = [x.describe() for x in faults if abs(x.start - slot) < 15]
+                seen = ctx.claimed.get((entry, slot))
+                claim = {True: "claimed (its slot lock was seen)", False: "not claimed"}.get(
+                    seen, "claim not sampled"
+                )
                 none_skipped.failures.append(
-                    f"{entry}: slot {clock(slot)} never pushed; faults within 15 s: {near or 'none'}"
+                    f"{entry}: slot {clock(slot)} never pushed, {claim}; faults within 15 s: "
+                    f"{near or 'none'}"
                 )
     return [once, none_skipped]
 
@@ -528,8 +551,8 @@ def _skip_reason(ctx: Context, entry: str, slot: int, holders) -> str:
         if held_from < slot <= held_to + 0.5:
             return f"the previous run (slot {clock(held_from)}) held the until_executed lock"
     for x in ctx.journal.faults:
-        if x.kind == "kill" and slot <= x.start <= slot + 1.5:
-            return f"{x.describe()} between the claim and the push (undocumented window)"
+        if x.kind == "kill" and slot <= x.start <= slot + 1.5 and ctx.claimed.get((entry, slot)):
+            return f"{x.describe()} between the claim and the push (claimed, never pushed)"
     return ""
 
 

@@ -23,12 +23,18 @@ class Monitor:
         self.journal = journal
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        # (entry, slot) -> seen: per-slot locks of periodic entries, sampled every 0.5 s
+        # (each lives a minute), to tell a slot never claimed from one claimed and not
+        # pushed.
+        self.claimed: dict[tuple[str, int], bool] = {}
+        self.prefix = "soak"
 
     def start(self) -> None:
         for target, name in (
             (self._host, "stall-host"),
             (self._redis, "stall-redis"),
             (self._exits, "exits"),
+            (self._claims, "claims"),
         ):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -65,6 +71,28 @@ class Monitor:
             took = time.time() - t0
             if took > STALL and not self.journal.redis_disturbed(t0, margin=1.0):
                 self._stall("redis", t0, t0 + took)
+
+    def _claims(self) -> None:
+        lock_prefix = f"{self.prefix}:periodic:lock:"
+        conn: redis.Redis | None = None
+        while not self._stopping.wait(0.5):
+            try:
+                if conn is None:
+                    conn = self.server.client(timeout=5)
+                now = int(time.time())
+                found = set()
+                for key in conn.scan_iter(match=lock_prefix + "*", count=1000):
+                    entry, _, slot = key.decode()[len(lock_prefix) :].rpartition(":")
+                    found.add((entry, int(slot)))
+            except (redis.RedisError, ValueError):
+                conn = None
+                continue
+            for key in found:
+                self.claimed[key] = True
+            # Slots of the last 50 s not seen: not claimed (their lock lives 61 s).
+            for entry in {e for e, _ in found}:
+                for slot in range(now - 50, now - 1):
+                    self.claimed.setdefault((entry, slot), False)
 
     def _exits(self) -> None:
         while not self._stopping.wait(0.5):

@@ -48,9 +48,7 @@ def table(
     )
     add(f"  runs            {f.runs:>7}")
     by = ", ".join(f"{k} {n}" for k, n in sorted(f.extra_by_kind.items())) or "-"
-    add(
-        f"  extra runs      {f.extra_runs:>7}   (touched by: {by}; unexplained {f.extra_unexplained})"
-    )
+    add(f"  extra runs      {f.extra_runs:>7}   (after: {by}; unexplained {f.extra_unexplained})")
     add(f"  succeeded       {f.succeeded:>7}")
     reasons = ", ".join(f"{k} {n}" for k, n in sorted(f.dead_reasons.items()))
     add(f"  dead            {f.dead:>7}" + (f"   ({reasons})" if reasons else ""))

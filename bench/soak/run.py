@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             max_orphanings=SETTINGS["MAX_ORPHANINGS"],
             active_ttl=SETTINGS["PERIODIC_ACTIVE_TTL"],
             stop_codes=stop_codes,
+            claimed=monitor.claimed,
         )
         invariants = check.check_all(ctx)
         for thread_error, who in ((chaos.error, "chaos"), (producer.error, "producer")):
