@@ -32,6 +32,7 @@ help:
 	@echo "make test-loaded  fault, recovery and worker tests LOAD_RUNS times beside two CPU-bound processes"
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
+	@echo "make soak       run the chaos soak (SOAK_ARGS='--seconds 3600')"
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
 	@echo "make redis      make sure a Redis answers at \$$COGWORKER_REDIS_URL (starts a local one if needed)"
 	@echo "make clean      remove caches and the demo database; make distclean also removes .venv and .tox"
@@ -96,6 +97,12 @@ lint: venv
 bench: venv redis
 	$(VPY) -m pip install -q -r bench/requirements.txt
 	$(VPY) -m bench $(BENCH_ARGS)
+
+# The chaos soak: its own redis-server on a free port, never the one above.
+.PHONY: soak
+SOAK_ARGS ?=
+soak: venv
+	scripts/soak $(SOAK_ARGS)
 
 clean:
 	find . -path ./$(VENV) -prune -o -path ./.tox -prune -o -name __pycache__ -type d -exec rm -rf {} +
