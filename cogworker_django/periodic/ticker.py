@@ -25,8 +25,10 @@ Duties, each tick:
   lose it); on: the latest missed slot fires once;
 - publish the schedule to ``P:periodic:schedule`` for the admin (best-effort, retried
   until it works once).
-The first tick waits for the first orphan recovery pass, so a run interrupted by a
-fleet-wide outage is requeued (and holds its lock again) before its next slot.
+The first tick waits for the first orphan recovery pass, so jobs of processes found
+dead then are requeued before this process fires anything (a requeued until_executed
+run takes its running lock back when a worker starts it, or waits for the run holding
+it: docs/periodic.md).
 """
 
 from __future__ import annotations
