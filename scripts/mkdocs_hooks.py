@@ -1,0 +1,146 @@
+"""MkDocs hook: links from docs/ to the rest of the repository.
+
+The pages link to files outside docs/ (``../tests/test_worker_runs.py``,
+``../cogworker_django/lua/...``), which MkDocs cannot check and would report as missing
+documentation files. For each such link this hook
+
+- fails the build when the target does not exist in the repository (every broken link
+  is reported, then the build stops), and
+- otherwise points the link at the repository's source: ``<repo_url>/blob/<branch>/<path>``
+  when mkdocs.yml sets ``repo_url`` (branch from ``extra.repo_branch``, default ``main``),
+  else a path relative to the built page, which resolves while the site sits in the
+  repository (``site/``, the default ``site_dir``).
+
+Links inside docs/ are left to MkDocs's own validation. Fenced code blocks and inline code
+are not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import re
+from urllib.parse import unquote, urlsplit
+
+from mkdocs.exceptions import PluginError
+
+log = logging.getLogger("mkdocs.hooks.repo_links")
+
+# A placeholder scheme that MkDocs leaves alone (it skips links with a scheme); replaced in
+# the rendered HTML once the page's output path is known.
+PLACEHOLDER = "repo-source:"
+
+_FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})")
+_CODE_SPAN = re.compile(r"(`+)(?:.+?)\1", re.DOTALL)
+# An inline link or image target: ](target) or ](target "title"); <target> form too.
+_INLINE = re.compile(r"(\]\(\s*)(<[^>\n]*>|[^)\s]+)")
+# A reference definition: [label]: target
+_REFERENCE = re.compile(r"^( {0,3}\[[^\]\n]+\]:\s*)(<[^>\n]*>|\S+)", re.MULTILINE)
+
+_broken: list[str] = []
+
+
+def on_pre_build(config):
+    _broken.clear()
+
+
+def _repo_root(config) -> str:
+    return os.path.dirname(os.path.abspath(config.config_file_path))
+
+
+def _outside_target(url: str, page, config) -> str | None:
+    """The repository-relative path ``url`` points to, if it leaves docs/; else None."""
+    scheme, netloc, path, _query, _fragment = urlsplit(url)
+    if scheme or netloc or not path or path.startswith(("/", "\\")):
+        return None
+    docs_dir = os.path.abspath(config.docs_dir)
+    page_dir = os.path.dirname(os.path.join(docs_dir, page.file.src_path))
+    target = os.path.normpath(os.path.join(page_dir, unquote(path)))
+    if target == docs_dir or target.startswith(docs_dir + os.sep):
+        return None
+    root = _repo_root(config)
+    rel = os.path.relpath(target, root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        _broken.append(f"{page.file.src_uri}: '{url}' leaves the repository")
+        return ""
+    if not os.path.exists(target):
+        _broken.append(f"{page.file.src_uri}: '{url}' -> {rel.replace(os.sep, '/')} does not exist")
+        return ""
+    return rel.replace(os.sep, "/") + ("/" if path.endswith("/") else "")
+
+
+def _rewrite(text: str, page, config) -> str:
+    def replace(match: re.Match) -> str:
+        raw = match.group(2)
+        url = raw[1:-1] if raw.startswith("<") else raw
+        rel = _outside_target(url, page, config)
+        if not rel:
+            return match.group(0)
+        parts = urlsplit(url)
+        suffix = (f"?{parts.query}" if parts.query else "") + (
+            f"#{parts.fragment}" if parts.fragment else ""
+        )
+        new = f"{PLACEHOLDER}{rel}{suffix}"
+        return match.group(1) + (f"<{new}>" if raw.startswith("<") else new)
+
+    # Leave inline code spans alone.
+    out, last = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        out.append(_INLINE.sub(replace, text[last : span.start()]))
+        out.append(span.group(0))
+        last = span.end()
+    out.append(_INLINE.sub(replace, text[last:]))
+    return _REFERENCE.sub(replace, "".join(out))
+
+
+def on_page_markdown(markdown: str, page, config, files):
+    chunks, prose, fence = [], [], None
+    for line in markdown.splitlines(keepends=True):
+        opened = _FENCE.match(line)
+        if fence is None and opened:
+            chunks.append(_rewrite("".join(prose), page, config))
+            prose, fence = [], opened.group(2)
+            chunks.append(line)
+        elif fence is not None:
+            chunks.append(line)
+            stripped = line.strip()
+            if stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+                fence = None
+        else:
+            prose.append(line)
+    chunks.append(_rewrite("".join(prose), page, config))
+    return "".join(chunks)
+
+
+def _source_url(rel: str, page, config) -> str:
+    repo_url = config.repo_url
+    if repo_url:
+        branch = (config.extra or {}).get("repo_branch", "main")
+        return f"{repo_url.rstrip('/')}/blob/{branch}/{rel}"
+    root = _repo_root(config)
+    page_dir = posixpath.dirname(page.file.dest_uri)
+    site_page_dir = os.path.join(os.path.abspath(config.site_dir), page_dir)
+    url = os.path.relpath(os.path.join(root, rel), site_page_dir).replace(os.sep, "/")
+    return url + ("/" if rel.endswith("/") else "")
+
+
+def on_page_content(html: str, page, config, files):
+    def replace(match: re.Match) -> str:
+        rel, sep, rest = match.group(2).partition("#")
+        path, qsep, query = rel.partition("?")
+        url = _source_url(path, page, config)
+        return f"{match.group(1)}{url}{qsep}{query}{sep}{rest}{match.group(3)}"
+
+    return re.sub(
+        r'((?:href|src)=")' + re.escape(PLACEHOLDER) + r'([^"]*)(")',
+        replace,
+        html,
+    )
+
+
+def on_env(env, config, files):
+    if _broken:
+        for line in _broken:
+            log.error("broken link to a repository file: %s", line)
+        raise PluginError(f"{len(_broken)} broken link(s) to files outside docs/ (listed above)")
