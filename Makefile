@@ -24,6 +24,7 @@ print('admin user: admin / admin' + ('' if exists else ' (created)'))
 .DEFAULT_GOAL := help
 .PHONY: help venv redis test demo runserver migrate lint bench clean distclean
 .PHONY: test-loaded
+.PHONY: docs dist
 
 help:
 	@echo "make demo       run the demo: migrate, admin user admin/admin, enqueue demo jobs, start a worker"
@@ -33,6 +34,8 @@ help:
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
 	@echo "make soak       run the chaos soak (SOAK_ARGS='--seconds 3600')"
+	@echo "make docs       build the documentation site into site/ (DOCS_ARGS=--strict as in CI)"
+	@echo "make dist       build the sdist and wheel into dist/ and run twine check"
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
 	@echo "make redis      make sure a Redis answers at \$$COGWORKER_REDIS_URL (starts a local one if needed)"
 	@echo "make clean      remove caches and the demo database; make distclean also removes .venv and .tox"
@@ -104,9 +107,32 @@ SOAK_ARGS ?=
 soak: venv
 	scripts/soak $(SOAK_ARGS)
 
+# The documentation site (mkdocs.yml): site/index.html. Only the `docs` extra's tools are
+# installed (the API reference reads the source statically: no Django settings, no Redis).
+DOCS_STAMP := $(VENV)/.docs-installed
+DOCS_ARGS  ?=
+
+$(DOCS_STAMP): pyproject.toml | $(VPY)
+	$(VPY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs']))" > $(VENV)/docs-requirements.txt
+	$(VPY) -m pip install -q -r $(VENV)/docs-requirements.txt
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build $(DOCS_ARGS)
+	@echo "docs: open site/index.html"
+
+# The sdist and wheel: twine checks the metadata and that README renders, check-dist that
+# both carry every package file (Lua scripts, templates, static, migrations).
+dist: | $(VPY)
+	$(VPY) -m pip install -q 'build>=1.2' 'twine>=5'
+	rm -rf dist
+	$(VPY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	$(VPY) scripts/check-dist
+
 clean:
 	find . -path ./$(VENV) -prune -o -path ./.tox -prune -o -name __pycache__ -type d -exec rm -rf {} +
-	rm -rf .pytest_cache .ruff_cache build dist *.egg-info testproject/db.sqlite3 test-results
+	rm -rf .pytest_cache .ruff_cache build dist site *.egg-info testproject/db.sqlite3 test-results
 
 distclean: clean
 	rm -rf $(VENV) .tox
