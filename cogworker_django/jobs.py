@@ -39,10 +39,6 @@ def registered(path: str) -> JobFunction | None:
     return _registry.get(path)
 
 
-def all_registered() -> dict[str, JobFunction]:
-    return dict(_registry)
-
-
 def register_kind(kind: str, resolver: Callable[[dict], Callable[[], Any] | None]) -> None:
     """Let a payload with ``"kind": kind`` run through ``resolver(job)``, which returns a
     zero-argument callable, or None when the payload names nothing runnable."""

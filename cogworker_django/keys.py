@@ -1,9 +1,9 @@
-"""Every Redis key name, one function each (DESIGN.md section 2).
+"""Every Redis key name, one function each (the data model: docs/internals.md).
 
 All keys live under ``COGWORKER["PREFIX"]`` (``P`` below), so two prefixes on one
 Redis never see each other's keys. Nothing else in the package builds a key name.
-The key guard reads :data:`FIXED_TYPES` and the ``*_TYPE`` helpers for what type
-each key must hold.
+The key guard reads :func:`fixed_types` (and knows the types of the per-queue,
+per-process and per-entry keys) for what type each key must hold.
 """
 
 from __future__ import annotations
@@ -137,11 +137,6 @@ def quarantine(key: str, ms: int, rand: str) -> str:
 def quarantine_root() -> str:
     """Every quarantined copy's name starts with this (``P:quarantine:``)."""
     return _k("quarantine") + ":"
-
-
-def all_pattern() -> str:
-    """A SCAN pattern matching every key of this prefix (tests and cleanup)."""
-    return _k("*")
 
 
 def fixed_types() -> dict[str, str]:

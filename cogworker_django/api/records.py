@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import payload
-from ._util import as_datetime, epoch, text
+from ._util import as_datetime, text
 
 # Lists show arguments cut to this many characters; the detail page shows them whole.
 SHORT_ARGS = 200
@@ -179,9 +179,6 @@ class JobRecord:
     @property
     def first_failed_at(self) -> dt.datetime | None:
         return as_datetime(self.job.get("first_failed_at"))
-
-    def enqueued_epoch(self) -> float | None:
-        return epoch(self.job.get("enqueued_at"))
 
     def fields(self) -> list[tuple[str, str]]:
         """Every payload field as (name, JSON text), for the detail page."""
