@@ -6,8 +6,8 @@ filed in, a registry failing every beat. Every worker process checks, at boot an
 ``KEYGUARD_INTERVAL``, the TYPE of every key it knows, in ONE pipeline:
 
 - the fixed keys (:func:`keys.fixed_types`) and today's per-day counters;
-- per queue (configured here, and members of ``P:queues``): ``P:queue:<q>`` list (plus
-  ``P:priority:<q>`` zset where keys.py defines one);
+- per queue (configured here, and members of ``P:queues``): ``P:queue:<q>`` list and
+  ``P:pqueue:<q>`` zset (django.tasks priorities, priority.py);
 - per process (members of ``P:processes``): ``P:process:<id>`` and ``P:work:<id>``
   hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list;
 - per periodic entry (fields of ``P:periodic:schedule``): ``last_slot`` and ``running``
@@ -63,11 +63,7 @@ def _display(value: Any) -> str:
 
 
 def _per_queue(name: str) -> dict[str, str]:
-    found = {keys.queue(name): "list"}
-    priority = getattr(keys, "priority_queue", None)  # django.tasks priorities, if defined
-    if priority is not None:
-        found[priority(name)] = "zset"
-    return found
+    return {keys.queue(name): "list", keys.priority_queue(name): "zset"}
 
 
 # Checking ----------------------------------------------------------------------------------

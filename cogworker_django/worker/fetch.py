@@ -1,12 +1,15 @@
-"""Fetch strategies: how a processor thread takes its next job.
+"""The two fetch modes: how a processor thread takes its next job.
 
 ``ReliableFetch`` (default) moves a job atomically into this process's in-progress list,
 so a process that dies mid-job leaves it there for orphan recovery; acking the finished
 job and fetching the next are one round trip. ``BasicFetch`` is one blocking BRPOP: a
 job taken by a process that dies is lost (Redis < 6.2, or ``FETCH="basic"``).
 
-A strategy is chosen by configuration (``for_mode``); a new one is a new class with the
-same four methods.
+The mode is chosen by configuration (:func:`for_mode`). Both classes have ``fetch``,
+``ack`` and ``settle_key``, but they are not interchangeable behind those: what else
+differs by mode (the dispatcher that shares reliable fetch among threads, the shutdown
+hand-over, the heartbeat's in-progress registry and reconcile) checks which class is in
+use.
 """
 
 from __future__ import annotations
