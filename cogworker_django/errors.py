@@ -1,9 +1,12 @@
 """Classifying Redis errors, best-effort writes, and log-once outage reporting.
 
-Rule 5 and 12 of DESIGN.md: an outage (refused, reset, timeout, READONLY, LOADING,
+Rules 5 and 12: an outage (refused, reset, timeout, READONLY, LOADING,
 MASTERDOWN, UNBLOCKED, BUSY, OOM...) is *unavailable*: retry soon, log once per
 component until it recovers, then log "recovered". Anything else (WRONGTYPE, bad data)
 is *deterministic*: logged every time and backed off by the caller.
+
+The numbered rules that comments across the package cite ("rule 4") are explained, with
+why each exists and which code and tests keep it, in docs/internals.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Duties:
   records each run: jid, job, queue, status ("success"/"failed"), started_at, duration,
   error_class, error_message, worker identity, periodic entry name;
 - records go to this process's in-memory :data:`buffer` (a tuple each: the hot path
-  does as little as it can), never one write per job (DESIGN.md section 5);
+  does as little as it can), never one write per job (docs/internals.md);
   :class:`HistoryFlusher` writes them in batches to ``P:history``, one stream entry per
   run (field ``run``: the record as JSON) capped at ``HISTORY_MAX_RUNS`` (MAXLEN ~), by
   one script call per :data:`WRITE_CHUNK` runs, every :data:`FLUSH_INTERVAL` or sooner

@@ -1,5 +1,5 @@
-"""Every key of DESIGN.md section 2, set one at a time to a wrong type under a running
-worker (private redis-server): the worker keeps processing, the key is quarantined
+"""Every key of the data model (docs/internals.md), set one at a time to a wrong type under
+a running worker (private redis-server): the worker keeps processing, the key is quarantined
 within one guard interval, and afterwards everything works.
 
 One worker serves the whole module (the keys are checked in sequence) to keep it fast.

@@ -37,7 +37,7 @@ return 1
 
 def corrupt_candidates(conn: redis.Redis, prefix: str, queues: list[str], entries: list[str]):
     """(key, its type, "overwrite" or "absent") for the keys of the data model the key
-    guard watches (DESIGN.md section 2, keyguard.py)."""
+    guard watches (docs/internals.md, keyguard.py)."""
     p = prefix
     out = [
         (f"{p}:queues", "set", "overwrite"),

@@ -22,7 +22,7 @@ NAME = "cogworker"
 PREFIX = "bench"
 FETCH_MODES = ["reliable", "basic"]
 
-# Key names from DESIGN.md section 2 (the package builds them in cogworker_django.keys).
+# Key names of docs/internals.md's data model (built in the package by cogworker_django.keys).
 _QUEUE_KEY = f"{PREFIX}:queue:{QUEUE}"
 _INPROGRESS_PATTERN = f"{PREFIX}:inprogress:*"  # does not match "bench:inprogress_ids"
 

@@ -1,2 +1,2 @@
 """The run layer: launcher -> manager -> processors, with fetch, heartbeat and poller
-beside them (see DESIGN.md section 1)."""
+beside them (see docs/internals.md)."""
