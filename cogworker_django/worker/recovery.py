@@ -27,8 +27,8 @@ stalled Redis answers nobody, so the same gap shows. Either way every other proc
 gets a full threshold, from the moment the checker could watch again, to get one beat
 through. What remains is a process starved on its own for a whole threshold while
 Redis and the checker ran: it is taken for dead (its jobs run again), which is what
-``ORPHAN_THRESHOLD`` bounds.
-
+``ORPHAN_THRESHOLD`` bounds. A pass outside a clear stretch (beats failing, or a
+break just seen) judges nobody and is retried at the next poll.
 """
 
 from __future__ import annotations
