@@ -15,11 +15,10 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import conf, connection, keys, payload
+from cogworker_django import conf, keys, payload
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
-from cogworker_django.worker.processor import file_job
-from cogworker_django.worker.record import Filing, Record
+from cogworker_django.worker.record import Record
 
 from .helpers import wait_until
 
@@ -90,23 +89,6 @@ def test_a_job_fetched_after_the_stop_began_is_requeued_not_run(configure, r):
     assert runs(r) == {}
     assert [payload.decode(x)["jid"] for x in r.lrange(keys.queue("default"), 0, -1)] == [jid]
     assert r.llen(keys.inprogress(IDENTITY)) == 0
-
-
-def test_filing_a_job_no_longer_listed_writes_nothing(r):
-    """The settle script files only a job still on the in-progress list: one the hand-over
-    (or orphan recovery) requeued belongs to that copy."""
-    client = connection.get_client()
-    listed = payload.encode(payload.build("testapp.jobs.record", ["a"], queue="default"))
-    gone = payload.encode(payload.build("testapp.jobs.record", ["b"], queue="default"))
-    key = keys.inprogress(IDENTITY)
-    client.rpush(key, listed)
-    filing = Filing("retry", time.time() + 60, listed)
-    assert file_job(client, key, listed, filing) is True
-    assert file_job(client, key, gone, Filing("retry", time.time() + 60, gone)) is False
-    assert [payload.decode(x)["jid"] for x in r.zrange(keys.retry(), 0, -1)] == [
-        payload.decode(listed)["jid"]
-    ]
-    assert r.llen(key) == 0
 
 
 def test_the_hand_over_waits_for_claimed_settlements_and_refuses_later_ones():

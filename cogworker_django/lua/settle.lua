@@ -1,15 +1,9 @@
 -- File a finished job in a sorted set (retry, dead or schedule) and ack it, adding
--- before removing (rule 2). With an in-progress list, only a job still on it is filed:
--- one the shutdown hand-over or orphan recovery already requeued belongs to its
--- requeued copy, and filing it too would run it twice. For the dead set, trim it by age
--- and count.
+-- before removing (rule 2). For the dead set, trim it by age and count.
 -- KEYS[1] = P:inprogress:<id> (or "" for basic fetch: nothing to ack), KEYS[2] = target zset
 -- ARGV[1] = raw payload as fetched (to ack), ARGV[2] = score, ARGV[3] = new payload JSON,
 -- ARGV[4] = "dead" to trim, else "", ARGV[5] = drop scores below this, ARGV[6] = keep at most
--- Returns 1 if filed, 0 if the job was no longer on the in-progress list.
-if KEYS[1] ~= "" and not redis.call("LPOS", KEYS[1], ARGV[1]) then
-  return 0
-end
+-- Returns 1.
 redis.call("ZADD", KEYS[2], ARGV[2], ARGV[3])
 if KEYS[1] ~= "" then
   redis.call("LREM", KEYS[1], 1, ARGV[1])

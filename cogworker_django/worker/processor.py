@@ -294,15 +294,15 @@ def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Fi
         return Filing("dead", time.time(), payload.encode(wrapper))
 
 
-def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> bool:
-    """File ``filing`` and ack ``raw`` in one script; False (nothing written) when the job
-    is no longer on the in-progress list: requeued by the shutdown hand-over or by
-    orphan recovery, it belongs to that copy now."""
+def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
+    """File ``filing`` and ack ``raw`` in one script. Filed even when the job is no
+    longer listed: a Redis that lost its data (a restart without persistence, a
+    failover) lost the list too, and this filing is then the job's only trace."""
     target_key = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
         filing.target
     ]
     min_score, keep = failures.dead_trim()
-    filed = scripts.run(
+    scripts.run(
         "settle",
         conn,
         [inprogress_key, target_key],
@@ -315,6 +315,3 @@ def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> bool:
             keep,
         ],
     )
-    if not filed:
-        log.info("not filed (no longer on %s: its requeued copy runs it)", inprogress_key)
-    return bool(filed)
