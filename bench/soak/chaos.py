@@ -323,17 +323,23 @@ class Chaos:
                     if kind != fault.wrong_type or not _holds(c, fault.key, kind, marker):
                         fault.moved_at = time.time()
                         fault.finish(fault.moved_at)
-                        fault.detail += (
-                            " moved aside"
-                            if _quarantined(c, pattern, marker)
-                            else " GONE WITHOUT A QUARANTINE COPY"
-                        )
+                        fault.detail += _outcome(fault.key, _quarantined(c, pattern, marker))
                         return
             except redis.RedisError:
                 pass
             time.sleep(0.2)
         fault.finish()
         fault.detail += f" NOT MOVED within {limit:.0f}s"
+
+
+def _outcome(key: str, copied: bool) -> str:
+    if copied:
+        return " moved aside"
+    if ":work:" in key:
+        # A process's work snapshot is written whole on every beat (delete, then write):
+        # the beat replaces the wrong value before the key guard looks.
+        return " replaced by its process's next beat (no quarantine copy)"
+    return " GONE WITHOUT A QUARANTINE COPY"
 
 
 def _holds(c: redis.Redis, key: str, kind: str, marker: str) -> bool:

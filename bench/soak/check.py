@@ -34,7 +34,7 @@ CORRUPT_GRACE = 6.0
 
 JID = re.compile(rb'"jid":\s*"([^"]+)"')
 ENQUEUED = re.compile(rb"periodic (\S+): slot (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) enqueued as (\S+)")
-BLOCKED = re.compile(rb"periodic (\S+): slot (\S+) skipped: the previous run")
+BLOCKED = re.compile(rb"periodic (\S+): slot (\S+) skipped: the previous run \((\S+)\) still holds")
 DIED = re.compile(rb"^.*(?: died\b|Exception in thread).*$", re.M)
 
 
@@ -415,9 +415,11 @@ def _runs(ctx: Context, jobs: dict[str, dict[str, Any]]) -> Invariant:
 
 def _overlap(ctx: Context) -> Invariant:
     """Runs of different jobs holding one unique lock never overlap (until_executed and
-    while_executing jobs per key; the until_executed periodic entry). A SIGSTOP longer
-    than PERIODIC_ACTIVE_TTL lets the entry's lock lapse (documented), so a stop that
-    touched one of the two explains it."""
+    while_executing jobs per key; the until_executed periodic entry). A SIGSTOP touching
+    one of the two explains it: the stop outlasts ORPHAN_THRESHOLD, so the stalled
+    process is taken for dead while it runs on (docs/reliability.md), its job's copy runs
+    elsewhere and releases the lock, and the entry's running lock lapses after
+    PERIODIC_ACTIVE_TTL."""
     inv = Invariant("unique runs never overlap")
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for runs in ctx.runs.values():
@@ -444,22 +446,29 @@ def _overlap(ctx: Context) -> Invariant:
                     f"{group[0]} {group[1]}: {a.jid} [{clock(a.start)}-{clock(a_end)}] and "
                     f"{b.jid} [{clock(b.start)}-...] ran at once"
                 )
-                if group[0] == "periodic" and stops:
-                    inv.info.append(text + f" (lock lapsed during {stops[0].describe()})")
+                if stops:
+                    inv.info.append(
+                        text + f" (stalled process taken for dead: {stops[0].describe()})"
+                    )
                 else:
                     inv.failures.append(text)
     return inv
 
 
-def _pushes_from_logs(ctx: Context) -> tuple[dict[tuple[str, int], set[str]], dict[str, int]]:
+def _pushes_from_logs(ctx: Context):
+    """From the ticker's lines: (entry, slot) -> jids pushed, and (entry, slot) -> the
+    jid it named as holding the until_executed lock when it skipped that slot."""
     pushes: dict[tuple[str, int], set[str]] = defaultdict(set)
-    blocked: dict[str, int] = defaultdict(int)
+    blocked: dict[tuple[str, int], str] = {}
     for path in ctx.logs:
         data = path.read_bytes()
         for m in ENQUEUED.finditer(data):
             pushes[(m.group(1).decode(), parse_iso(m.group(2)))].add(m.group(3).decode())
         for m in BLOCKED.finditer(data):
-            blocked[m.group(1).decode()] += 1
+            try:
+                blocked[(m.group(1).decode(), parse_iso(m.group(2)))] = m.group(3).decode()
+            except ValueError:
+                continue
     return pushes, blocked
 
 
@@ -492,7 +501,6 @@ def _periodic(ctx: Context) -> list[Invariant]:
             "skipped": 0,
             "explained": 0,
             "twice": 0,
-            "blocked_logged": blocked.get(entry, 0),
         }
         ctx.figures.slots[entry] = figures
         if not fired:
@@ -514,6 +522,7 @@ def _periodic(ctx: Context) -> list[Invariant]:
             else:
                 once.failures.append(text)
         first, last = min(fired) + 1, int(ctx.disabled_at) - 2
+        unexplained: list[int] = []
         for slot in range(first, last + 1):
             if slot in fired:
                 continue
@@ -523,16 +532,41 @@ def _periodic(ctx: Context) -> list[Invariant]:
                 figures["explained"] += 1
                 none_skipped.info.append(f"{entry}: slot {clock(slot)} skipped: {why}")
             else:
-                near = [x.describe() for x in faults if abs(x.start - slot) < 15]
-                seen = ctx.claimed.get((entry, slot))
-                claim = {True: "claimed (its slot lock was seen)", False: "not claimed"}.get(
-                    seen, "claim not sampled"
-                )
-                none_skipped.failures.append(
-                    f"{entry}: slot {clock(slot)} never pushed, {claim}; faults within 15 s: "
-                    f"{near or 'none'}"
-                )
+                unexplained.append(slot)
+        for group in _consecutive(unexplained):
+            none_skipped.failures.append(_skipped_text(ctx, entry, group, blocked, fired))
     return [once, none_skipped]
+
+
+def _consecutive(slots: list[int]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for s in slots:
+        if groups and s == groups[-1][-1] + 1:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def _skipped_text(ctx: Context, entry: str, group: list[int], blocked, fired) -> str:
+    first, last = group[0], group[-1]
+    span = clock(first) if first == last else f"{clock(first)} to {clock(last)} ({len(group)})"
+    claims = [ctx.claimed.get((entry, s)) for s in group]
+    claimed = sum(1 for c in claims if c)
+    unsampled = sum(1 for c in claims if c is None)
+    text = f"{entry}: slot {span} never pushed; claimed {claimed}, not claimed {len(group) - claimed - unsampled}"
+    if unsampled:
+        text += f", claim not sampled {unsampled}"
+    holders = sorted({blocked[(entry, s)] for s in group if (entry, s) in blocked})
+    if holders:
+        pushed = {j for jids in fired.values() for j in jids}
+        fates = [
+            f"{h} ({'ran' if h in ctx.runs else 'pushed, never ran' if h in pushed else 'never pushed, never ran'})"
+            for h in holders
+        ]
+        text += f"; the ticker named the until_executed lock's holder: {', '.join(fates)}"
+    near = [x.describe() for x in ctx.journal.faults if first - 10 <= x.start <= first + 1]
+    return text + f"; faults in the 10 s before: {near or 'none'}"
 
 
 def _skip_reason(ctx: Context, entry: str, slot: int, holders) -> str:
@@ -585,7 +619,7 @@ def _keyguard(ctx: Context) -> Invariant:
     for x in ctx.journal.faults:
         if x.kind != "corrupt":
             continue
-        if x.moved_at is None or "moved aside" not in x.detail:
+        if x.moved_at is None or not ("moved aside" in x.detail or "replaced by" in x.detail):
             inv.failures.append(x.describe())
         else:
             inv.info.append(f"{x.describe()} after {x.moved_at - x.start:.1f}s")

@@ -28,6 +28,7 @@ class Monitor:
         # pushed.
         self.claimed: dict[tuple[str, int], bool] = {}
         self.prefix = "soak"
+        self.entries: list[str] = []
 
     def start(self) -> None:
         for target, name in (
@@ -90,7 +91,7 @@ class Monitor:
             for key in found:
                 self.claimed[key] = True
             # Slots of the last 50 s not seen: not claimed (their lock lives 61 s).
-            for entry in {e for e, _ in found}:
+            for entry in self.entries:
                 for slot in range(now - 50, now - 1):
                     self.claimed.setdefault((entry, slot), False)
 

@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         _say("3 workers up (one with --processes 2); chaos begins")
         start = time.time()
         ends_at = start + args.seconds
+        monitor.entries = list(PERIODIC)
         monitor.start()
         producer = Producer(rng=random.Random(rng.random()), ends_at=ends_at)
         producer.start()
