@@ -15,7 +15,11 @@ class CogworkerConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks, conf  # noqa: F401 - checks registers the system checks
+        from . import (  # noqa: F401 - checks registers the system checks
+            checks,
+            conf,
+            testing,  # noqa: F401 - installs the TESTING modes' sinks in client
+        )
 
         _listen_for_departing_tasks()
 

@@ -30,24 +30,38 @@ BULK_CHUNK = 1000
 _listed: dict[tuple[str, str], float] = {}
 _listed_lock = threading.Lock()
 
-# Test modes (``testing.fake()`` / ``inline()``) divert pushes here; see testing.py.
-_diverter: Callable[[dict[str, Any]], Any] | None = None
+# Where pushes go instead of Redis in the test modes: the sink a ``testing.fake()`` or
+# ``inline()`` block set, else the one installed for the ``TESTING`` setting's mode.
+# ``testing`` installs them (imported by the app's ready()); this module never imports it.
+Sink = Callable[[dict[str, Any]], Any]
+_diverter: Sink | None = None
+_mode_sinks: dict[str, Sink] = {}
 
 
-def set_diverter(fn: Callable[[dict[str, Any]], Any] | None) -> Callable | None:
+def set_diverter(fn: Sink | None) -> Sink | None:
+    """Send every push to ``fn`` (None: back to Redis); returns the previous one."""
     global _diverter
     previous, _diverter = _diverter, fn
     return previous
 
 
-def _active_diverter() -> Callable[[dict[str, Any]], Any] | None:
+def install_mode_sink(mode: str, fn: Sink) -> None:
+    _mode_sinks[mode] = fn
+
+
+def active_sink() -> Sink | None:
+    """The sink pushes go to now, or None when they go to Redis."""
     if _diverter is not None:
         return _diverter
     mode = conf.get().TESTING
     if mode:
-        from . import testing
-
-        return testing.diverter_for(mode)
+        sink = _mode_sinks.get(mode)
+        if sink is None:
+            raise RuntimeError(
+                f"TESTING={mode!r} needs cogworker_django.testing imported (add "
+                "'cogworker_django' to INSTALLED_APPS: its ready() does it)"
+            )
+        return sink
     return None
 
 
@@ -78,7 +92,7 @@ def push(job: dict[str, Any]) -> str | None:
 
 
 def _push_one(job: dict[str, Any]) -> str | None:
-    divert = _active_diverter()
+    divert = active_sink()
     if divert is not None:
         return divert(job)
     if job.get("unique") in ("until_executed", "until_started"):
@@ -149,7 +163,7 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
             prepared.append(kept[0] if kept else None)
     else:
         prepared = list(jobs)
-    divert = _active_diverter()
+    divert = active_sink()
     if divert is not None:
         return [divert(j) if j is not None else None for j in prepared]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, payload
+from . import client, conf, payload, recording
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
 _OPTION_NAMES = ("queue", "retry", "unique", "unique_for", "on_commit", "using_db")
@@ -261,24 +261,25 @@ class JobFunction(_Enqueuer):
     @property
     def jobs(self) -> list[dict[str, Any]]:
         """The jobs of this function recorded by ``testing.fake()``, oldest first."""
-        from . import testing
-
-        return testing.recorded(self.path)
+        return recording.recorded(self.path)
 
     def perform_one(self) -> Any:
-        from . import testing
-
-        return testing.perform_one(self.path)
+        """Run the oldest recorded job of this function; returns its result."""
+        job = recording.take_oldest(self.path)
+        if job is None:
+            raise LookupError(f"no recorded job of {self.path} to perform")
+        return perform(job)
 
     def drain(self) -> int:
-        from . import testing
-
-        return testing.drain(self.path)
+        """Run this function's recorded jobs until none is left; returns how many ran."""
+        count = 0
+        while (job := recording.take_oldest(self.path)) is not None:
+            perform(job)
+            count += 1
+        return count
 
     def clear(self) -> None:
-        from . import testing
-
-        testing.clear(self.path)
+        recording.clear(self.path)
 
 
 def job(func: Callable | None = None, /, **options: Any) -> Any:

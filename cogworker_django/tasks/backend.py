@@ -132,7 +132,7 @@ class CogworkerBackend(BaseTaskBackend):
             return result
         object.__setattr__(result, "enqueued_at", results.from_epoch(job["created_at"]))
         # Test modes (cogworker's testing.fake()/inline()) keep results out of Redis.
-        if client._active_diverter() is None:
+        if client.active_sink() is None:
             waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
             store.create(job, extra_ttl=waits)  # kept at least until run_after
         task_enqueued.send(type(self), task_result=result)
