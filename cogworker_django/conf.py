@@ -167,11 +167,20 @@ _WHY_NO_RETRIES = (
 )
 
 
+# Longer than any blocking command we issue (fetch blocks at most FETCH_BLOCK_SECONDS),
+# so a blocked call always returns before its socket gives up on it (rule 11).
+DEFAULT_SOCKET_TIMEOUT = 10.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+# The longest a fetch or subscriber blocks in Redis: short enough to notice shutdown.
+FETCH_BLOCK_SECONDS = 1.0
+# A socket timeout must exceed FETCH_BLOCK_SECONDS by this much at least (the reply of a
+# blocked command that found a job still has to travel back and be read).
+SOCKET_TIMEOUT_MARGIN = 0.5
+
+
 def min_socket_timeout() -> float:
     """The shortest ``socket_timeout`` allowed: a blocking fetch's own timeout plus a
     margin for its reply to travel back on a busy machine."""
-    from .connection import FETCH_BLOCK_SECONDS, SOCKET_TIMEOUT_MARGIN
-
     return FETCH_BLOCK_SECONDS + SOCKET_TIMEOUT_MARGIN
 
 
@@ -182,8 +191,6 @@ def _socket_timeout_problem(name: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return "expected a number of seconds"
     if name == "socket_timeout" and value < min_socket_timeout():
-        from .connection import DEFAULT_SOCKET_TIMEOUT, FETCH_BLOCK_SECONDS
-
         return (
             f"must be at least {min_socket_timeout():g} s, longer than a blocking fetch "
             f"waits in Redis ({FETCH_BLOCK_SECONDS:g} s), or a fetch that found a job can "
@@ -436,11 +443,9 @@ def reset(**_kwargs: Any) -> None:
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # (connection listens for itself: it rebuilds its client from these settings)
     if setting in ("COGWORKER", "COGWORKER_PERIODIC", "CACHES"):
         reset()
-        from . import connection
-
-        connection.reset()
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.conf")

@@ -17,20 +17,20 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import conf, errors
 
-# Longer than any blocking command we issue (fetch blocks at most FETCH_BLOCK_SECONDS),
-# so a blocked call always returns before its socket gives up on it (rule 11).
-DEFAULT_SOCKET_TIMEOUT = 10.0
-DEFAULT_CONNECT_TIMEOUT = 5.0
-# The longest a fetch or subscriber blocks in Redis: short enough to notice shutdown.
-FETCH_BLOCK_SECONDS = 1.0
-# A socket timeout must exceed FETCH_BLOCK_SECONDS by this much at least (the reply of a
-# blocked command that found a job still has to travel back and be read).
-SOCKET_TIMEOUT_MARGIN = 0.5
+# The timeouts (defined in conf, which validates settings against them).
+from .conf import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SOCKET_TIMEOUT,
+    FETCH_BLOCK_SECONDS,
+    SOCKET_TIMEOUT_MARGIN,
+)
+
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
 
@@ -243,3 +243,12 @@ def maxmemory_policy(client: redis.Redis | None = None) -> str | None:
     info = (client or get_client()).info("memory")
     policy = info.get("maxmemory_policy")
     return str(policy) if policy is not None else None
+
+
+def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
+    # The client is built from these settings: rebuilt on next use when they change.
+    if setting in ("COGWORKER", "CACHES"):
+        reset()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.connection")
