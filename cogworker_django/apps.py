@@ -41,6 +41,6 @@ def _listen_for_departing_tasks() -> None:
     except ImportError:
         return
     from . import departures
-    from .tasks import lifecycle
+    from .djtasks import lifecycle
 
     departures.add_listener(lifecycle.departed)

@@ -2,7 +2,7 @@
 
     TASKS = {"default": {"BACKEND": "cogworker_django.tasks_backend.CogworkerBackend"}}
 
-The implementation is in the ``cogworker_django.tasks`` package. On Django 5.2, which has
+The implementation is in the ``cogworker_django.djtasks`` package. On Django 5.2, which has
 no ``django.tasks``, this module still imports; asking it for ``CogworkerBackend`` raises
 an ImportError that says why.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tasks import available
+from .djtasks import available
 
 if available():
-    from .tasks.backend import CogworkerBackend
+    from .djtasks.backend import CogworkerBackend
 
     __all__ = ["CogworkerBackend"]
 else:

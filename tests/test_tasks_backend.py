@@ -24,7 +24,7 @@ from django.test import override_settings  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
 from cogworker_django import keys, testing  # noqa: E402
-from cogworker_django.tasks import store  # noqa: E402
+from cogworker_django.djtasks import store  # noqa: E402
 from cogworker_django.tasks_backend import CogworkerBackend  # noqa: E402
 
 from .helpers import free_port  # noqa: E402

@@ -5,15 +5,15 @@ backend says why it is missing."""
 import django
 import pytest
 
-from cogworker_django import tasks, tasks_backend
-from cogworker_django.tasks import middleware, store, worker_setup
+from cogworker_django import djtasks, tasks_backend
+from cogworker_django.djtasks import middleware, store, worker_setup
 from cogworker_django.worker import processor
 
 HAS_TASKS = django.VERSION >= (6, 0)
 
 
 def test_the_backend_is_there_exactly_from_django_6():
-    assert tasks.available() is HAS_TASKS
+    assert djtasks.available() is HAS_TASKS
     if HAS_TASKS:
         from django.tasks.backends.base import BaseTaskBackend
 

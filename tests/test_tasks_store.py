@@ -12,7 +12,7 @@ from django.tasks import TaskResultStatus  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
 from cogworker_django import keys, payload  # noqa: E402
-from cogworker_django.tasks import lifecycle, store  # noqa: E402
+from cogworker_django.djtasks import lifecycle, store  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

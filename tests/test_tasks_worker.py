@@ -14,7 +14,7 @@ from django.tasks.exceptions import TaskResultDoesNotExist  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
 from cogworker_django import client, keys, payload  # noqa: E402
-from cogworker_django.tasks import store  # noqa: E402
+from cogworker_django.djtasks import store  # noqa: E402
 
 from .helpers import wait_until  # noqa: E402
 

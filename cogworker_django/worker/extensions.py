@@ -29,7 +29,7 @@ def build(launcher: Any) -> list[Any]:
                 started_at=launcher.started_at,
             )
         )
-    from ..tasks import worker_setup
+    from ..djtasks import worker_setup
 
     # django.tasks backend (Django 6.0+): worker id for results, deferred result writes.
     components.extend(worker_setup.build(launcher))
@@ -41,7 +41,7 @@ def validate() -> None:
     from ..periodic import entries
 
     entries.load()  # each bad COGWORKER_PERIODIC entry names itself and its field
-    from ..tasks import worker_setup
+    from ..djtasks import worker_setup
 
     # django.tasks backend, when TASKS uses it: its "task" kind, the apps' tasks modules.
     worker_setup.validate()

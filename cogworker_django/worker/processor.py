@@ -36,7 +36,7 @@ BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.history.HistoryMiddleware",  # first: it times everything inside
     "cogworker_django.unique.UniqueMiddleware",
     "cogworker_django.periodic.running_lock.RunningLockMiddleware",
-    "cogworker_django.tasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
+    "cogworker_django.djtasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
 )
 # First pause after a fetch that failed or found nothing; doubles up to its cap.
 IDLE_FIRST_PAUSE = 0.02

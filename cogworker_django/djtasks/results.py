@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import traceback as tb
 from typing import Any
 
-from django.conf import settings
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
-from django.utils import timezone
 
 from .. import payload
 from ..errors import safe_str
 from . import resolve, store
-
-
-def from_iso(text: str | None) -> dt.datetime | None:
-    """A stored timestamp as Django hands out datetimes: aware (UTC) with ``USE_TZ``,
-    naive in the current time zone without."""
-    if not text:
-        return None
-    value = dt.datetime.fromisoformat(text)
-    if not settings.USE_TZ:
-        value = timezone.make_naive(value)
-    return value
-
-
-def from_epoch(epoch: float) -> dt.datetime:
-    value = from_iso(store.iso(epoch))
-    assert value is not None
-    return value
+from .store import from_iso
 
 
 def error_of(exc: BaseException) -> dict[str, str]:

@@ -46,7 +46,7 @@ def our_aliases() -> list[str]:
     from django.conf import settings
     from django.tasks import task_backends
 
-    from .backend import CogworkerBackend
+    from .resolve import is_ours
 
     found = []
     for alias, params in (getattr(settings, "TASKS", None) or {}).items():
@@ -56,7 +56,7 @@ def our_aliases() -> list[str]:
             if "cogworker_django" in str(params.get("BACKEND", "")):
                 raise
             continue  # another backend's problem (Django's system checks report it)
-        if isinstance(backend, CogworkerBackend):
+        if is_ours(backend):
             found.append(alias)
     return found
 

@@ -33,6 +33,7 @@ from django.apps import apps
 from django.tasks import Task, task_backends
 
 from ..errors import describe
+from . import store
 
 
 def is_app_tasks_module(module_name: str) -> bool:
@@ -60,8 +61,6 @@ def _module(module_name: str) -> tuple[Any, str]:
 
 def find(path: Any, alias: Any = None) -> tuple[Task | None, str]:
     """(the Task at ``path`` routed to a CogworkerBackend, "") or (None, why not)."""
-    from .backend import CogworkerBackend
-
     if not isinstance(path, str) or "." not in path:
         return None, f"{path!r} is not a dotted path"
     module_name, _, attr = path.rpartition(".")
@@ -75,18 +74,24 @@ def find(path: Any, alias: Any = None) -> tuple[Task | None, str]:
         return None, f"{path!r} is an alias of the task {obj.module_path!r}"
     enqueued_with = alias if isinstance(alias, str) and alias else obj.backend
     for name in dict.fromkeys((obj.backend, enqueued_with)):
-        why = _not_ours(name, CogworkerBackend)
+        why = _not_ours(name)
         if why:
             return None, why
     return obj, ""
 
 
-def _not_ours(alias: str, backend_class: type) -> str:
+def is_ours(backend: Any) -> bool:
+    """True for a CogworkerBackend (marked by a class attribute, so this module needs no
+    import of backend.py, which imports it)."""
+    return getattr(type(backend), "is_cogworker_backend", False) is True
+
+
+def _not_ours(alias: str) -> str:
     try:
         backend = task_backends[alias]
     except Exception as exc:  # noqa: BLE001 - an unknown or broken alias refuses the task
         return f"task backend {alias!r} is not usable here: {describe(exc)}"
-    if not isinstance(backend, backend_class):
+    if not is_ours(backend):
         return f"task backend {alias!r} is not a CogworkerBackend"
     return ""
 
@@ -122,9 +127,7 @@ def with_options(task: Task, *, alias: Any, queue: Any, priority: Any, run_after
 
 
 def _datetime(text: str) -> dt.datetime:
-    from .results import from_iso
-
-    value = from_iso(text)
+    value = store.from_iso(text)
     if value is None:
         raise ValueError(text)
     return value

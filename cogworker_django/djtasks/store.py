@@ -31,6 +31,9 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
+
 from .. import conf, connection, errors, keys, priority, scripts
 
 log = logging.getLogger("cogworker_django")
@@ -44,6 +47,23 @@ END_RETRY_PAUSES = (0.1, 0.4)
 
 def iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).isoformat()
+
+
+def from_iso(text: str | None) -> dt.datetime | None:
+    """A stored timestamp as Django hands out datetimes: aware (UTC) with ``USE_TZ``,
+    naive in the current time zone without."""
+    if not text:
+        return None
+    value = dt.datetime.fromisoformat(text)
+    if not settings.USE_TZ:
+        value = timezone.make_naive(value)
+    return value
+
+
+def from_epoch(epoch: float) -> dt.datetime:
+    value = from_iso(iso(epoch))
+    assert value is not None
+    return value
 
 
 def base_fields(job: dict[str, Any]) -> dict[str, str]:

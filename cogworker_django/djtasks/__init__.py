@@ -1,6 +1,8 @@
 """The ``django.tasks`` backend (Django 6.0+): Django's task API over cogworker's queues.
 
-Public path: ``cogworker_django.tasks_backend.CogworkerBackend``. Modules:
+Public path: ``cogworker_django.tasks_backend.CogworkerBackend``. (Not named ``tasks``:
+that is the module name Django and the backend itself look for in every app, so this
+package would be taken for the app's own tasks.) Modules:
 
 - ``backend``: the backend (validate, enqueue, get_result, check) [Django 6.0+];
 - ``resolve``: which ``module_path`` may run: only a ``Task`` of a ``CogworkerBackend``;
@@ -8,8 +10,8 @@ Public path: ``cogworker_django.tasks_backend.CogworkerBackend``. Modules:
   [Django 6.0+];
 - ``middleware``: the built-in server middleware that writes results and sends Django's
   signals (imported by every worker, so it imports nothing from ``django.tasks`` itself);
-- ``store`` / ``results``: the ``P:result:<id>`` hash, and its conversion to
-  ``TaskResult``;
+- ``store`` / ``results``: the ``P:result:<id>`` hash (and its timestamps), and its
+  conversion to ``TaskResult``;
 - ``worker_setup``: what a worker does at start when ``TASKS`` names this backend.
 
 Only ``backend``, ``runner`` and ``results`` need ``django.tasks``; the others import

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 
@@ -61,9 +61,13 @@ def _retry_grace(job: dict[str, Any]) -> float:
 
 
 def _send(signal: Any, result: TaskResult) -> None:
-    from .backend import CogworkerBackend
-
-    for receiver, response in signal.send_robust(sender=CogworkerBackend, task_result=result):
+    # As Django's backends do, the sender is the class of the result's backend.
+    try:
+        sender = type(task_backends[result.backend])
+    except Exception as exc:  # noqa: BLE001 - an alias gone from TASKS sends nothing
+        log.error("task %s: backend %r not loadable: %s", result.id, result.backend, describe(exc))
+        return
+    for receiver, response in signal.send_robust(sender=sender, task_result=result):
         if isinstance(response, Exception):
             log.error(
                 "task %s: signal receiver %r raised %s",
@@ -118,7 +122,7 @@ def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
     _set(
         result,
         status=TaskResultStatus.SUCCESSFUL,
-        finished_at=results.from_epoch(finished),
+        finished_at=store.from_epoch(finished),
         _return_value=value,
     )
     _send(task_finished, result)
@@ -149,7 +153,7 @@ def _failed(result: TaskResult, end: dict[str, Any], exc: BaseException) -> None
     result.errors.append(TaskError(**error))
     _set(result, status=TaskResultStatus.FAILED if terminal else TaskResultStatus.READY)
     if finished is not None:
-        _set(result, finished_at=results.from_epoch(finished))
+        _set(result, finished_at=store.from_epoch(finished))
     _send(task_finished, result)
 
 

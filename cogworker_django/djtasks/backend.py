@@ -58,6 +58,8 @@ def _valid_queue_name(name: Any) -> bool:
 
 
 class CogworkerBackend(BaseTaskBackend):
+    # How resolve.is_ours recognises this backend (and its subclasses).
+    is_cogworker_backend = True
     # run_after: the job waits in the schedule (P:schedule) until then.
     supports_defer = True
     # async def tasks run to completion in the worker (Task.call).
@@ -130,7 +132,7 @@ class CogworkerBackend(BaseTaskBackend):
                 task.module_path,
             )
             return result
-        object.__setattr__(result, "enqueued_at", results.from_epoch(job["created_at"]))
+        object.__setattr__(result, "enqueued_at", store.from_epoch(job["created_at"]))
         # Test modes (cogworker's testing.fake()/inline()) keep results out of Redis.
         if client.active_sink() is None:
             waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
