@@ -1,15 +1,36 @@
 """cogworker_django: background jobs for Django on Redis.
 
-from cogworker_django import job
+    from cogworker_django import job
 
-@job(queue="low", retry=5)
-def send_welcome(user_id): ...
+    @job(queue="low", retry=5)
+    def send_welcome(user_id): ...
 
-send_welcome.enqueue(42)
+    send_welcome.enqueue(42)
+
+Everything an application imports is importable from here: ``job``, ``call`` and
+``current_job``; the middleware bases and ``Reschedule``; the exceptions, all derived
+from ``CogworkerError``. The ``api``, ``testing`` and ``tasks_backend`` modules are
+imported by name (``from cogworker_django import api``).
 """
 
 __version__ = "0.1.0"
 
-from .jobs import call, current_job, job  # noqa: E402
+from .client import BulkPushError  # noqa: E402
+from .errors import CogworkerError  # noqa: E402
+from .jobs import NotRegistered, call, current_job, job  # noqa: E402
+from .middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
+from .periodic.slots import CronError  # noqa: E402
 
-__all__ = ["__version__", "call", "current_job", "job"]
+__all__ = [
+    "BulkPushError",
+    "ClientMiddleware",
+    "CogworkerError",
+    "CronError",
+    "NotRegistered",
+    "Reschedule",
+    "ServerMiddleware",
+    "__version__",
+    "call",
+    "current_job",
+    "job",
+]

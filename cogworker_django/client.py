@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from . import conf, connection, errors, keys, middleware, payload, priority
+from .errors import CogworkerError
 
 log = logging.getLogger("cogworker_django")
 
@@ -136,7 +137,7 @@ def _check_listing(result: Any, queue: str) -> None:
         errors.recovered("Queue listing")
 
 
-class BulkPushError(redis.ResponseError):
+class BulkPushError(CogworkerError, redis.ResponseError):
     """Redis refused some writes of a bulk push (a key of the wrong type), while the
     others went through (a ``ResponseError``, as a single push would raise): ``results`` holds the jid of every job that was pushed and None
     for the others, so a caller can retry just those (retrying the whole call would

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -449,3 +450,10 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.conf")
+
+
+def dead_trim() -> tuple[float, int]:
+    """(drop scores below this, keep at most this many) for the dead set, from
+    ``DEAD_TIMEOUT`` and ``DEAD_MAX_JOBS``."""
+    s = get()
+    return time.time() - s.DEAD_TIMEOUT, s.DEAD_MAX_JOBS

@@ -21,6 +21,13 @@ import redis.exceptions as rx
 
 log = logging.getLogger("cogworker_django")
 
+
+class CogworkerError(Exception):
+    """Base class of every exception this package raises of its own (a bad setting is
+    Django's ``ImproperlyConfigured``, a bad argument ``TypeError``/``ValueError``, as
+    Django and Python do), so ``except CogworkerError`` catches them all."""
+
+
 # Error replies that mean "Redis can't serve this right now", not "this command is wrong".
 _UNAVAILABLE_PREFIXES = (
     "LOADING",

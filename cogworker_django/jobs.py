@@ -9,16 +9,18 @@ execute code). ``@job`` registers a function under its dotted path
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import inspect
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django.db import transaction
 
 from . import client, conf, payload, recording
+from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
 _OPTION_NAMES = ("queue", "retry", "unique", "unique_for", "on_commit", "using_db")
@@ -33,6 +35,18 @@ _kinds: dict[str, Callable[[dict], Callable[[], Any] | None]] = {}
 def current_job() -> dict[str, Any] | None:
     """Inside a running job: its payload (jid, queue, retry_count, ...); else None."""
     return getattr(_current, "job", None)
+
+
+@contextlib.contextmanager
+def running(job: dict[str, Any]) -> Iterator[None]:
+    """``job`` is this thread's current job for the block (a worker's whole run: the
+    server middleware too, not only the job function)."""
+    previous = getattr(_current, "job", None)
+    _current.job = job
+    try:
+        yield
+    finally:
+        _current.job = previous
 
 
 def registered(path: str) -> JobFunction | None:
@@ -59,7 +73,7 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     return lambda: fn.func(*args, **kwargs)
 
 
-class NotRegistered(LookupError):
+class NotRegistered(CogworkerError, LookupError):
     """The payload names no registered job; it is never imported or called."""
 
 
@@ -69,15 +83,11 @@ def perform(job: dict[str, Any]) -> Any:
     runner = resolve(job)
     if runner is None:
         raise NotRegistered(f"{job.get('func')!r} is not a registered job")
-    previous = getattr(_current, "job", None)
-    _current.job = job
-    try:
+    with running(job):
         result = runner()
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
         return result
-    finally:
-        _current.job = previous
 
 
 async def _awaited(awaitable: Any) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,13 +42,9 @@ COMPONENT = "Key guard"
 QUARANTINE_TTL = 30 * 86400
 # Something that keeps writing the wrong type would otherwise leave a copy every check.
 MAX_COPIES = 5
-# Bounds on what preview() reads and returns, whatever the size of the copy.
-PREVIEW_ITEMS = 20
-PREVIEW_ITEM_CHARS = 300
-PREVIEW_CHARS = 4000
 SCAN_COUNT = 1000
 
-_SIZE_COMMANDS = {
+SIZE_COMMANDS = {
     "string": "STRLEN",
     "list": "LLEN",
     "set": "SCARD",
@@ -55,10 +52,10 @@ _SIZE_COMMANDS = {
     "hash": "HLEN",
     "stream": "XLEN",
 }
-_COPY_SUFFIX = re.compile(r"^(\d+):([0-9a-f]{8})$")
+COPY_SUFFIX = re.compile(r"^(\d+):([0-9a-f]{8})$")
 
 
-def _display(value: Any) -> str:
+def display(value: Any) -> str:
     return connection.text(value, "backslashreplace")
 
 
@@ -88,7 +85,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
             if errors.is_unavailable(result):
                 raise result
             result = ()
-        listed.append(sorted(_display(m) for m in result))
+        listed.append(sorted(display(m) for m in result))
     queue_names, process_ids, inprogress_ids, entries = listed
     for name in dict.fromkeys([*queues, *queue_names]):
         types.update(_per_queue(name))
@@ -115,7 +112,7 @@ def check(conn: redis.Redis | None = None, queues: Iterable[str] | None = None) 
         pipe.type(key)
     moved = []
     for key, actual in zip(names, pipe.execute(), strict=True):
-        actual = _display(actual)
+        actual = display(actual)
         if actual in ("none", expected[key]):
             continue
         try:
@@ -131,16 +128,17 @@ def check(conn: redis.Redis | None = None, queues: Iterable[str] | None = None) 
 def quarantine(conn: redis.Redis, key: str, expected: str) -> str | None:
     """Move ``key`` aside if it still holds something other than ``expected``; returns
     the copy's name, or None if the key was fine (or gone) by then."""
-    # Milliseconds sort copies by age; the random part keeps two moves in the same
-    # millisecond (two processes) from overwriting each other's copy.
-    target = keys.quarantine(key, int(time.time() * 1000), secrets.token_hex(4))
+    # Milliseconds sort copies by age (so pruning keeps the newest); the random part
+    # keeps two moves in the same millisecond (two processes) from overwriting each
+    # other's copy.
+    target = keys.quarantine(key, _stamp(), secrets.token_hex(4))
     actual = scripts.run("keyguard_quarantine", conn, [key, target], [expected, QUARANTINE_TTL])
     if not actual:
         return None
     log.error(
         "Key guard: %s held a %s, not a %s: moved to %s (kept %d days)",
         key,
-        _display(actual),
+        display(actual),
         expected,
         target,
         QUARANTINE_TTL // 86400,
@@ -149,7 +147,20 @@ def quarantine(conn: redis.Redis, key: str, expected: str) -> str | None:
     return target
 
 
-def _glob_escape(text: str) -> str:
+_last_stamp = 0
+_stamp_lock = threading.Lock()
+
+
+def _stamp() -> int:
+    """Epoch milliseconds, strictly increasing within this process: two copies moved in
+    one millisecond still sort by age."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(int(time.time() * 1000), _last_stamp + 1)
+        return _last_stamp
+
+
+def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
@@ -158,10 +169,10 @@ def copies(conn: redis.Redis, key: str) -> list[tuple[int, str]]:
     (a SCAN, made only when a key was just moved, or by the admin)."""
     prefix = keys.quarantine_prefix(key)
     found = []
-    for name in conn.scan_iter(match=_glob_escape(prefix) + "*", count=SCAN_COUNT):
-        name = _display(name)
+    for name in conn.scan_iter(match=glob_escape(prefix) + "*", count=SCAN_COUNT):
+        name = display(name)
         # This key's copies only, not those of "<key>:<more>".
-        m = _COPY_SUFFIX.match(name[len(prefix) :])
+        m = COPY_SUFFIX.match(name[len(prefix) :])
         if m:
             found.append((int(m.group(1)), name))
     return sorted(found, reverse=True)
@@ -181,111 +192,16 @@ def timer(queues: Iterable[str]) -> Callable[[redis.Redis], list[str]]:
     return lambda conn: check(conn, names)
 
 
-# For the admin -----------------------------------------------------------------------------
-
-
-def _parse(name: str) -> tuple[str, int] | None:
-    """(original key, moved_at ms) of a quarantine copy's name, or None."""
+def parse_copy(name: str) -> tuple[str, int] | None:
+    """(original key, moved_at ms) of a quarantine copy's name, or None for any other."""
     root = keys.quarantine_root()
     if not name.startswith(root):
         return None
     original, sep, suffix = name[len(root) :].rpartition(":")
     original, sep2, ms = original.rpartition(":")
-    if not sep or not sep2 or not original or not _COPY_SUFFIX.match(f"{ms}:{suffix}"):
+    if not sep or not sep2 or not original or not COPY_SUFFIX.match(f"{ms}:{suffix}"):
         return None
     return original, int(ms)
 
 
-def quarantined(
-    start: int = 0, count: int = 50, *, conn: redis.Redis | None = None
-) -> list[dict[str, Any]]:
-    """Quarantined copies, newest first: key, original_key, type, size, moved_at (epoch
-    ms), ttl (seconds). Found by SCAN over this prefix's keyspace."""
-    conn = conn or connection.get_client()
-    found = []
-    for name in conn.scan_iter(match=_glob_escape(keys.quarantine_root()) + "*", count=SCAN_COUNT):
-        name = _display(name)
-        parsed = _parse(name)
-        if parsed:
-            found.append((parsed[1], name, parsed[0]))
-    page = sorted(found, reverse=True)[start : start + count]
-    if not page:
-        return []
-    pipe = conn.pipeline(transaction=False)
-    for _ms, name, _orig in page:
-        pipe.type(name)
-        pipe.ttl(name)
-    meta = pipe.execute()
-    types = [_display(t) for t in meta[0::2]]
-    pipe = conn.pipeline(transaction=False)
-    for (_ms, name, _orig), kind in zip(page, types, strict=True):
-        pipe.execute_command(_SIZE_COMMANDS.get(kind, "EXISTS"), name)
-    sizes = pipe.execute(raise_on_error=False)
-    return [
-        {
-            "key": name,
-            "original_key": original,
-            "type": kind,
-            "size": size if isinstance(size, int) else None,
-            "moved_at": ms,
-            "ttl": ttl,
-        }
-        for (ms, name, original), kind, ttl, size in zip(
-            page, types, meta[1::2], sizes, strict=True
-        )
-    ]
-
-
-def _require_copy(key: str) -> None:
-    if _parse(key) is None:
-        raise ValueError(
-            f"{key!r} is not a quarantined copy (names start with {keys.quarantine_root()!r})"
-        )
-
-
-def _clip(value: Any) -> str:
-    text = _display(value)
-    return text if len(text) <= PREVIEW_ITEM_CHARS else text[:PREVIEW_ITEM_CHARS] + "..."
-
-
-def preview(key: str, *, conn: redis.Redis | None = None) -> str:
-    """A bounded text rendering of a quarantined copy (first PREVIEW_ITEMS items, each
-    cut at PREVIEW_ITEM_CHARS, all within PREVIEW_CHARS). ValueError for other keys."""
-    _require_copy(key)
-    conn = conn or connection.get_client()
-    kind = _display(conn.type(key))
-    n = PREVIEW_ITEMS
-    if kind == "none":
-        return "(gone: expired or deleted)"
-    if kind == "string":
-        lines = [_display(conn.getrange(key, 0, PREVIEW_CHARS))]
-    elif kind == "list":
-        lines = [_clip(v) for v in conn.lrange(key, 0, n - 1)]
-    elif kind == "set":
-        lines = [_clip(v) for v in conn.sscan(key, 0, count=n)[1][:n]]
-    elif kind == "zset":
-        lines = [f"{s!r}  {_clip(v)}" for v, s in conn.zrange(key, 0, n - 1, withscores=True)]
-    elif kind == "hash":
-        lines = [
-            f"{_clip(f)}: {_clip(v)}" for f, v in list(conn.hscan(key, 0, count=n)[1].items())[:n]
-        ]
-    elif kind == "stream":
-        lines = [
-            f"{_display(i)} " + " ".join(f"{_display(f)}={_clip(v)}" for f, v in fields.items())
-            for i, fields in conn.xrange(key, count=n)
-        ]
-    else:
-        lines = [f"(a {kind}: no preview)"]
-    size = conn.execute_command(_SIZE_COMMANDS[kind], key) if kind in _SIZE_COMMANDS else None
-    head = f"{kind}" + (f", size {size}" if size is not None else "")
-    text = "\n".join([head, *lines])
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "\n..."
-
-
-def delete(key: str, *, conn: redis.Redis | None = None) -> bool:
-    """Delete a quarantined copy (True if it existed). ValueError for any other key."""
-    _require_copy(key)
-    return bool((conn or connection.get_client()).delete(key))
-
-
-__all__ = ["check", "delete", "expected_types", "preview", "prune", "quarantine", "quarantined"]
+__all__ = ["check", "copies", "expected_types", "parse_copy", "prune", "quarantine", "timer"]

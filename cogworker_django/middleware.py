@@ -30,6 +30,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from . import conf
+from .errors import CogworkerError
 
 
 class ClientMiddleware:
@@ -86,7 +87,7 @@ def run_server_chain(
     return call(0)
 
 
-class Reschedule(Exception):  # noqa: N818 - a control-flow signal, not an error
+class Reschedule(CogworkerError):  # noqa: N818 - a control-flow signal, not an error
     """Raised by a server middleware to put the job back on the schedule ``delay``
     seconds from now without running it and without counting a failure."""
 

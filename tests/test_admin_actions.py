@@ -9,6 +9,7 @@ from django.utils.html import escape
 
 from cogworker_django import keys
 from cogworker_django.api import DeadSet, RetrySet, ScheduledSet
+from cogworker_django.api import quarantine as quarantine_api
 
 from .admin_support import fast_passwords_fixture, messages_of, post, url  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job, push, unique_job
@@ -160,7 +161,7 @@ def test_quarantine_delete(admin_client, r):
 
     r.set(keys.retry(), "wrong type")
     keyguard.check()
-    copy = keyguard.quarantined()[0]["key"]
+    copy = quarantine_api.quarantined()[0]["key"]
     post(admin_client, "quarantinedkey", "delete", key=copy)
     assert not r.exists(copy)
     assert "deleted" in messages_of(admin_client.get(url("quarantinedkey")))[0]

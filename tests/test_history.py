@@ -9,6 +9,7 @@ import redis
 from testapp import jobs as tj
 
 from cogworker_django import client, history, keys, payload
+from cogworker_django.api import history as history_api
 from cogworker_django.middleware import Reschedule
 
 from .helpers import free_port, wait_until
@@ -49,7 +50,7 @@ def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
     client.push(periodic_job)
 
     def three():
-        runs = history.query()
+        runs = history_api.query()
         return runs if len(runs) == 3 else None
 
     runs = {run["jid"]: run for run in wait_until(three, 10, message="three runs in history")}
@@ -68,12 +69,12 @@ def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
     assert failed["error_class"] == "RuntimeError"
     assert failed["error_message"] == "it broke"
     assert periodic["periodic"] == "nightly-report"
-    assert history.query(status="failed") == [failed]
-    assert history.query(job="testapp.jobs.record", status="success", count=10) == [
+    assert history_api.query(status="failed") == [failed]
+    assert history_api.query(job="testapp.jobs.record", status="success", count=10) == [
         periodic,
         ok,
     ]
-    s = history.summary("testapp.jobs.fails_once_dead")
+    s = history_api.summary("testapp.jobs.fails_once_dead")
     assert s["count"] == 1 and s["failure_rate"] == 1.0
     w.stop()
 
@@ -85,7 +86,7 @@ def test_runs_finishing_during_shutdown_are_written(worker, r, prefix):
     # TERM while the job runs: the flusher stops at once, the job finishes a second later
     # (within SHUTDOWN_TIMEOUT), and the launcher's last flush writes its run.
     assert w.stop() == 0
-    runs = history.query()
+    runs = history_api.query()
     assert [(run["job"], run["status"]) for run in runs] == [("testapp.jobs.slow", "success")]
 
 
@@ -112,7 +113,7 @@ def test_history_key_of_the_wrong_type_loses_history_never_a_job(worker, r, pref
     # Once the key is fixed, history resumes after the backoff.
     r.delete(keys.history())
     tj.record.enqueue("after")
-    wait_until(lambda: history.query(), 10, message="history written again")
+    wait_until(lambda: history_api.query(), 10, message="history written again")
     w.stop()
     assert w.log().count("run record(s) dropped") == 1
 
@@ -207,14 +208,18 @@ def test_query_filters_and_pages():
     b_ok = _run("b", started_at=now - 10)
     history.flush()
     jids = lambda runs: [x["jid"] for x in runs]  # noqa: E731
-    assert jids(history.query()) == [b_ok["jid"], a_failed["jid"], *reversed(jids(a_ok))]
-    assert jids(history.query(job="a", status="success")) == list(reversed(jids(a_ok)))
-    assert jids(history.query(status="failed")) == [a_failed["jid"]]
-    assert jids(history.query(since=now - 60)) == [b_ok["jid"], a_failed["jid"]]
-    assert jids(history.query(until=now - 97.5)) == [a_ok[2]["jid"], a_ok[1]["jid"], a_ok[0]["jid"]]
-    assert jids(history.query(job="a", start=2, count=2)) == [a_ok[3]["jid"], a_ok[2]["jid"]]
-    assert history.query(job="nope") == []
-    newest = history.query(count=1)[0]
+    assert jids(history_api.query()) == [b_ok["jid"], a_failed["jid"], *reversed(jids(a_ok))]
+    assert jids(history_api.query(job="a", status="success")) == list(reversed(jids(a_ok)))
+    assert jids(history_api.query(status="failed")) == [a_failed["jid"]]
+    assert jids(history_api.query(since=now - 60)) == [b_ok["jid"], a_failed["jid"]]
+    assert jids(history_api.query(until=now - 97.5)) == [
+        a_ok[2]["jid"],
+        a_ok[1]["jid"],
+        a_ok[0]["jid"],
+    ]
+    assert jids(history_api.query(job="a", start=2, count=2)) == [a_ok[3]["jid"], a_ok[2]["jid"]]
+    assert history_api.query(job="nope") == []
+    newest = history_api.query(count=1)[0]
     assert newest.pop("id")
     assert newest == b_ok  # every field comes back as it went in
 
@@ -223,21 +228,21 @@ def test_entries_not_written_by_history_read_as_blanks(r):
     r.xadd(keys.history(), {"run": "not json"})
     r.xadd(keys.history(), {"run": "[1, 2]"})
     r.xadd(keys.history(), {"job": "by.hand", "status": "failed", "duration": "x"})
-    runs = history.query()
+    runs = history_api.query()
     assert [(run["job"], run["status"], run["duration"]) for run in runs] == [("", "", None)] * 3
-    assert history.query(job="by.hand") == []
-    s = history.summary()
+    assert history_api.query(job="by.hand") == []
+    s = history_api.summary()
     assert (s["count"], s["failed"], s["p50"]) == (3, 0, None)
 
 
 def test_query_and_summary_read_past_one_slice(monkeypatch):
-    monkeypatch.setattr(history, "READ_BATCH", 7)
+    monkeypatch.setattr(history_api, "READ_BATCH", 7)
     made = [_run("a", "failed" if i % 3 == 0 else "success", duration=i) for i in range(30)]
     _run("b")
     history.flush()
-    got = history.query(job="a", count=100)
+    got = history_api.query(job="a", count=100)
     assert [x["jid"] for x in got] == [m["jid"] for m in reversed(made)]
-    s = history.summary("a")
+    s = history_api.summary("a")
     assert (s["count"], s["failed"], s["p99"]) == (30, 10, 29.0)
 
 
@@ -246,13 +251,13 @@ def test_summary_counts_failure_rate_and_percentiles():
         _run("a", "failed" if i % 4 == 0 else "success", duration=i / 100)
     _run("b", duration=9.0)
     history.flush()
-    s = history.summary("a")
+    s = history_api.summary("a")
     assert s["count"] == 100 and s["failed"] == 25
     assert s["failure_rate"] == 0.25
     assert (s["p50"], s["p95"], s["p99"]) == (0.5, 0.95, 0.99)
-    assert history.summary()["count"] == 101
-    assert history.summary("b")["p99"] == 9.0
-    empty = history.summary("nothing")
+    assert history_api.summary()["count"] == 101
+    assert history_api.summary("b")["p99"] == 9.0
+    empty = history_api.summary("nothing")
     assert empty == {
         "count": 0,
         "failed": 0,
@@ -265,5 +270,5 @@ def test_summary_counts_failure_rate_and_percentiles():
 
 def test_reading_a_history_key_of_the_wrong_type_is_empty(r):
     r.set(keys.history(), "x")
-    assert history.query() == []
-    assert history.summary()["count"] == 0
+    assert history_api.query() == []
+    assert history_api.summary()["count"] == 0

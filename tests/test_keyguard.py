@@ -8,10 +8,11 @@ import logging
 import pytest
 
 from cogworker_django import keyguard, keys, stats
+from cogworker_django.api import quarantine as quarantine_api
 
 
 def _copies(r, key):
-    return sorted(r.scan_iter(match=keyguard._glob_escape(keys.quarantine_prefix(key)) + "*"))
+    return sorted(r.scan_iter(match=keyguard.glob_escape(keys.quarantine_prefix(key)) + "*"))
 
 
 def test_a_fixed_key_of_the_wrong_type_is_moved_aside_with_one_error_line(r, caplog):
@@ -106,7 +107,7 @@ def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
     keyguard.quarantine(r, keys.dead(), "zset")
     r.rpush(keys.retry(), "x", "y")
     keyguard.quarantine(r, keys.retry(), "zset")
-    listed = keyguard.quarantined()
+    listed = quarantine_api.quarantined()
     assert [q["original_key"] for q in listed] == [keys.retry(), keys.dead()]
     first = listed[0]
     assert first["type"] == "list" and first["size"] == 2
@@ -114,8 +115,8 @@ def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
     assert isinstance(first["moved_at"], int) and first["moved_at"] >= listed[1]["moved_at"]
     assert first["ttl"] > 0
     assert listed[1]["type"] == "string" and listed[1]["size"] == 3
-    assert keyguard.quarantined(start=1, count=5) == listed[1:]
-    assert keyguard.quarantined(start=2) == []
+    assert quarantine_api.quarantined(start=1, count=5) == listed[1:]
+    assert quarantine_api.quarantined(start=2) == []
 
 
 @pytest.mark.parametrize(
@@ -134,26 +135,26 @@ def test_preview_is_bounded_for_every_type(r, kind, make):
     key = keys.unsettled() if expected == "list" else keys.last_beat()
     make(r, key)
     copy = keyguard.quarantine(r, key, expected)
-    text = keyguard.preview(copy)
+    text = quarantine_api.preview(copy)
     assert text.startswith(kind)
-    assert len(text) <= keyguard.PREVIEW_CHARS + 10
-    assert len(text.splitlines()) <= keyguard.PREVIEW_ITEMS + 2
+    assert len(text) <= quarantine_api.PREVIEW_CHARS + 10
+    assert len(text.splitlines()) <= quarantine_api.PREVIEW_ITEMS + 2
 
 
 def test_preview_and_delete_refuse_other_keys(r):
     r.zadd(keys.dead(), {"job": 1})
     for bad in (keys.dead(), keys.quarantine_root() + "nope", "other:key"):
         with pytest.raises(ValueError):
-            keyguard.preview(bad)
+            quarantine_api.preview(bad)
         with pytest.raises(ValueError):
-            keyguard.delete(bad)
+            quarantine_api.delete(bad)
     assert r.zcard(keys.dead()) == 1
 
 
 def test_delete_removes_a_copy(r):
     r.set(keys.dead(), "x")
     copy = keyguard.quarantine(r, keys.dead(), "zset")
-    assert keyguard.delete(copy) is True
-    assert keyguard.delete(copy) is False
-    assert keyguard.preview(copy) == "(gone: expired or deleted)"
-    assert keyguard.quarantined() == []
+    assert quarantine_api.delete(copy) is True
+    assert quarantine_api.delete(copy) is False
+    assert quarantine_api.preview(copy) == "(gone: expired or deleted)"
+    assert quarantine_api.quarantined() == []

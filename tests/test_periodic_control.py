@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from cogworker_django import keys
-from cogworker_django.periodic import control
+from cogworker_django.api import periodic as control
 
 ENTRIES = {
     "report": {"cron": "0 3 * * *", "job": "testapp.jobs.periodic_tick", "timezone": "Asia/Tokyo"},

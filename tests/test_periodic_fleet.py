@@ -8,7 +8,7 @@ import time
 
 from django.test import override_settings
 
-from cogworker_django.periodic import control
+from cogworker_django.api import periodic as control
 
 from .helpers import wait_until
 

@@ -21,7 +21,6 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .. import connection, errors
-from ..api import Unavailable
 
 TEMPLATES = "cogworker_django/admin/"
 
@@ -115,11 +114,9 @@ class PageAdmin(admin.ModelAdmin):
 
     def guarded(self, request: HttpRequest, fn: Callable[[], HttpResponse]) -> HttpResponse:
         """``fn()``, or a 503 page when Redis can't answer (down, or a key of the wrong
-        type) or the module behind this page is not installed yet."""
+        type)."""
         try:
             return fn()
-        except Unavailable as exc:
-            return self.render(request, "unavailable.html", reason=errors.safe_str(exc))
         except redis.RedisError as exc:
             response = self.render(
                 request,

@@ -11,7 +11,6 @@ Nothing here loads a whole set or list: reads are paginated, searches bounded.
 
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
-from .optional import Unavailable
 from .periodic import PeriodicEntries, PeriodicEntry
 from .processes import BusyJob, ProcessRecord, ProcessSet, Workers
 from .quarantine import Quarantine, QuarantinedKey
@@ -43,6 +42,5 @@ __all__ = [
     "ScheduledSet",
     "SearchPage",
     "Stats",
-    "Unavailable",
     "Workers",
 ]

@@ -17,8 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .. import departures, keys, locks, payload, priority, scripts
-from ..worker.failures import dead_trim
+from .. import conf, departures, keys, locks, payload, priority, scripts
 from . import search as scanning
 from ._util import as_bytes, client
 from .records import JobRecord, parse_entry_key
@@ -266,7 +265,7 @@ class RetrySet(JobSet):
 
 def _trim_dead(conn: Any) -> None:
     # Same caps as the worker applies when it files a job in dead (DEAD_TIMEOUT, DEAD_MAX_JOBS).
-    oldest, keep = dead_trim()
+    oldest, keep = conf.dead_trim()
     pipe = conn.pipeline(transaction=False)
     pipe.zremrangebyscore(keys.dead(), "-inf", f"({oldest!r}")
     pipe.zremrangebyrank(keys.dead(), 0, -(keep + 1))

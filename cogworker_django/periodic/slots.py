@@ -21,6 +21,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
+from ..errors import CogworkerError
+
 # The aliases users know from crontab(5); expanded here because croniter treats some
 # of them differently depending on other options.
 ALIASES = {
@@ -37,7 +39,7 @@ ALIASES = {
 _MAX_STEPS = 10_000
 
 
-class CronError(ValueError):
+class CronError(CogworkerError, ValueError):
     """The cron expression is not one we run (the message says why)."""
 
 

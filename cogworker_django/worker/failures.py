@@ -107,9 +107,3 @@ def to_dead(job: dict[str, Any], error_class: str, message: str) -> tuple[str, f
     """File ``job`` straight in dead with this error (unregistered, poison, unparseable)."""
     record_error(job, error_class, message)
     return "dead", time.time()
-
-
-def dead_trim() -> tuple[float, int]:
-    """(drop scores below this, keep at most this many) for the dead set."""
-    s = conf.get()
-    return time.time() - s.DEAD_TIMEOUT, s.DEAD_MAX_JOBS

@@ -137,9 +137,10 @@ class Processor:
         record.started(work)
         self.busy = True
         self.manager.work_started(self.name, work)
-        jobs._current.job = job
         locks.set_run_abandoned(False)
         self._performing = work
+        current = jobs.running(job)  # the current job for the whole run, middleware too
+        current.__enter__()
         try:
             try:
                 outcome = self._execute(job, work)
@@ -167,7 +168,7 @@ class Processor:
             finally:
                 record.settlement_done(work)
         finally:
-            jobs._current.job = None
+            current.__exit__(None, None, None)
             locks.set_run_abandoned(False)
             self.manager.work_finished(self.name)
             self.busy = False
@@ -301,7 +302,7 @@ def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
     target_key = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
         filing.target
     ]
-    min_score, keep = failures.dead_trim()
+    min_score, keep = conf.dead_trim()
     scripts.run(
         "settle",
         conn,
