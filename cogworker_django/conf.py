@@ -8,6 +8,7 @@ Django's ``setting_changed`` signal says the settings moved. A bad value raises
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import threading
 import time
@@ -43,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     "DEAD_TIMEOUT": 180 * 86400,
     "HISTORY_MAX_RUNS": 100000,
     "RESULT_TTL": 86400,
+    # The largest job payload (JSON, in bytes) an enqueue accepts.
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "ENQUEUE_ON_COMMIT": False,
     "MIDDLEWARE": {"client": [], "server": []},
     "TESTING": None,
@@ -93,6 +96,7 @@ class Settings:
     DEAD_TIMEOUT: float
     HISTORY_MAX_RUNS: int
     RESULT_TTL: int
+    MAX_PAYLOAD_BYTES: int
     ENQUEUE_ON_COMMIT: bool
     MIDDLEWARE: dict
     TESTING: str | None
@@ -306,21 +310,43 @@ def retry_backoff() -> Any:
     return hook
 
 
+def _with_suggestion(key: Any) -> str:
+    """``'QUEUS' (did you mean 'QUEUES'?)`` for a misspelt key."""
+    shown = repr(key)
+    if isinstance(key, str):
+        close = difflib.get_close_matches(key.upper(), DEFAULTS, n=1, cutoff=0.75)
+        if close:
+            return f"{shown} (did you mean {close[0]!r}?)"
+    return shown
+
+
+# What redis-py's from_url understands.
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
 def _validate(user: Any) -> Settings:
     if user is None:
         user = {}
     if not isinstance(user, dict):
         raise ImproperlyConfigured(f"COGWORKER must be a dict, got {type(user).__name__}.")
-    unknown = sorted(set(user) - set(DEFAULTS))
+    unknown = sorted(set(user) - set(DEFAULTS), key=str)
     if unknown:
         raise ImproperlyConfigured(
-            f"COGWORKER has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"COGWORKER has unknown key(s) {', '.join(map(_with_suggestion, unknown))}; "
             f"allowed: {', '.join(sorted(DEFAULTS))}."
         )
     v = {**DEFAULTS, **user}
 
     if not isinstance(v["REDIS_URL"], str) or "://" not in v["REDIS_URL"]:
         raise _bad("REDIS_URL", v["REDIS_URL"], "expected a URL such as redis://host:6379/0")
+    scheme = v["REDIS_URL"].partition("://")[0].lower()
+    if scheme not in URL_SCHEMES:
+        raise _bad(
+            "REDIS_URL",
+            v["REDIS_URL"],
+            f"the scheme {scheme + '://'!r} is not one Redis clients understand; expected "
+            + ", ".join(f"{s}://" for s in URL_SCHEMES),
+        )
     for key in ("REDIS_OPTIONS", "SENTINEL_OPTIONS"):
         if not isinstance(v[key], dict):
             raise _bad(key, v[key], "expected a dict of redis client keyword arguments")
@@ -372,7 +398,7 @@ def _validate(user: Any) -> Settings:
         "UNIQUE_RESCHEDULE_DELAY",
     ):
         _number(key, v[key])
-    for key in ("MAX_ORPHANINGS", "UNIQUE_LOCK_TTL", "RESULT_TTL"):
+    for key in ("MAX_ORPHANINGS", "UNIQUE_LOCK_TTL", "RESULT_TTL", "MAX_PAYLOAD_BYTES"):
         _number(key, v[key], integer=True)
     for key in ("DEAD_MAX_JOBS", "HISTORY_MAX_RUNS"):
         _number(key, v[key], integer=True, strict=False)

@@ -125,22 +125,49 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
         raise ValueError(f"{where}: on_commit must be True or False, got {on_commit!r}")
 
 
+# The furthest ahead enqueue_in / enqueue_at schedule a job: ten years. Anything later is
+# almost always a unit mistake (milliseconds for seconds) and would wait for ever.
+SCHEDULE_HORIZON = 10 * 365 * 86400
+
+
+def _within_horizon(where: str, name: str, value: Any, ahead: float) -> None:
+    if ahead > SCHEDULE_HORIZON:
+        years = ahead / (365.25 * 86400)
+        raise ValueError(
+            f"{where}: {name} = {value!r} is {years:,.0f} years from now, beyond the "
+            f"{SCHEDULE_HORIZON // (365 * 86400)}-year horizon (jobs.SCHEDULE_HORIZON); "
+            "times are in seconds (an epoch in milliseconds is 1000 times too far)"
+        )
+
+
 def _delay_seconds(delay: float | int | dt.timedelta) -> float:
     if isinstance(delay, dt.timedelta):
-        return delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, bool) or not isinstance(delay, (int, float)):
         raise TypeError(f"enqueue_in: delay must be seconds or a timedelta, got {delay!r}")
-    return float(delay)
+    else:
+        seconds = float(delay)
+    if not math.isfinite(seconds):
+        raise ValueError(f"enqueue_in: delay = {delay!r} is not a finite number of seconds")
+    _within_horizon("enqueue_in", "delay", delay, seconds)
+    return seconds
 
 
 def _epoch(when: dt.datetime | float | int) -> float:
+    import time
+
     if isinstance(when, dt.datetime):
         if when.tzinfo is None:
             raise ValueError("enqueue_at: the datetime must be timezone-aware")
-        return when.timestamp()
-    if isinstance(when, bool) or not isinstance(when, (int, float)):
+        at = when.timestamp()
+    elif isinstance(when, bool) or not isinstance(when, (int, float)):
         raise TypeError(f"enqueue_at: expected an aware datetime or epoch seconds, got {when!r}")
-    return float(when)
+    else:
+        at = float(when)
+    if not math.isfinite(at):
+        raise ValueError(f"enqueue_at: when = {when!r} is not a finite time")
+    _within_horizon("enqueue_at", "when", when, at - time.time())
+    return at
 
 
 class _Enqueuer:

@@ -5,19 +5,25 @@ Fields: ``jid``, ``func`` (dotted path of a registered job), ``args``, ``kwargs`
 ``at``, ``error_class``, ``error_message``, ``failed_at``, ``retried_at``, ``traceback``,
 ``orphan_count``, ``unique``/``unique_for``/``unique_digest``, ``periodic``...
 
-Decoding never raises: bytes that are not a JSON object become a wrapper job that keeps
-the raw bytes (capped) for the dead set.
+Building refuses what would not come back as it went in, or would weigh on Redis and
+every page that shows the job: a value JSON can't hold, a dict key that is not a string
+(JSON would turn ``1`` into ``"1"``), a NaN or infinite number, and a payload over
+``MAX_PAYLOAD_BYTES``. Decoding never raises: bytes that are not a JSON object become a
+wrapper job that keeps the raw bytes (capped) for the dead set.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import sysconfig
 import time
 import traceback as tb
 from typing import Any
 
-from .errors import safe_str
+from .errors import CogworkerError, safe_str
 
 DEFAULT_MAX_RETRIES = 25
 UNPARSEABLE = "(unparseable)"
@@ -26,6 +32,26 @@ ERROR_MESSAGE_LIMIT = 10_000
 TRACEBACK_LIMIT = 20_000
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class PayloadTooLarge(CogworkerError, ValueError):
+    """A job's payload is over ``COGWORKER["MAX_PAYLOAD_BYTES"]``: refused at enqueue."""
+
+    def __init__(self, func: str, size: int, limit: int) -> None:
+        self.func, self.size, self.limit = func, size, limit
+        super().__init__(
+            f"{func}: the payload is {size:,} bytes ({human_size(size)}), over "
+            f"COGWORKER['MAX_PAYLOAD_BYTES'] = {limit:,} ({human_size(limit)}); pass an id "
+            "or a URL to the data (a row, a file in storage) instead of the data itself"
+        )
+
+
+def human_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 1024 / 1024:.1f} MiB"
 
 
 def new_jid() -> str:
@@ -56,7 +82,101 @@ def build(
         "enqueued_at": now,
     }
     job.update(extra)
+    check_arguments(func, job["args"], job["kwargs"])
+    check_size(job)
     return job
+
+
+def check_arguments(func: str, args: list, kwargs: dict) -> None:
+    """Refuse what JSON would change or can't read back: a dict key that is not a string
+    (``{1: "a"}`` would reach the job as ``{"1": "a"}``; TypeError) and a NaN or infinite
+    number (``NaN`` is not JSON; ValueError). Each error names the argument and where in
+    it the value sits."""
+    if _keys_are_strings(args) and _keys_are_strings(kwargs) and _finite(args, kwargs):
+        return
+    for i, value in enumerate(args):
+        _explain_value(func, f"positional argument {i}", value)
+    for name, value in kwargs.items():
+        if not isinstance(name, str):
+            raise TypeError(f"{func}: keyword argument names must be strings, got {name!r}")
+        _explain_value(func, f"keyword argument {name!r}", value)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_strict_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def _keys_are_strings(value: Any) -> bool:
+    # The fast pass: containers only (a list of a million numbers is one comprehension).
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                return False
+            stack.extend([v for v in item.values() if type(v) not in _SCALARS])
+        elif isinstance(item, (list, tuple)):
+            stack.extend([v for v in item if type(v) not in _SCALARS])
+    return True
+
+
+def _finite(args: list, kwargs: dict) -> bool:
+    try:
+        _strict_dumps([args, kwargs])
+    except ValueError:
+        return False
+    except TypeError:
+        return True  # not JSON at all: encode() names the argument
+    return True
+
+
+def _explain_value(func: str, where: str, value: Any) -> None:
+    # The slow pass, once something is wrong: find it and say where it sits.
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(
+                    f"{func}: {where}{_shown(path)} is {item!r}, which JSON can't hold; pass "
+                    "a finite number, or None"
+                )
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(
+                        f"{func}: {where}{_shown(path)} has the key {key!r} "
+                        f"({type(key).__name__}); JSON keys are strings, so the job would get "
+                        f"{str(key)!r} instead: use string keys"
+                    )
+                stack.append((inner, f"{path}[{key!r}]"))
+        elif isinstance(item, (list, tuple)):
+            for i, inner in enumerate(item):
+                stack.append((inner, f"{path}[{i}]"))
+
+
+def _shown(path: str) -> str:
+    return f" (at {path})" if path else ""
+
+
+def max_payload_bytes() -> int:
+    from . import conf
+
+    return conf.get().MAX_PAYLOAD_BYTES
+
+
+def check_size(job: dict[str, Any]) -> str:
+    """The payload's JSON text, after checking it is JSON (TypeError naming the argument)
+    and not over ``MAX_PAYLOAD_BYTES`` (:class:`PayloadTooLarge` naming the job and the
+    size)."""
+    data = encode(job)
+    limit = max_payload_bytes()
+    # UTF-8 takes 1 to 4 bytes a character: count them only when it could matter.
+    if len(data) > limit // 4:
+        size = len(data.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise PayloadTooLarge(safe_str(job.get("func")), size, limit)
+    return data
 
 
 def encode(job: dict[str, Any]) -> str:
@@ -182,8 +302,114 @@ def error_message(exc: BaseException) -> str:
 
 
 def traceback_text(exc: BaseException) -> str:
+    """The traceback as stored with a failed job: the frames of the worker running the job
+    (cogworker_django, Django, the standard library) that come before the job's own first
+    frame are left out, replaced by one line saying how many; frames below the job's (what
+    it called) are all kept, and a traceback with no frame of the job is kept whole."""
     try:
-        text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+        te = tb.TracebackException(type(exc), exc, exc.__traceback__)
+        _collapse_chain(te)
+        text = "".join(te.format())
     except BaseException:  # noqa: BLE001 - a traceback that can't be formatted is left out
         return ""
     return text[-TRACEBACK_LIMIT:]
+
+
+class _Collapsed(tb.StackSummary):
+    note = ""
+
+    def format(self, *args: Any, **kwargs: Any) -> list[str]:
+        return [self.note, *super().format(*args, **kwargs)]
+
+
+def _collapse_chain(te: tb.TracebackException) -> None:
+    seen: set[int] = set()
+    todo = [te]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        stack = current.stack
+        lead = 0
+        while lead < len(stack) and is_library_file(stack[lead].filename):
+            lead += 1
+        if 0 < lead < len(stack):
+            kept = _Collapsed()
+            kept.extend(stack[lead:])
+            kept.note = collapsed_note(lead, [f.filename for f in stack[:lead]])
+            current.stack = kept
+        todo.extend([current.__cause__, current.__context__])
+        todo.extend(getattr(current, "exceptions", None) or ())
+
+
+def collapsed_note(count: int, filenames: list[str]) -> str:
+    names = sorted({library_name(f) for f in filenames})
+    return f"  [{count} frame{'s' if count != 1 else ''} of {', '.join(names)} left out]\n"
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIR = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+_THIRD_PARTY = ("django", "asgiref")
+_LIBRARY_PATTERNS = (
+    re.compile(r"[/\\]cogworker_django[/\\]"),
+    re.compile(r"[/\\](?:site|dist)-packages[/\\](?:django|asgiref)[/\\]"),
+    re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)"),
+)
+
+
+def is_library_file(filename: str) -> bool:
+    """True for a frame of the machinery that runs a job rather than of the job: this
+    package, Django (and asgiref), the standard library."""
+    path = os.path.abspath(filename) if filename and not filename.startswith("<") else ""
+    if path.startswith(_PACKAGE_DIR):
+        return True
+    if path.startswith(_STDLIB_DIR) and "-packages" + os.sep not in path[len(_STDLIB_DIR) :]:
+        return True
+    return any(p.search(filename or "") for p in _LIBRARY_PATTERNS)
+
+
+def library_name(filename: str) -> str:
+    """What a library frame belongs to: cogworker_django, django, or a stdlib module."""
+    parts = re.split(r"[/\\]", filename or "")
+    for name in ("cogworker_django", *_THIRD_PARTY):
+        if name in parts[:-1]:
+            return name
+    for i, part in enumerate(parts):
+        if re.fullmatch(r"python3\.\d+", part) and i + 1 < len(parts):
+            return parts[i + 1].removesuffix(".py")
+    return "the standard library"
+
+
+_FRAME_LINE = re.compile(r'^  File "(?P<file>[^"]*)", line \d+')
+
+
+def collapse_traceback(text: str) -> str:
+    """:func:`traceback_text`'s collapsing, on a stored text (one written before it, or
+    by another version): leading library frames of each traceback become one line."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        if not lines[i].startswith("Traceback (most recent call last):"):
+            i += 1
+            continue
+        i += 1
+        frames: list[tuple[str, list[str]]] = []  # (filename, lines) of the leading frames
+        while i < len(lines) and (m := _FRAME_LINE.match(lines[i])):
+            block = [lines[i]]
+            i += 1
+            while i < len(lines) and lines[i].startswith("    "):
+                block.append(lines[i])
+                i += 1
+            frames.append((m.group("file"), block))
+        lead = 0
+        while lead < len(frames) and is_library_file(frames[lead][0]):
+            lead += 1
+        if 0 < lead < len(frames):
+            out.append(collapsed_note(lead, [f for f, _ in frames[:lead]]))
+            frames = frames[lead:]
+        for _, block in frames:
+            out.extend(block)
+    return "".join(out)

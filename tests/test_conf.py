@@ -59,6 +59,9 @@ def test_queue_weights_and_repetition():
         ("PREFIX", "", "non-empty string"),
         ("PREFIX", "a b", "whitespace"),
         ("REDIS_URL", "localhost", "URL"),
+        ("REDIS_URL", "http://127.0.0.1:6379/0", "redis://, rediss://, unix://"),
+        ("MAX_PAYLOAD_BYTES", 0, "> 0"),
+        ("MAX_PAYLOAD_BYTES", 1.5, "integer"),
         ("SHUTDOWN_TIMEOUT", -1, ">= 0"),
         ("ORPHAN_THRESHOLD", 0, "> 0"),
         ("MAX_ORPHANINGS", 1.5, "integer"),
@@ -89,6 +92,26 @@ def test_sentinels_need_a_master_name():
 def test_unknown_key_is_named():
     with pytest.raises(ImproperlyConfigured, match="'CONCURENCY'"):
         conf._validate({"CONCURENCY": 5})
+
+
+@pytest.mark.parametrize(
+    "typo,meant",
+    [("CONCURENCY", "CONCURRENCY"), ("QUEUS", "QUEUES"), ("redis_url", "REDIS_URL")],
+)
+def test_a_misspelt_key_gets_a_suggestion(typo, meant):
+    with pytest.raises(ImproperlyConfigured) as info:
+        conf._validate({typo: 5})
+    assert f"{typo!r} (did you mean {meant!r}?)" in str(info.value)
+
+
+def test_a_key_like_no_other_gets_no_suggestion():
+    with pytest.raises(ImproperlyConfigured) as info:
+        conf._validate({"BANANA": 5})
+    assert "did you mean" not in str(info.value)
+
+
+def test_max_payload_bytes_default_is_one_mebibyte():
+    assert conf._validate({}).MAX_PAYLOAD_BYTES == 1024 * 1024
 
 
 def test_not_a_dict():

@@ -99,6 +99,65 @@ def test_enqueue_in_and_at_go_to_the_schedule(r):
     assert r.llen(keys.queue("default")) == 0
 
 
+@pytest.mark.parametrize(
+    "call,fragment",
+    [
+        (
+            lambda: tj.record.enqueue_in(float("inf"), "x"),
+            "enqueue_in: delay = inf is not a finite",
+        ),
+        (
+            lambda: tj.record.enqueue_in(float("nan"), "x"),
+            "enqueue_in: delay = nan is not a finite",
+        ),
+        (lambda: tj.record.enqueue_at(float("inf"), "x"), "enqueue_at: when = inf is not a finite"),
+        (lambda: tj.record.enqueue_at(float("nan"), "x"), "enqueue_at: when = nan is not a finite"),
+        (lambda: tj.record.enqueue_at(time.time() * 1000, "x"), "enqueue_at: when = "),
+        (lambda: tj.record.enqueue_in(11 * 365 * 86400, "x"), "enqueue_in: delay = "),
+        (lambda: tj.record.enqueue_in(dt.timedelta(days=4000), "x"), "enqueue_in: delay = "),
+        (
+            lambda: tj.record.enqueue_at(dt.datetime(2999, 1, 1, tzinfo=dt.UTC), "x"),
+            "enqueue_at: when = datetime",
+        ),
+    ],
+)
+def test_times_that_never_come_or_are_not_numbers_are_refused(r, call, fragment):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert fragment in str(info.value)
+    if "finite" not in fragment:
+        assert "10-year horizon" in str(info.value)
+    assert r.zcard(keys.schedule()) == 0 and r.llen(keys.queue("default")) == 0
+
+
+def test_times_within_the_horizon_and_in_the_past_are_accepted(r):
+    tj.record.enqueue_in(9 * 365 * 86400, "x")
+    tj.record.enqueue_in(-5, "runs now")
+    tj.record.enqueue_at(0, "runs now too")
+    assert r.zcard(keys.schedule()) == 1 and r.llen(keys.queue("default")) == 2
+
+
+def test_nan_and_integer_keys_are_refused_at_enqueue(r):
+    with pytest.raises(ValueError, match="positional argument 0 is nan"):
+        tj.record.enqueue(float("nan"))
+    with pytest.raises(TypeError, match="keyword argument 'data' has the key 1"):
+        tj.record.enqueue(data={1: "x"})
+    with pytest.raises(TypeError, match="has the key 1"):
+        tj.record.enqueue_many([({1: "x"},)])
+    assert r.llen(keys.queue("default")) == 0
+
+
+def test_an_oversized_payload_is_refused_at_enqueue_naming_the_job(configure, r):
+    configure(MAX_PAYLOAD_BYTES=10_000)
+    with pytest.raises(ValueError, match=r"testapp.jobs.record: the payload is 20,\d{3} bytes"):
+        tj.record.enqueue("x" * 20_000)
+    with pytest.raises(ValueError, match="MAX_PAYLOAD_BYTES"):
+        tj.record.using(on_commit=True).enqueue("x" * 20_000)
+    assert r.llen(keys.queue("default")) == 0
+    tj.record.enqueue("x" * 9_000)
+    assert r.llen(keys.queue("default")) == 1
+
+
 def test_enqueue_at_refuses_a_naive_datetime():
     with pytest.raises(ValueError, match="timezone-aware"):
         tj.record.enqueue_at(dt.datetime(2030, 1, 1), "x")

@@ -25,15 +25,50 @@ def test_build_has_every_field():
 
 
 def test_unserialisable_positional_argument_is_named():
-    job = payload.build("app.jobs.f", (1, object()), {})
     with pytest.raises(TypeError, match=r"app.jobs.f: positional argument 1 \(object\)"):
-        payload.encode(job)
+        payload.build("app.jobs.f", (1, object()), {})
 
 
 def test_unserialisable_keyword_argument_is_named():
-    job = payload.build("app.jobs.f", (), {"when": {1, 2}})
     with pytest.raises(TypeError, match="keyword argument 'when' \\(set\\)"):
-        payload.encode(job)
+        payload.build("app.jobs.f", (), {"when": {1, 2}})
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_refused_naming_the_argument(number):
+    with pytest.raises(ValueError, match=r"app.jobs.f: positional argument 1 \(at \[0\]\['x'\]\)"):
+        payload.build("app.jobs.f", (1, [{"x": number}]), {})
+    with pytest.raises(ValueError, match="keyword argument 'ratio' is"):
+        payload.build("app.jobs.f", (), {"ratio": number})
+
+
+def test_non_string_dict_keys_are_refused_naming_the_argument():
+    with pytest.raises(TypeError, match=r"positional argument 0 has the key 1 \(int\).*'1'"):
+        payload.build("app.jobs.f", ({1: "a"},), {})
+    with pytest.raises(TypeError, match=r"keyword argument 'rows' \(at \[2\]\) has the key None"):
+        payload.build("app.jobs.f", (), {"rows": [{}, {"a": 1}, {None: 2}]})
+    with pytest.raises(TypeError, match="keyword argument names must be strings"):
+        payload.build("app.jobs.f", (), {3: "x"})
+
+
+def test_plain_nested_data_is_accepted():
+    value = {"a": [1, 2.5, {"b": [True, None, "x"]}], "c": ({"d": -0.0},)}
+    job = payload.build("app.jobs.f", (value,), {"k": value})
+    assert json.loads(payload.encode(job))["args"][0]["a"][2] == {"b": [True, None, "x"]}
+
+
+def test_a_payload_over_the_limit_is_refused_naming_the_job_and_the_size(configure):
+    configure(MAX_PAYLOAD_BYTES=1000)
+    payload.build("app.jobs.f", ("x" * 700,), {})
+    with pytest.raises(payload.PayloadTooLarge) as info:
+        payload.build("app.jobs.f", ("x" * 1000,), {})
+    message = str(info.value)
+    assert message.startswith("app.jobs.f: the payload is 1,")
+    assert "bytes" in message and "MAX_PAYLOAD_BYTES'] = 1,000" in message
+    assert isinstance(info.value, ValueError) and info.value.size > 1000
+    # Bytes, not characters: 400 three-byte characters are 1,200 bytes.
+    with pytest.raises(payload.PayloadTooLarge):
+        payload.build("app.jobs.f", ("€" * 400,), {})
 
 
 @pytest.mark.parametrize(
