@@ -243,6 +243,7 @@ class Context:
     max_orphanings: int
     active_ttl: float
     stop_codes: dict[str, int | None]
+    entry_queues: dict[str, str] = field(default_factory=dict)  # entry -> its runs' queue
     # (entry, slot) -> whether its per-slot lock was seen (sampled while it lived)
     claimed: dict[tuple[str, int], bool] = field(default_factory=dict)
     figures: Figures = field(default_factory=Figures)
@@ -573,8 +574,13 @@ def _skip_reason(ctx: Context, entry: str, slot: int, holders) -> str:
     for x in ctx.journal.faults:
         if x.kind in REDIS_DOWN_KINDS and x.start - 1.0 <= slot <= x.stop_time + REDIS_GRACE:
             return x.describe()
+        # The entry's own keys, or the queue its runs are pushed to: a push refused as
+        # WRONGTYPE is rolled back and the entry backs off (5 s) like any other failure.
+        queue = ctx.entry_queues.get(entry, "")
         if x.kind == "corrupt" and (
-            x.key.endswith(f":last_slot:{entry}") or x.key.endswith(f":running:{entry}")
+            x.key.endswith(f":last_slot:{entry}")
+            or x.key.endswith(f":running:{entry}")
+            or (queue and x.key.endswith(f":queue:{queue}"))
         ):
             if x.start - 0.5 <= slot <= x.stop_time + CORRUPT_GRACE:
                 return x.describe()

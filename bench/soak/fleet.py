@@ -31,6 +31,8 @@ class Fleet:
         self._generation = 0
         self._lock = threading.RLock()
         self._reapers: list[threading.Thread] = []
+        self._failures: dict[int, int] = {}  # slot -> workers in a row that exited early
+        self._respawn_at: dict[int, float] = {}  # slot -> when to start its next worker
 
     # Starting ----------------------------------------------------------------------------
 
@@ -149,7 +151,16 @@ class Fleet:
             w.retired = True
             w.signal_group(signal.SIGKILL)
             w.close()
-            self.start(w.slot)
+            # A worker that can't boot (a broken checkout) would otherwise be respawned
+            # twice a second: wait 1, 2, 4 ... 30 s between attempts in that slot.
+            quick = time.time() - w.started_at < 30
+            self._failures[w.slot] = self._failures.get(w.slot, 0) + 1 if quick else 0
+            self.slots[w.slot] = None
+            self._respawn_at[w.slot] = time.time() + min(30.0, 2.0 ** self._failures[w.slot] / 2)
+        for slot, at in list(self._respawn_at.items()):
+            if time.time() >= at:
+                del self._respawn_at[slot]
+                self.start(slot)
 
     # Ending ------------------------------------------------------------------------------
 

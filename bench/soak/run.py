@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _setup_django(env: dict) -> None:
     os.environ.update({k: v for k, v in env.items() if k != "SOAK_TRACE_DIR"})
-    sys.path.insert(0, str(ROOT / "testproject"))
+    sys.path[:0] = [str(ROOT), str(ROOT / "testproject")]
     import django
 
     django.setup()
@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         "DJANGO_SETTINGS_MODULE": "testproject.settings",
         "SOAK_TRACE_DIR": str(tracedir),
         "PYTHONUNBUFFERED": "1",
+        # The package of this checkout, whatever the virtualenv has installed.
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
     env.pop("COGWORKER_TASKS_BACKEND", None)
     fleet = Fleet(env, logdir, journal, SETTINGS["SHUTDOWN_TIMEOUT"])
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             active_ttl=SETTINGS["PERIODIC_ACTIVE_TTL"],
             stop_codes=stop_codes,
             claimed=monitor.claimed,
+            entry_queues={name: "critical" for name in PERIODIC},  # soakapp's tick jobs
         )
         invariants = check.check_all(ctx)
         for thread_error, who in ((chaos.error, "chaos"), (producer.error, "producer")):
