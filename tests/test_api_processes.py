@@ -7,7 +7,7 @@ import time
 from testapp import jobs as tj
 
 from cogworker_django import keys
-from cogworker_django.api import ProcessSet, Workers
+from cogworker_django.api import AwaitingRecovery, ProcessSet, Workers
 
 from .helpers import wait_until
 
@@ -55,3 +55,51 @@ def test_live_worker_busy_quiet_and_stop(worker, r):
     # The unfinished job went back to its queue (graceful stop loses nothing).
     assert r.llen(keys.queue("default")) == 1
     assert ps.quiet(proc.identity) == 0  # nobody listens any more
+
+
+def _redis_now(r) -> float:
+    seconds, micros = r.time()
+    return seconds + micros / 1e6
+
+
+def test_awaiting_recovery_lists_lists_without_a_presence(configure, r):
+    configure(ORPHAN_THRESHOLD=300)
+    now = _redis_now(r)
+    dead, alive, empty, unstamped = "h1:11:aaaa", "h2:22:bbbb", "h3:33:cccc", "h4:44:dddd"
+    r.sadd(keys.inprogress_ids(), dead, alive, empty, unstamped)
+    for ident in (dead, alive, unstamped):
+        r.lpush(keys.inprogress(ident), json.dumps({"jid": f"j-{ident}", "func": "a.b"}))
+    r.lpush(keys.inprogress(dead), "not json")
+    r.hset(keys.process(alive), mapping={"info": "{}", "beat": now})
+    r.hset(keys.last_beat(), mapping={dead: int(now) - 10, alive: int(now), empty: int(now) - 99})
+    found = AwaitingRecovery().list()
+    assert [o.identity for o in found] == [dead, unstamped]
+    orphan = found[0]
+    assert orphan.size == 2 and orphan.hostname == "h1" and orphan.pid == 11
+    assert {j.jid for j in orphan.jobs if not j.unparseable} == {f"j-{dead}"}
+    assert any(j.unparseable for j in orphan.jobs)  # shown, not dropped
+    assert orphan.recover_at == int(now) - 10 + 1 + 300
+    assert 289 <= orphan.recover_in <= 292 and not orphan.due
+    assert 9 <= orphan.missing_for <= 12
+    assert found[1].last_beat is None and found[1].recover_at is None
+    assert AwaitingRecovery().size() == 3
+    assert AwaitingRecovery().list(jobs_per_process=1)[0].jobs.__len__() == 1
+
+
+def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(
+    configure, worker, r
+):
+    configure(ORPHAN_THRESHOLD=60)
+    jid = tj.slow.enqueue(60, "orphaned")
+    first = worker(settings={"ORPHAN_THRESHOLD": 60})
+    identity = wait_until(lambda: Workers().list(), 15, message="job running")[0].identity
+    first.kill()  # SIGKILL: no clean-up, the job stays in its in-progress list
+    (orphan,) = wait_until(
+        lambda: AwaitingRecovery().list(), 15, message="listed as awaiting recovery"
+    )
+    assert orphan.identity == identity and orphan.size == 1
+    assert orphan.jobs[0].jid == jid and orphan.jobs[0].func == "testapp.jobs.slow"
+    assert 40 < orphan.recover_in <= 61
+    # A worker with a short threshold recovers the job; the list empties.
+    worker(settings={"ORPHAN_THRESHOLD": 2})
+    wait_until(lambda: not AwaitingRecovery().list(), 20, message="recovered")

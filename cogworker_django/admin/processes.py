@@ -1,11 +1,13 @@
-"""Processes (quiet, stop) and Busy (what runs now)."""
+"""Processes (quiet, stop; and the jobs of dead processes awaiting recovery) and Busy
+(what runs now)."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from ..api import ProcessSet, Workers
+from .. import conf
+from ..api import AwaitingRecovery, ProcessSet, Workers
 from .base import Action, PageAdmin
 
 
@@ -16,7 +18,15 @@ class ProcessAdmin(PageAdmin):
     }
 
     def page(self, request: HttpRequest) -> HttpResponse:
-        return self.render(request, "processes.html", processes=ProcessSet().list())
+        settings = conf.get()
+        return self.render(
+            request,
+            "processes.html",
+            processes=ProcessSet().list(),
+            orphans=AwaitingRecovery().list(),
+            orphan_threshold=settings.ORPHAN_THRESHOLD,
+            orphan_check_interval=settings.ORPHAN_CHECK_INTERVAL,
+        )
 
     def _signal(self, request: HttpRequest, what: str, done: str):
         identity = request.POST.get("identity", "")

@@ -12,7 +12,14 @@ Nothing here loads a whole set or list: reads are paginated, searches bounded.
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry
-from .processes import BusyJob, ProcessRecord, ProcessSet, Workers
+from .processes import (
+    AwaitingRecovery,
+    BusyJob,
+    OrphanedProcess,
+    ProcessRecord,
+    ProcessSet,
+    Workers,
+)
 from .quarantine import Quarantine, QuarantinedKey
 from .queues import Queue, QueueInfo
 from .records import JobRecord
@@ -20,6 +27,7 @@ from .search import SearchPage
 from .stats import DayStat, Overview, Stats
 
 __all__ = [
+    "AwaitingRecovery",
     "BulkResult",
     "BusyJob",
     "DayStat",
@@ -28,6 +36,7 @@ __all__ = [
     "JobRecord",
     "JobSet",
     "Outcome",
+    "OrphanedProcess",
     "Overview",
     "PeriodicEntries",
     "PeriodicEntry",

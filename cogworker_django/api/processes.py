@@ -7,17 +7,26 @@ process that beats again adds itself back).
 
 Quiet and stop are published on ``P:signal:<id>``; the process's subscriber reacts
 within about a second, and its next beat shows the new state.
+
+``AwaitingRecovery`` lists the in-progress lists ``P:inprogress:<id>`` whose process has
+no presence key any more (it died, or was killed, with jobs taken): those jobs are in no
+queue or set until a live worker's orphan recovery requeues them, which it does once the
+process has missed its beats for ``ORPHAN_THRESHOLD`` (rule 13, worker/recovery.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import errors, keys
+from .. import conf, errors, keys
 from ._util import as_datetime, client, epoch, text
 from .records import JobRecord
+
+# Jobs of one dead process read for a listing (the list itself may be longer).
+ORPHAN_JOBS_SHOWN = 25
 
 
 @dataclass(frozen=True)
@@ -207,3 +216,133 @@ def _raw_bytes(raw: str) -> bytes:
         return raw.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
         return raw.encode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True)
+class OrphanedProcess:
+    """A process gone without its presence key whose in-progress list still holds jobs.
+
+    Times are on Redis's clock, as the worker's recovery judges them: ``last_beat`` is
+    the process's last stamp (None when it has none), ``now`` when this was read, and
+    ``recover_at`` the earliest a live worker requeues the jobs, ``last_beat`` (whole
+    seconds, so + 1) + ``ORPHAN_THRESHOLD``. A worker that just started, or just saw
+    Redis stall, waits a full threshold from then (rule 13), and passes run every
+    ``ORPHAN_CHECK_INTERVAL``: so it is "not before", not "exactly at"."""
+
+    identity: str
+    size: int  # jobs in the in-progress list
+    jobs: list[JobRecord]  # the first ORPHAN_JOBS_SHOWN of them
+    last_beat: float | None
+    now: float
+    threshold: float
+
+    @property
+    def recover_at(self) -> float | None:
+        if self.last_beat is None:
+            return None
+        return self.last_beat + 1.0 + self.threshold
+
+    @property
+    def recover_in(self) -> float | None:
+        """Seconds until ``recover_at`` (0 when due), on Redis's clock."""
+        at = self.recover_at
+        return None if at is None else max(0.0, at - self.now)
+
+    @property
+    def due(self) -> bool:
+        return self.recover_in == 0.0
+
+    @property
+    def missing_for(self) -> float | None:
+        """Seconds since its last beat."""
+        return None if self.last_beat is None else max(0.0, self.now - self.last_beat)
+
+    @property
+    def last_beat_at(self):
+        return as_datetime(self.last_beat)
+
+    @property
+    def recover_at_datetime(self):
+        return as_datetime(self.recover_at)
+
+    @property
+    def hostname(self) -> str:
+        parts = self.identity.split(":")
+        return parts[-3] if len(parts) >= 3 else ""
+
+    @property
+    def pid(self) -> int | None:
+        parts = self.identity.split(":")
+        try:
+            return int(parts[-2]) if len(parts) >= 3 else None
+        except ValueError:
+            return None
+
+
+class AwaitingRecovery:
+    """Jobs taken by processes that died, until a live worker's recovery requeues them."""
+
+    def list(self, jobs_per_process: int = ORPHAN_JOBS_SHOWN) -> list[OrphanedProcess]:
+        """Every dead process with jobs in its in-progress list, longest missing first, in
+        three round trips (the first ``jobs_per_process`` jobs of each)."""
+        conn = client()
+        idents = sorted(text(m) for m in conn.smembers(keys.inprogress_ids()))
+        if not idents:
+            return []
+        pipe = conn.pipeline(transaction=False)
+        pipe.time()
+        pipe.hgetall(keys.last_beat())
+        for ident in idents:
+            pipe.exists(keys.process(ident))
+            pipe.llen(keys.inprogress(ident))
+        replies = pipe.execute(raise_on_error=False)
+        now = _redis_seconds(replies[0])
+        beats = replies[1] if isinstance(replies[1], dict) else {}
+        beats = {text(k): v for k, v in beats.items()}
+        orphans = []
+        for i, ident in enumerate(idents):
+            alive, size = replies[2 + 2 * i : 4 + 2 * i]
+            if alive != 0 or not isinstance(size, int) or size == 0:
+                continue  # alive, unreadable (checked again next time), or nothing to recover
+            orphans.append((ident, size))
+        if not orphans:
+            return []
+        count = max(int(jobs_per_process), 1)
+        pipe = conn.pipeline(transaction=False)
+        for ident, _ in orphans:
+            pipe.lrange(keys.inprogress(ident), 0, count - 1)
+        rows = pipe.execute(raise_on_error=False)
+        threshold = float(conf.get().ORPHAN_THRESHOLD)
+        out = []
+        for (ident, size), raws in zip(orphans, rows, strict=True):
+            raws = raws if isinstance(raws, list) else []
+            out.append(
+                OrphanedProcess(
+                    ident,
+                    size,
+                    [JobRecord.from_raw(raw, None, "inprogress") for raw in raws],
+                    _stamp(beats.get(ident)),
+                    now,
+                    threshold,
+                )
+            )
+        return sorted(out, key=lambda o: (o.last_beat is None, o.last_beat or 0.0, o.identity))
+
+    def size(self) -> int:
+        """How many jobs wait for recovery (one round trip per dead process, no job read)."""
+        return sum(o.size for o in self.list(jobs_per_process=1))
+
+
+def _redis_seconds(reply: Any) -> float:
+    try:
+        seconds, micros = reply
+        return int(seconds) + int(micros) / 1e6
+    except (TypeError, ValueError):
+        import time
+
+        return time.time()  # TIME refused (some proxies): this host's clock
+
+
+def _stamp(value: Any) -> float | None:
+    seconds = epoch(value)
+    return seconds if seconds is not None and math.isfinite(seconds) else None

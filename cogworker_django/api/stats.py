@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .. import keys
 from ._util import client, text
 from .jobs import DeadSet, RetrySet, ScheduledSet
-from .processes import ProcessRecord, ProcessSet
+from .processes import AwaitingRecovery, ProcessRecord, ProcessSet
 from .queues import Queue, QueueInfo
 
 
@@ -32,6 +32,7 @@ class Overview:
     scheduled: int = 0
     retries: int = 0
     dead: int = 0
+    awaiting_recovery: int = 0  # jobs of dead processes not yet requeued
     queues: list[QueueInfo] = field(default_factory=list)
     processes: list[ProcessRecord] = field(default_factory=list)
     days: list[DayStat] = field(default_factory=list)
@@ -100,6 +101,7 @@ class Stats:
             scheduled=int(scheduled),
             retries=int(retries),
             dead=int(dead),
+            awaiting_recovery=AwaitingRecovery().size(),
             queues=Queue.overview(),
             processes=ProcessSet().list(),
             days=history,
