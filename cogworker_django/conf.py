@@ -59,6 +59,11 @@ DEFAULTS: dict[str, Any] = {
     "PERIODIC_ACTIVE_TTL": 60.0,
     "RETRY_BACKOFF": None,  # dotted path to f(retry_count) -> seconds; None = built-in formula
     "HISTORY": True,
+    # Observability (docs/observability.md): the worker's /metrics port, the bearer token
+    # both metrics endpoints want, OpenTelemetry traces across enqueue and run.
+    "METRICS_PORT": None,
+    "METRICS_TOKEN": None,
+    "OTEL": False,
 }
 
 FETCH_MODES = ("reliable", "basic")
@@ -108,6 +113,9 @@ class Settings:
     PERIODIC_ACTIVE_TTL: float
     RETRY_BACKOFF: str | None
     HISTORY: bool
+    METRICS_PORT: int | None
+    METRICS_TOKEN: str | None
+    OTEL: bool
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -422,6 +430,7 @@ def _validate(user: Any) -> Settings:
         raise _bad("TESTING", v["TESTING"], 'expected None, "fake" or "inline"')
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
         raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
+    _check_observability(v)
 
     values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
     values.update(
@@ -431,6 +440,43 @@ def _validate(user: Any) -> Settings:
         raw=user,
     )
     return Settings(**values)
+
+
+def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
+    """A TCP port (1-65535) or None; ``ImproperlyConfigured`` naming ``key`` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise _bad(key, value, "expected a TCP port number from 1 to 65535, or None")
+    return value
+
+
+def _check_observability(v: dict) -> None:
+    check_metrics_port(v["METRICS_PORT"])
+    token = v["METRICS_TOKEN"]
+    if token is not None and (
+        not isinstance(token, str) or not token or any(c.isspace() for c in token)
+    ):
+        raise _bad(
+            "METRICS_TOKEN",
+            "<hidden>" if isinstance(token, str) else token,
+            "expected a non-empty string without whitespace (sent as "
+            '"Authorization: Bearer <token>"), or None',
+        )
+    if not isinstance(v["OTEL"], bool):
+        raise _bad("OTEL", v["OTEL"], "expected True or False")
+    if v["OTEL"]:
+        import importlib.util
+
+        try:
+            found = importlib.util.find_spec("opentelemetry.trace") is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise ImproperlyConfigured(
+                "COGWORKER['OTEL'] = True needs the opentelemetry-api package: "
+                "pip install 'cogworker-django[otel]'."
+            )
 
 
 _lock = threading.Lock()

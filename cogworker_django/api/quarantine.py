@@ -52,6 +52,9 @@ class Quarantine:
     def delete(self, key: str) -> Any:
         return delete(key)
 
+    def count(self) -> int:
+        return count()
+
 
 # Reading and deleting copies ---------------------------------------------------------
 
@@ -96,6 +99,19 @@ def quarantined(
             page, types, meta[1::2], sizes, strict=True
         )
     ]
+
+
+def count(*, conn: redis.Redis | None = None) -> int:
+    """How many quarantined copies there are (a SCAN over this prefix's keyspace, as
+    :func:`quarantined`: its round trips grow with the keyspace, so callers that poll
+    cache it)."""
+    conn = conn or connection.get_client()
+    pattern = keyguard.glob_escape(keys.quarantine_root()) + "*"
+    return sum(
+        1
+        for name in conn.scan_iter(match=pattern, count=keyguard.SCAN_COUNT)
+        if keyguard.parse_copy(keyguard.display(name))
+    )
 
 
 def _require_copy(key: str) -> None:
