@@ -35,6 +35,59 @@ def check_periodic(app_configs=None, **kwargs):
     return entries.check_messages()
 
 
+@checks.register("cogworker")
+def check_job_modules(app_configs=None, **kwargs):
+    """A ``@job`` defined in a module no worker imports at start: its payloads would go to
+    dead as "not registered". Workers import the installed apps' ``jobs`` and ``tasks``
+    modules (jobs.JOB_MODULES) after Django's own start-up; a job is fine when its module
+    is one of those, or was imported by one of them or by the start-up. The URLconf is
+    loaded first, so jobs defined in views (or imported by them) are seen."""
+    if _settings_or_none() is None:
+        return []
+    from django.apps import apps
+
+    from . import jobs
+
+    try:
+        jobs.import_job_modules()
+        _load_urlconf()
+    except Exception:  # noqa: BLE001 - an import error: Django's own checks and errors say it
+        return []
+    roots = tuple(f"{c.name}.{m}" for c in apps.get_app_configs() for m in jobs.JOB_MODULES)
+
+    def imported_by_workers(name: str) -> bool:
+        return name == "django.setup" or any(
+            name == root or name.startswith(root + ".") for root in roots
+        )
+
+    found = []
+    for fn in jobs.registered_jobs():
+        chain = (fn.__module__, *fn.imported_by)
+        if any(imported_by_workers(name) for name in chain):
+            continue
+        found.append(
+            checks.Warning(
+                f"@job {fn.path} is defined in {fn.__module__}, which a worker does not "
+                f"import: `manage.py cogworker` imports the {' and '.join(jobs.JOB_MODULES)} "
+                "modules of installed apps, so its jobs would go to dead as not registered.",
+                hint=f"Move it to a jobs.py or tasks.py module of an installed app, or import "
+                f"{fn.__module__} from one.",
+                obj=fn.path,
+                id="cogworker.W003",
+            )
+        )
+    return found
+
+
+def _load_urlconf() -> None:
+    from django.conf import settings
+
+    if getattr(settings, "ROOT_URLCONF", None):
+        from django.urls import get_resolver
+
+        get_resolver().url_patterns  # noqa: B018 - imports the URLconf and its views
+
+
 # The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
 REDIS_TAG = "cogworker_redis"
 
@@ -96,6 +149,39 @@ def check_redis(app_configs=None, **kwargs):
     return redis_messages()
 
 
+# Error replies and classes that mean Redis answered but refused who we are.
+_AUTH_REPLIES = ("NOAUTH", "WRONGPASS", "NOPERM", "INVALIDPASSWORD")
+
+
+def refused_credentials(exc: BaseException) -> bool:
+    """True when Redis answered and refused the client's credentials or permissions
+    (redis-py raises those as ``ConnectionError`` subclasses: not an outage)."""
+    import redis
+
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return True
+    text = errors.safe_str(exc).lstrip().upper()
+    return isinstance(exc, redis.ResponseError) and text.startswith(_AUTH_REPLIES)
+
+
+def redis_failure(exc: BaseException) -> tuple[str, str]:
+    """(message, hint) for a failure to talk to Redis, saying which kind it is: the
+    credentials refused, or nothing answering."""
+    target = connection.describe_target()
+    detail = errors.describe(exc).rstrip(".")
+    if refused_credentials(exc):
+        return (
+            f"Redis at {target} refused cogworker's credentials: {detail}",
+            "Check the user and password in COGWORKER['REDIS_URL'] "
+            "(redis://user:password@host:6379/0) or REDIS_OPTIONS, and that the user may "
+            "run the commands cogworker needs (docs/operations.md).",
+        )
+    return (
+        f"Redis at {target} is unreachable: {detail}",
+        "Start Redis or set COGWORKER['REDIS_URL'] (or CACHE_ALIAS / SENTINELS).",
+    )
+
+
 def redis_messages() -> list[checks.CheckMessage]:
     """Redis reachable, new enough, not evicting keys (this one talks to Redis)."""
     target = connection.describe_target()
@@ -106,13 +192,8 @@ def redis_messages() -> list[checks.CheckMessage]:
         version = connection.server_version(client)
         policy = connection.maxmemory_policy(client)
     except Exception as exc:  # noqa: BLE001 - any failure here is the message
-        return [
-            checks.Error(
-                f"Redis at {target} is unreachable: {errors.describe(exc)}",
-                hint="Start Redis or set COGWORKER['REDIS_URL'] (or CACHE_ALIAS / SENTINELS).",
-                id="cogworker.E002",
-            )
-        ]
+        message, hint = redis_failure(exc)
+        return [checks.Error(message, hint=hint, id="cogworker.E002")]
     found: list[checks.CheckMessage] = []
     if version < connection.MIN_REDIS_VERSION:
         found.append(

@@ -13,6 +13,8 @@ import contextlib
 import datetime as dt
 import inspect
 import math
+import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -290,6 +292,8 @@ class JobFunction(_Enqueuer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
+        # Modules being imported when it was registered (innermost first; see job()).
+        self.imported_by: tuple[str, ...] = ()
     def __repr__(self) -> str:
         return f"<job {self.path}>"
 
@@ -327,6 +331,69 @@ def job(func: Callable | None = None, /, **options: Any) -> Any:
             raise TypeError(f"{f.path} is already a job")
         if not callable(f):
             raise TypeError(f"@job needs a function, got {f!r}")
+# The modules of every installed app a worker imports at start, so that the jobs they
+# define can run: ``jobs`` (this package's convention) and ``tasks`` (Celery's and
+# django.tasks'). A job defined elsewhere runs only if one of these (or Django's own
+# start-up: models, admin, app configs) imports its module.
+JOB_MODULES = ("jobs", "tasks")
+
+
+def import_job_modules() -> list[str]:
+    """Import ``<app>.jobs`` and ``<app>.tasks`` of every installed app that has them;
+    returns the names imported. A ``jobs`` module that fails to import raises (its jobs
+    could not run); a ``tasks`` module that fails is logged and skipped, since it may
+    belong to another task system."""
+    import importlib
+    import logging
+
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    imported = []
+    for config in apps.get_app_configs():
+        for name in JOB_MODULES:
+            if not module_has_submodule(config.module, name):
+                continue
+            dotted = f"{config.name}.{name}"
+            try:
+                importlib.import_module(dotted)
+            except Exception as exc:
+                if name == "jobs":
+                    raise
+                logging.getLogger("cogworker_django").error(
+                    "%s could not be imported; its jobs will not run here: %r", dotted, exc
+                )
+                continue
+            imported.append(dotted)
+    return imported
+
+
+def registered_jobs() -> list[JobFunction]:
+    """Every registered job, by dotted path."""
+    with _registry_lock:
+        return [_registry[path] for path in sorted(_registry)]
+
+
+def _importers(depth: int) -> tuple[str, ...]:
+    """The modules being imported when ``@job`` ran (innermost first), read from the call
+    stack; ``"django.setup"`` stands for Django's start-up (app configs, models, admin
+    autodiscovery), which a worker runs too."""
+    found: list[str] = []
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return ()
+    registry = os.path.join("django", "apps", "registry.py")
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>":
+            found.append(str(frame.f_globals.get("__name__", "")))
+        elif code.co_name == "populate" and code.co_filename.endswith(registry):
+            found.append("django.setup")
+        frame = frame.f_back
+    return tuple(found)
+
+
         path = f"{f.__module__}.{f.__qualname__}"
         if "<locals>" in path:
             raise TypeError(f"@job functions must be importable module-level functions, not {path}")
@@ -337,3 +404,5 @@ def job(func: Callable | None = None, /, **options: Any) -> Any:
         return fn
 
     return register(func) if func is not None else register
+        # For the check that warns about a job no worker would import (checks.py).
+        fn.imported_by = _importers(1)

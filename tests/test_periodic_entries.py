@@ -115,3 +115,35 @@ def test_the_worker_refuses_to_start_with_a_bad_entry(prefix):
     assert "COGWORKER_PERIODIC['nightly']['timezone'] = 'Nowhere/Land' is invalid" in (
         result.stderr + result.stdout
     )
+
+
+def test_every_bad_field_of_an_entry_is_named_at_once():
+    bad = {"cron": "61 * * * *", "job": "x.y", "timezone": "Mars/Olympus", "unique": "always"}
+    with override_settings(COGWORKER_PERIODIC={"nightly": bad}):
+        with pytest.raises(ImproperlyConfigured) as info:
+            entries.load()
+    lines = str(info.value).splitlines()
+    assert [line.split("]")[1] + "]" for line in lines] == [
+        "['timezone']",
+        "['cron']",
+        "['job']",
+        "['unique']",
+    ]
+    assert all(line.startswith("COGWORKER_PERIODIC['nightly']") for line in lines)
+
+
+def test_the_worker_names_every_bad_entry(prefix):
+    bad = {
+        "first": {**GOOD, "timezone": "Nowhere/Land"},
+        "fine": GOOD,
+        "second": {**GOOD, "cron": "nope", "queue": "two words"},
+    }
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    output = result.stderr + result.stdout
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['first']['timezone']" in output
+    assert "COGWORKER_PERIODIC['second']['cron']" in output
+    assert "COGWORKER_PERIODIC['second']['queue']" in output
+    assert "'fine'" not in output and "Traceback" not in output

@@ -1,10 +1,11 @@
 """``COGWORKER_PERIODIC``: parsing and validating the periodic entries.
 
 Each entry is checked field by field; a bad one raises ``ImproperlyConfigured`` naming
-the entry and the field, at worker start (``worker.extensions.validate``) and in
-``manage.py check``. ``job`` must name a registered ``@job``, so :func:`load` imports
-the ``jobs`` modules of installed apps first (as the worker command does) and resolves
-every callable here, on the calling (main) thread (rule 10).
+the entry and every bad field (one line each), at worker start
+(``worker.extensions.validate``) and in ``manage.py check``. ``job`` must name a
+registered ``@job``, so :func:`load` imports the ``jobs`` and ``tasks`` modules of
+installed apps first (as the worker command does) and resolves every callable here, on
+the calling (main) thread (rule 10).
 """
 
 from __future__ import annotations
@@ -100,41 +101,53 @@ def parse_entry(name: Any, raw: Any) -> Entry:
             f"{', '.join(map(repr, unknown))}; allowed: {', '.join(FIELDS)}."
         )
 
+    # Every field is checked before raising: one message names all that are wrong.
+    problems: list[ImproperlyConfigured] = []
     zone = raw.get("timezone", None)
     if zone is None:
         zone = default_timezone()
     if not isinstance(zone, str) or not zone:
-        raise _bad(name, "timezone", zone, "expected a time zone name such as 'Europe/Paris'")
-    try:
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise _bad(name, "timezone", zone, "not a known time zone (zoneinfo)") from None
+        problems.append(
+            _bad(name, "timezone", zone, "expected a time zone name such as 'Europe/Paris'")
+        )
+    else:
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            problems.append(_bad(name, "timezone", zone, "not a known time zone (zoneinfo)"))
 
+    schedule = None
     if "cron" not in raw:
-        raise _bad(name, "cron", None, "required, e.g. '0 3 * * *'")
-    try:
-        schedule = Cron(raw["cron"], zone)
-    except CronError as exc:
-        raise _bad(name, "cron", raw["cron"], str(exc)) from None
+        problems.append(_bad(name, "cron", None, "required, e.g. '0 3 * * *'"))
+    else:
+        try:
+            # (with a bad zone, the cron expression is still checked, in UTC)
+            schedule = Cron(raw["cron"], zone if not problems else "UTC")
+        except CronError as exc:
+            problems.append(_bad(name, "cron", raw["cron"], str(exc)))
 
     path = raw.get("job")
+    function = None
     if not isinstance(path, str) or not path:
-        raise _bad(name, "job", path, "expected the dotted path of a @job function")
-    function = jobs.registered(path)
-    if function is None:
-        raise _bad(
-            name,
-            "job",
-            path,
-            "not a registered @job (decorate it with @job in a jobs.py module of an "
-            "installed app, or in a module one imports)",
-        )
+        problems.append(_bad(name, "job", path, "expected the dotted path of a @job function"))
+    else:
+        function = jobs.registered(path)
+        if function is None:
+            problems.append(
+                _bad(
+                    name,
+                    "job",
+                    path,
+                    "not a registered @job (decorate it with @job in a jobs.py or tasks.py "
+                    "module of an installed app, or in a module one imports)",
+                )
+            )
 
     args = raw.get("args", [])
     if args is None:
         args = []
     if not isinstance(args, (list, tuple)) or not payload.is_json(list(args)):
-        raise _bad(name, "args", args, "expected a list of JSON-serialisable values")
+        problems.append(_bad(name, "args", args, "expected a list of JSON-serialisable values"))
     kwargs = raw.get("kwargs", {})
     if kwargs is None:
         kwargs = {}
@@ -143,19 +156,28 @@ def parse_entry(name: Any, raw: Any) -> Entry:
         or not all(isinstance(k, str) for k in kwargs)
         or not payload.is_json(kwargs)
     ):
-        raise _bad(
-            name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"
+        problems.append(
+            _bad(
+                name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"
+            )
         )
 
     queue = raw.get("queue", None)
-    if queue is None:
+    if queue is None and function is not None:
         queue = function.options["queue"]
-    if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
-        raise _bad(name, "queue", queue, "expected a queue name without whitespace")
+    if queue is not None or function is not None:
+        if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
+            problems.append(_bad(name, "queue", queue, "expected a queue name without whitespace"))
 
     unique = raw.get("unique", None)
     if unique not in UNIQUE_MODES:
-        raise _bad(name, "unique", unique, "expected None or 'until_executed'")
+        problems.append(_bad(name, "unique", unique, "expected None or 'until_executed'"))
+
+    if problems:
+        if len(problems) == 1:
+            raise problems[0]
+        raise ImproperlyConfigured("\n".join(str(p) for p in problems))
+    assert schedule is not None and function is not None and isinstance(zone, str)
 
     return Entry(
         name=name,
@@ -172,10 +194,9 @@ def parse_entry(name: Any, raw: Any) -> Entry:
 
 
 def import_job_modules() -> None:
-    """Import every installed app's ``jobs`` module (idempotent)."""
-    from django.utils.module_loading import autodiscover_modules
-
-    autodiscover_modules("jobs")
+    """Import every installed app's ``jobs`` and ``tasks`` modules (idempotent), as the
+    worker command does."""
+    jobs.import_job_modules()
 
 
 def load() -> list[Entry]:

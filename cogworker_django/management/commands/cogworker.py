@@ -13,9 +13,9 @@ import time
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.module_loading import autodiscover_modules
 
-from cogworker_django import checks, conf, connection, errors
+from cogworker_django import checks, conf, connection, errors, jobs
+from cogworker_django.periodic import entries
 
 log = logging.getLogger("cogworker_django")
 LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -80,7 +80,16 @@ class Command(BaseCommand):
             raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
         self._setup_logging(opts["logfile"], opts["verbosity"])
 
-        autodiscover_modules("jobs")
+        try:
+            jobs.import_job_modules()  # every installed app's jobs.py and tasks.py
+        except Exception as exc:  # noqa: BLE001 - a jobs module that can't be imported
+            raise CommandError(
+                f"A jobs module could not be imported: {errors.describe(exc)}"
+            ) from None
+        # Every bad periodic entry, each with every bad field, before anything starts.
+        bad = [m.msg for m in entries.check_messages() if m.is_serious()]
+        if bad:
+            raise CommandError("\n".join(bad))
         try:
             from cogworker_django.worker import extensions
 
@@ -93,9 +102,7 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:  # a client that would retry or wait too little
             raise CommandError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
-            raise CommandError(
-                f"Redis at {connection.describe_target()} is unreachable: {errors.describe(exc)}"
-            ) from None
+            raise CommandError(checks.redis_failure(exc)[0]) from None
         # The deployment checks that need Redis run here too (an old Redis is reported
         # by the launcher as it falls back to basic fetch).
         for message in checks.redis_messages():

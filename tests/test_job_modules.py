@@ -1,0 +1,91 @@
+"""Where workers find jobs: the jobs.py and tasks.py modules of installed apps are
+imported at worker start, and `manage.py check` warns about a @job defined in a module
+no worker imports (its payloads would go to dead as not registered)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+
+import pytest
+
+from cogworker_django import checks, jobs, keys
+
+from .api_support import make_job, push
+from .helpers import wait_until
+
+TASKS_MODULE = textwrap.dedent(
+    '''
+    from cogworker_django import connection, job, keys
+
+
+    @job
+    def mark(token):
+        connection.get_client().hset(f"{keys.prefix()}:test:runs", token, "tasks.py")
+    '''
+)
+
+
+@pytest.fixture
+def tasks_app(tmp_path):
+    """An installed app whose only job module is tasks.py (the Celery habit)."""
+    app = tmp_path / "cwtasksapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(TASKS_MODULE)
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path, "TESTPROJECT_EXTRA_APPS": "cwtasksapp"}
+
+
+def test_a_job_in_an_apps_tasks_module_runs_on_a_worker(worker, r, prefix, tasks_app):
+    push(r, make_job("cwtasksapp.tasks.mark", "from-tasks"))
+    w = worker(env=tasks_app)
+    wait_until(lambda: r.hget(f"{prefix}:test:runs", "from-tasks"), 15, message="job ran")
+    assert r.zcard(keys.dead()) == 0
+    assert w.stop() == 0
+
+
+@pytest.fixture
+def stray_module(tmp_path):
+    (tmp_path / "cw_stray_views.py").write_text(TASKS_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield importlib.import_module("cw_stray_views")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("cw_stray_views", None)
+        jobs._registry.pop("cw_stray_views.mark", None)
+
+
+def test_check_warns_about_a_job_no_worker_imports(stray_module):
+    found = [m for m in checks.check_job_modules() if m.id == "cogworker.W003"]
+    assert [m.obj for m in found] == ["cw_stray_views.mark"]
+    assert "cw_stray_views, which a worker does not import" in found[0].msg
+    assert "jobs.py or tasks.py" in found[0].hint
+
+
+def test_jobs_of_job_modules_and_what_they_import_are_fine():
+    import testapp.jobs  # noqa: F401 - registered through an installed app's jobs module
+
+    assert jobs.registered("testapp.jobs.record") is not None
+    assert checks.check_job_modules() == []
+
+
+def test_a_tasks_module_that_fails_to_import_is_logged_not_fatal(tmp_path, settings, caplog):
+    app = tmp_path / "cwbrokentasks"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text("import celery_is_not_installed_here\n")
+    (app / "jobs.py").write_text("")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        settings.INSTALLED_APPS = [*settings.INSTALLED_APPS, "cwbrokentasks"]
+        imported = jobs.import_job_modules()
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("cwbrokentasks", "cwbrokentasks.jobs", "cwbrokentasks.tasks"):
+            sys.modules.pop(name, None)
+    assert "cwbrokentasks.jobs" in imported and "cwbrokentasks.tasks" not in imported
+    assert "cwbrokentasks.tasks could not be imported" in caplog.text
