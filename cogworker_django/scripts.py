@@ -8,11 +8,16 @@ cannot run it twice. Every script file starts with a header naming its KEYS and 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
+
+# When set, called with the script's name before every run by EVALSHA: the worker's
+# fetch round-trip counter (telemetry.py). One check per call otherwise.
+observer: Callable[[str], None] | None = None
 
 
 class Script:
@@ -25,6 +30,8 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: redis.Redis, keys: list[str] = (), args: list[Any] = ()) -> Any:
+        if observer is not None:
+            observer(self.name)
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:

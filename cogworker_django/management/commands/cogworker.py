@@ -49,6 +49,19 @@ class Command(BaseCommand):
             help="seconds to wait for running jobs at TERM (default: SHUTDOWN_TIMEOUT)",
         )
         parser.add_argument("--logfile", help="also write the log to this file")
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="serve Prometheus metrics on http://ADDR:PORT/metrics (default: METRICS_PORT; "
+            "0: off)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",
+            metavar="ADDR",
+            help="the address --metrics-port listens on (default 0.0.0.0)",
+        )
 
     def handle(self, *args, **opts):
         # Taken first: periodic slots due after this are this worker's to fire.
@@ -78,6 +91,7 @@ class Command(BaseCommand):
         tag = opts["tag"] or ""
         if any(c.isspace() for c in tag):
             raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
+        metrics = self._metrics_option(opts, settings)
         self._setup_logging(opts["logfile"], opts["verbosity"])
 
         try:
@@ -118,7 +132,9 @@ class Command(BaseCommand):
             started_at=started_at,
         )
         code = (
-            run_processes(kwargs, opts["processes"]) if opts["processes"] > 1 else run_one(kwargs)
+            run_processes(kwargs, opts["processes"], metrics)
+            if opts["processes"] > 1
+            else run_one(kwargs, metrics)
         )
         logging.shutdown()
         sys.stdout.flush()
@@ -126,6 +142,22 @@ class Command(BaseCommand):
         # Threads stuck inside jobs past the shutdown timeout were handed over already;
         # don't let them hold the process (or crash in interpreter teardown).
         os._exit(code)
+
+    def _metrics_option(self, opts: dict, settings: conf.Settings) -> tuple[int, str] | None:
+        """(port, address) to serve metrics on, or None."""
+        port = settings.METRICS_PORT if opts["metrics_port"] is None else opts["metrics_port"]
+        if not port:
+            return None
+        try:
+            conf.check_metrics_port(port, key="--metrics-port")
+            from cogworker_django import telemetry
+
+            telemetry.prometheus()
+        except ImproperlyConfigured as exc:
+            raise CommandError(
+                str(exc).replace("COGWORKER['--metrics-port']", "--metrics-port")
+            ) from None
+        return port, opts["metrics_addr"]
 
     def _setup_logging(self, logfile: str | None, verbosity: int) -> None:
         if not log.handlers and not logging.getLogger().handlers:
@@ -143,23 +175,56 @@ class Command(BaseCommand):
             log.addHandler(handler)
 
 
-def run_one(kwargs: dict) -> int:
+def serving_metrics(start, metrics: tuple[int, str]):
+    """``start()``: the metrics server; a port that can't be bound is one clear line."""
+    try:
+        return start()
+    except OSError as exc:
+        port, addr = metrics
+        raise CommandError(
+            f"--metrics-port {port}: can't listen on {addr}:{port}: {exc.strerror or exc}"
+        ) from None
+
+
+def run_one(kwargs: dict, metrics: tuple[int, str] | None = None) -> int:
+    from cogworker_django import telemetry
     from cogworker_django.worker.launcher import Launcher
 
-    return Launcher(**kwargs).run()
+    exporter = None
+    if metrics:
+        port, addr = metrics
+        exporter = serving_metrics(
+            lambda: telemetry.serve_worker(port, kwargs["concurrency"], addr), metrics
+        )
+    try:
+        return Launcher(**kwargs).run()
+    finally:
+        if exporter is not None:
+            exporter.stop()
 
 
-def run_processes(kwargs: dict, count: int) -> int:
+def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = None) -> int:
     """Fork ``count`` workers and supervise them: signals are passed on, and a child that
-    dies unexpectedly is replaced (its in-progress jobs are recovered as orphans)."""
+    dies unexpectedly is replaced (its in-progress jobs are recovered as orphans). With
+    ``metrics``, this process serves every child's metrics through the one port."""
+    from cogworker_django import telemetry
+
     children: dict[int, int] = {}
     stopping = False
+    supervision = None
+    if metrics:
+        port, addr = metrics
+        supervision = serving_metrics(
+            lambda: telemetry.Supervision(port, kwargs["concurrency"], addr, count), metrics
+        )
 
     def spawn(slot: int) -> None:
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
+                if supervision is not None:
+                    supervision.child_started()
                 code = run_one(kwargs)
             finally:
                 logging.shutdown()
@@ -191,10 +256,14 @@ def run_processes(kwargs: dict, count: int) -> int:
         except InterruptedError:
             continue
         slot = children.pop(pid, None)
+        if supervision is not None:
+            supervision.child_exited(pid)
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code > 0 else 0)
         if slot is not None and not stopping:
             log.error("worker process %d exited with %s; starting a replacement", pid, code)
             time.sleep(1.0)
             spawn(slot)
+    if supervision is not None:
+        supervision.stop()
     return worst
