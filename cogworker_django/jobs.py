@@ -40,15 +40,22 @@ def current_job() -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def running(job: dict[str, Any]) -> Iterator[None]:
+def running(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Iterator[None]:
     """``job`` is this thread's current job for the block (a worker's whole run: the
-    server middleware too, not only the job function)."""
-    previous = getattr(_current, "job", None)
-    _current.job = job
+    server middleware too, not only the job function), and ``runner`` what
+    :func:`resolve` made of it (resolved once per run; see :func:`current_runner`)."""
+    previous = getattr(_current, "job", None), getattr(_current, "runner", None)
+    _current.job, _current.runner = job, runner
     try:
         yield
     finally:
-        _current.job = previous
+        _current.job, _current.runner = previous
+
+
+def current_runner() -> Callable[[], Any] | None:
+    """Inside a run: what :func:`resolve` made of the current job (a task's runner carries
+    its ``task``), so nothing resolves the same payload twice."""
+    return getattr(_current, "runner", None)
 
 
 def registered(path: str) -> JobFunction | None:
@@ -292,8 +299,6 @@ class JobFunction(_Enqueuer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
-        # Modules being imported when it was registered (innermost first; see job()).
-        self.imported_by: tuple[str, ...] = ()
     def __repr__(self) -> str:
         return f"<job {self.path}>"
 
@@ -323,14 +328,6 @@ class JobFunction(_Enqueuer):
         recording.clear(self.path)
 
 
-def job(func: Callable | None = None, /, **options: Any) -> Any:
-    """Register ``func`` as a job: ``@job`` or ``@job(queue=..., retry=..., unique=...)``."""
-
-    def register(f: Callable) -> JobFunction:
-        if isinstance(f, JobFunction):
-            raise TypeError(f"{f.path} is already a job")
-        if not callable(f):
-            raise TypeError(f"@job needs a function, got {f!r}")
 # The modules of every installed app a worker imports at start, so that the jobs they
 # define can run: ``jobs`` (this package's convention) and ``tasks`` (Celery's and
 # django.tasks'). A job defined elsewhere runs only if one of these (or Django's own
@@ -394,15 +391,23 @@ def _importers(depth: int) -> tuple[str, ...]:
     return tuple(found)
 
 
+def job(func: Callable | None = None, /, **options: Any) -> Any:
+    """Register ``func`` as a job: ``@job`` or ``@job(queue=..., retry=..., unique=...)``."""
+
+    def register(f: Callable) -> JobFunction:
+        if isinstance(f, JobFunction):
+            raise TypeError(f"{f.path} is already a job")
+        if not callable(f):
+            raise TypeError(f"@job needs a function, got {f!r}")
         path = f"{f.__module__}.{f.__qualname__}"
         if "<locals>" in path:
             raise TypeError(f"@job functions must be importable module-level functions, not {path}")
         _check_options(f"@job on {path}", options)
         fn = JobFunction(f, options)
+        # For the check that warns about a job no worker would import (checks.py).
+        fn.imported_by = _importers(1)
         with _registry_lock:
             _registry[path] = fn
         return fn
 
     return register(func) if func is not None else register
-        # For the check that warns about a job no worker would import (checks.py).
-        fn.imported_by = _importers(1)
