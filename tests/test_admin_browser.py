@@ -213,7 +213,7 @@ def test_admin_in_a_real_browser(
                 row.locator("input.action-select").check()
                 page.select_option("#cw-action", "retry")
                 page.click("#cw-run-action")
-                expect(page.locator("ul.messagelist")).to_contain_text("1 job sent to their queues")
+                expect(page.locator("ul.messagelist")).to_contain_text("1 job sent to its queue")
                 expect(page.locator(f'tr[data-jid="{retry_jid}"]')).to_have_count(0)
                 assert DeadSet().find(retry_jid) is None
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cogworker_django import keys
+from cogworker_django.api import DeadSet
 
 from .admin_support import (  # noqa: F401 - autouse fixture
     fast_passwords_fixture,
@@ -54,3 +55,109 @@ def test_processes_page_lists_jobs_awaiting_recovery(admin_client, configure, r)
 def test_processes_page_says_when_nothing_awaits_recovery(admin_client):
     html = admin_client.get(url("process")).content.decode()
     assert 'id="cw-no-orphans"' in html
+
+
+# Big payloads -----------------------------------------------------------------------------
+
+
+def test_a_big_payload_is_cut_on_every_page_and_downloadable_whole(admin_client, configure, r):
+    configure(MAX_PAYLOAD_BYTES=10_000_000)  # written by a producer with a higher limit
+    big = "x" * 3_000_000 + XSS
+    job = make_job("shop.jobs.import_rows", big, error_class="ValueError", error_message="bad")
+    job["traceback"] = (
+        'Traceback (most recent call last):\n  File "/srv/shop/jobs.py", line 1, in f\nValueError: bad\n'
+    )
+    raw = add_to(r, "dead", job)
+    push(r, make_job("shop.jobs.import_rows", big, queue="bulk"))
+    started = time.monotonic()
+    listing = admin_client.get(url("deadjob")).content.decode()
+    assert len(listing) < 100_000
+    key = DeadSet().page()[0].key
+    detail = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
+    queue_page = admin_client.get(url("queue", "jobs"), {"name": "bulk"}).content.decode()
+    assert time.monotonic() - started < 5
+    assert len(detail) < 100_000 and len(queue_page) < 100_000
+    assert 'id="cw-args-cut"' in detail and "Download the raw JSON" in detail
+    assert detail.count("Traceback (most recent call last)") == 1  # not repeated in Payload
+    assert "&quot;traceback&quot;: &quot;(shown above)&quot;" in detail
+    assert XSS not in detail
+    download = admin_client.get(url("deadjob", "job_raw"), {"key": key})
+    assert download.status_code == 200
+    assert download["Content-Type"].startswith("application/json")
+    assert download["Content-Disposition"].startswith("attachment;")
+    assert download.content == raw.encode()
+
+
+def test_the_raw_download_needs_the_view_permission(staff_client, r):
+    add_to(r, "dead", make_job())
+    key = DeadSet().page()[0].key
+    assert (
+        staff_client("view_retryjob").get(url("deadjob", "job_raw"), {"key": key}).status_code
+        == 403
+    )
+    allowed = staff_client("view_deadjob").get(url("deadjob", "job_raw"), {"key": key})
+    assert allowed.status_code == 200
+    assert (
+        staff_client("view_deadjob").get(url("deadjob", "job_raw"), {"key": "1|x"}).status_code
+        == 404
+    )
+
+
+def test_a_stored_traceback_shows_the_jobs_frames_first(admin_client, r):
+    job = make_job("shop.jobs.charge", error_class="KeyError", error_message="'sku'")
+    job["traceback"] = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.12/site-packages/cogworker_django/worker/processor.py", line 9, in run\n'
+        "    perform(job)\n"
+        '  File "/venv/lib/python3.12/site-packages/cogworker_django/jobs.py", line 3, in perform\n'
+        "    fn()\n"
+        '  File "/srv/shop/jobs.py", line 12, in charge\n'
+        "    stock['sku']\n"
+        "KeyError: 'sku'\n"
+    )
+    add_to(r, "dead", job)
+    key = DeadSet().page()[0].key
+    html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
+    shown = html.split('id="cw-traceback">')[1].split("</pre>")[0]
+    lines = shown.splitlines()
+    assert lines[1] == "  [2 frames of cogworker_django left out]"
+    assert "/srv/shop/jobs.py" in lines[2]
+
+
+# Wording ----------------------------------------------------------------------------------
+
+
+def test_failures_say_what_retry_allows(admin_client, r):
+    add_to(r, "dead", make_job(retry=2, retry_count=3, error_class="E", error_message="x"))
+    key = DeadSet().page()[0].key
+    html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
+    assert "Failed 3 times; retry=2 allows 2 retries after the first run" in html
+    assert " of 2<" not in html
+
+
+def test_one_job_in_a_queue_is_one_job(admin_client, r):
+    push(r, make_job(queue="solo"))
+    html = admin_client.get(url("queue", "jobs"), {"name": "solo"}).content.decode()
+    assert '<span class="cw-count">1 job</span>' in html and "1 queue" not in html
+
+
+def test_retry_messages_agree_with_the_count(admin_client, r):
+    add_to(r, "dead", make_job())
+    one = admin_client.post(
+        url("deadjob", "action"), {"action": "retry", "key": DeadSet().page()[0].key}, follow=True
+    )
+    assert "1 job sent to its queue." in messages_of(one)
+    add_to(r, "dead", make_job())
+    add_to(r, "dead", make_job())
+    keys_ = [rec.key for rec in DeadSet().page()]
+    two = admin_client.post(
+        url("deadjob", "action"), {"action": "retry", "key": keys_}, follow=True
+    )
+    assert "2 jobs sent to their queues." in messages_of(two)
+
+
+def test_retry_now_is_not_offered_for_an_undecodable_entry(admin_client, r):
+    r.zadd(keys.dead(), {b"\xff not a payload": time.time()})
+    key = DeadSet().page()[0].key
+    html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
+    assert 'data-action="delete"' in html and 'data-action="retry"' not in html

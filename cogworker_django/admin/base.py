@@ -20,7 +20,7 @@ from django.urls import path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from .. import connection, errors
+from .. import checks, connection, errors
 
 TEMPLATES = "cogworker_django/admin/"
 
@@ -121,7 +121,8 @@ class PageAdmin(admin.ModelAdmin):
             response = self.render(
                 request,
                 "redis_error.html",
-                error=errors.describe(exc),
+                error=errors.describe(exc).rstrip("."),
+                refused=checks.refused_credentials(exc),
                 outage=errors.is_unavailable(exc),
             )
             response.status_code = 503

@@ -4,11 +4,15 @@ for dead, confirmed)."""
 
 from __future__ import annotations
 
+import re
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path
 
 from ..api import DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
+from ..api.records import SHOWN_CHARS
 from .base import Action, PageAdmin, plural
 from .pagination import PER_PAGE, Pager, with_params
 
@@ -24,7 +28,10 @@ class JobSetAdmin(PageAdmin):
     bulk_actions: tuple[str, ...] = ()
 
     def extra_urls(self, wrap):
-        return [path("job/", wrap(self.detail_view), name=self.url_name("job"))]
+        return [
+            path("job/", wrap(self.detail_view), name=self.url_name("job")),
+            path("job/raw/", wrap(self.raw_view), name=self.url_name("job_raw")),
+        ]
 
     def page(self, request: HttpRequest) -> HttpResponse:
         jobs = self.job_set()
@@ -68,13 +75,20 @@ class JobSetAdmin(PageAdmin):
             out.append(("delete", "Delete"))
         return out
 
+    def _record(self, request: HttpRequest):
+        record = self.job_set().get(request.GET.get("key", ""))
+        if record is None:
+            raise Http404("This job is no longer here (retried, deleted or moved).")
+        return record
+
     def detail_view(self, request: HttpRequest) -> HttpResponse:
         self.require(request, "view")
 
         def render() -> HttpResponse:
-            record = self.job_set().get(request.GET.get("key", ""))
-            if record is None:
-                raise Http404("This job is no longer here (retried, deleted or moved).")
+            record = self._record(request)
+            actions = self.row_actions(request)
+            if not record.can_requeue:  # undecodable, or no queue: it can't go to one
+                actions = [(value, label) for value, label in actions if value != "retry"]
             return self.render(
                 request,
                 "job_detail.html",
@@ -82,10 +96,28 @@ class JobSetAdmin(PageAdmin):
                 record=record,
                 score_label=self.score_label,
                 retry_label=self.retry_label,
-                row_actions=self.row_actions(request),
+                row_actions=actions,
+                raw_url=self.reverse("job_raw") + "?" + urlencode({"key": record.key}),
+                shown_chars=f"{SHOWN_CHARS:,}",
             )
 
         return self.guarded(request, render)
+
+    def raw_view(self, request: HttpRequest) -> HttpResponse:
+        """The payload exactly as stored, as a download (never rendered as a page)."""
+        self.require(request, "view")
+
+        def download() -> HttpResponse:
+            record = self._record(request)
+            response = HttpResponse(record.raw, content_type="application/json; charset=utf-8")
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", record.jid)[:64] or "job"
+            response["Content-Disposition"] = (
+                f'attachment; filename="{self.job_set.name}-{name}.json"'
+            )
+            response["X-Content-Type-Options"] = "nosniff"
+            return response
+
+        return self.guarded(request, download)
 
     # Actions ----------------------------------------------------------------------------
 
@@ -108,7 +140,7 @@ class JobSetAdmin(PageAdmin):
                 invalid += 1
             else:
                 gone += 1
-        parts = [f"{plural(done, 'job')} {verb}."]
+        parts = [f"{plural(done, 'job')} {_agree(verb, done)}."]
         if gone:
             parts.append(f"{plural(gone, 'job')} had already gone.")
         if invalid:
@@ -120,10 +152,15 @@ class JobSetAdmin(PageAdmin):
         return level, " ".join(parts)
 
     def do_retry(self, request: HttpRequest):
-        return self._apply(request, "retry", "sent to their queues")
+        return self._apply(request, "retry", "sent to its queue")
 
     def do_delete(self, request: HttpRequest):
         return self._apply(request, "delete", "deleted")
+
+
+def _agree(verb: str, n: int) -> str:
+    """ "sent to its queue" for one job, "sent to their queues" for several."""
+    return verb if n == 1 else verb.replace("its queue", "their queues")
 
 
 class ScheduledAdmin(JobSetAdmin):
@@ -159,7 +196,7 @@ class DeadAdmin(JobSetAdmin):
 
     def do_retry_all(self, request: HttpRequest):
         result = DeadSet().retry_all()
-        text = f"{plural(result.done, 'dead job')} sent to their queues."
+        text = f"{plural(result.done, 'dead job')} {_agree('sent to its queue', result.done)}."
         if result.invalid:
             text += f" {plural(result.invalid, 'job')} can't go to a queue and stayed."
             return messages.WARNING, text

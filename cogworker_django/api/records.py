@@ -12,13 +12,17 @@ import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import payload
 from ._util import as_datetime, text
 
-# Lists show arguments cut to this many characters; the detail page shows them whole.
+# Lists show arguments cut to this many characters.
 SHORT_ARGS = 200
+# A detail page shows this much of a job's arguments and of its payload; the rest is in
+# the raw JSON download (a 10 MB argument must not make a 20 MB page).
+SHOWN_CHARS = 20_000
 
 
 def entry_key(score: float, raw: bytes) -> str:
@@ -105,15 +109,34 @@ class JobRecord:
 
     @property
     def call_text(self) -> str:
-        """Arguments as ``a, b, key=value`` in JSON notation (escaped by the template)."""
+        """Arguments as ``a, b, key=value`` in JSON notation (escaped by the template).
+        Whole: pages show :meth:`call_text_upto` of it."""
         parts = [_json(a) for a in self.args]
         parts += [f"{k}={_json(v)}" for k, v in self.kwargs.items()]
         return ", ".join(parts)
 
+    def call_text_upto(self, limit: int) -> tuple[str, bool]:
+        """The first ``limit`` characters of :attr:`call_text` (an ellipsis ending a cut
+        one), and whether it was cut; stops encoding once past the limit."""
+        pieces: list[str] = []
+        length = 0
+        items = [(None, a) for a in self.args] + list(self.kwargs.items())
+        for i, (name, value) in enumerate(items):
+            piece = ("" if i == 0 else ", ") + ("" if name is None else f"{name}=") + _json(value)
+            pieces.append(piece)
+            length += len(piece)
+            if length > limit:
+                return "".join(pieces)[: limit - 1] + "…", True
+        return "".join(pieces), False
+
     @property
     def short_call_text(self) -> str:
-        full = self.call_text
-        return full if len(full) <= SHORT_ARGS else full[: SHORT_ARGS - 1] + "…"
+        return self.call_text_upto(SHORT_ARGS)[0]
+
+    @cached_property
+    def shown_call(self) -> tuple[str, bool]:
+        """What a detail page shows of the arguments: (text, cut)."""
+        return self.call_text_upto(SHOWN_CHARS)
 
     # Errors and counters ----------------------------------------------------------------
 
@@ -138,6 +161,12 @@ class JobRecord:
         return text(self.job.get("traceback"))
 
     @property
+    def shown_traceback(self) -> str:
+        """The traceback with the worker's frames above the job's own left out (as a
+        worker stores it now; older entries are collapsed here)."""
+        return payload.collapse_traceback(self.traceback)
+
+    @property
     def raw_payload(self) -> str:
         """The undecodable bytes an "(unparseable)" wrapper keeps."""
         return text(self.job.get("raw_payload"))
@@ -145,6 +174,40 @@ class JobRecord:
     @property
     def raw_text(self) -> str:
         return text(self.raw)
+
+    @property
+    def raw_size(self) -> int:
+        """Size of the payload as stored, in bytes."""
+        return len(self.raw)
+
+    @property
+    def shown_raw_payload(self) -> tuple[str, bool]:
+        """What a detail page shows of an undecodable payload's bytes: (text, cut)."""
+        raw = self.raw_payload
+        return (raw, False) if len(raw) <= SHOWN_CHARS else (raw[: SHOWN_CHARS - 1] + "…", True)
+
+    @property
+    def shown_payload(self) -> tuple[str, bool]:
+        """The payload's fields as indented JSON for a detail page, the traceback left out
+        (the page shows it on its own) and cut to SHOWN_CHARS: (text, cut)."""
+        fields = {k: v for k, v in self.job.items() if k not in ("traceback", "raw_payload")}
+        if "traceback" in self.job:
+            fields["traceback"] = "(shown above)"
+        # Arguments too long to show whole are shown (cut) above, not again here.
+        cut = self.shown_call[1]
+        if cut:
+            note = "(too long to show here: the arguments above are cut, the download has them)"
+            fields["args"], fields["kwargs"] = note, note
+        body = _json(fields, indent=2)
+        if len(body) > SHOWN_CHARS:
+            return body[: SHOWN_CHARS - 1] + "…", True
+        return body, cut
+
+    @property
+    def can_requeue(self) -> bool:
+        """Whether "retry now" / "enqueue now" can send it to a queue (decodable, a
+        queue named)."""
+        return not self.unparseable and bool(self.queue)
 
     @property
     def retry_count(self) -> int:
@@ -156,6 +219,20 @@ class JobRecord:
     @property
     def max_retries(self) -> int:
         return payload.max_retries(self.job.get("retry"))
+
+    @property
+    def failures_text(self) -> str:
+        """``retry_count`` counts failed runs: ``failed 3 times; retry=2 allows 2 retries
+        after the first run``."""
+        n = self.retry_count
+        times = "never failed" if n == 0 else "failed once" if n == 1 else f"failed {n} times"
+        allowed = self.max_retries
+        allows = (
+            "no retry (straight to dead)"
+            if allowed == 0
+            else f"{allowed} retr{'y' if allowed == 1 else 'ies'} after the first run"
+        )
+        return f"{times.capitalize()}; retry={self.job.get('retry')!r} allows {allows}"
 
     # Times ------------------------------------------------------------------------------
 
