@@ -21,7 +21,7 @@ from django.core.signals import setting_changed
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import conf, errors
+from . import codec, conf, errors
 
 # The timeouts (defined in conf, which validates settings against them).
 from .conf import (
@@ -200,10 +200,24 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def text(value: Any, errors: str = "replace") -> str:
-    """A Redis reply (a name, a field, a counter) as text; not for raw payloads, which
-    must round-trip byte for byte (worker/fetch.text)."""
-    return value.decode("utf-8", errors) if isinstance(value, bytes) else str(value)
+def longest_call() -> float:
+    """The longest one call can take (a fetch at shutdown, say): the client's socket
+    timeout (a reply that never comes) plus a connect, plus a second;
+    FETCH_BLOCK_SECONDS + 1 at least."""
+    pool: Any = getattr(get_client(), "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", {})
+    total = 1.0
+    for key, default in (
+        ("socket_timeout", DEFAULT_SOCKET_TIMEOUT),
+        ("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+    ):
+        value = kwargs.get(key, default) if isinstance(kwargs, dict) else default
+        total += float(value) if isinstance(value, int | float) and value > 0 else default
+    return max(total, FETCH_BLOCK_SECONDS + 1.0)
+
+
+# A Redis reply as text (codec.reply_text; raw payloads use codec.raw_text).
+text = codec.reply_text
 
 
 def mask_url(url: str) -> str:

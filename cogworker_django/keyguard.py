@@ -29,11 +29,10 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import redis
 
-from . import conf, connection, errors, keys, scripts, stats
+from . import codec, conf, connection, errors, keys, scripts, stats
 
 log = logging.getLogger("cogworker_django")
 
@@ -55,8 +54,7 @@ SIZE_COMMANDS = {
 COPY_SUFFIX = re.compile(r"^(\d+):([0-9a-f]{8})$")
 
 
-def display(value: Any) -> str:
-    return connection.text(value, "backslashreplace")
+display = codec.shown
 
 
 def _per_queue(name: str) -> dict[str, str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -126,6 +128,37 @@ def retry_deferred(component: str = "Deferred lock releases") -> None:
     """Best-effort :meth:`DeferredReleases.retry_all`, for beats, ticks and shutdown."""
     if deferred.pending():
         errors.best_effort(component, deferred.retry_all)
+
+
+def hold_through_run(
+    key: str,
+    owner: str,
+    run: Callable[[], Any],
+    *,
+    queued_ttl: float,
+    last_attempt: bool,
+    component: str,
+) -> Any:
+    """The run's side of a lock held from before the run until the job is done (an
+    ``until_executed`` unique lock, an ``until_executed`` periodic entry's running lock):
+    released when the run succeeds and when it fails for the last time; kept when it
+    fails with a retry to come (the processor extends it over the backoff:
+    :func:`extend_job_locks`); kept and extended over the delay when a middleware
+    reschedules the job (``Reschedule``: not a failure, the job is still in the system)."""
+    from .middleware import Reschedule
+
+    try:
+        result = run()
+    except Reschedule as r:
+        ttl = _seconds(r.delay, 0.0) + queued_ttl
+        errors.best_effort(component, lambda: expire(key, owner, ttl), key)
+        raise
+    except BaseException:
+        if last_attempt:
+            release(key, owner, component)
+        raise
+    release(key, owner, component)
+    return result
 
 
 def job_locks(job: dict) -> list[str]:

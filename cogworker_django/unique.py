@@ -129,25 +129,14 @@ class UniqueMiddleware:
             return self._exclusive(job, key, run)
         if mode != "until_executed":
             return run()  # an unknown mode (a hand-made payload) holds nothing
-        try:
-            result = run()
-        except Reschedule as r:
-            # Not a failure (an inner middleware put it back): the job is still in the
-            # system, so its lock stays, long enough to cover the wait.
-            ttl = r.delay + lock_ttl(job)
-            errors.best_effort(
-                "Unique lock",
-                lambda: locks.expire(key, job["jid"], ttl),
-                "extension of a rescheduled job's lock",
-            )
-            raise
-        except BaseException:
-            if is_last_attempt(job):
-                release(job)  # terminal failure: off to dead
-            # else: the processor extends the lock to cover the backoff
-            raise
-        release(job)
-        return result
+        return locks.hold_through_run(
+            key,
+            job["jid"],
+            run,
+            queued_ttl=lock_ttl(job),
+            last_attempt=is_last_attempt(job),
+            component="Unique lock",
+        )
 
     def _exclusive(self, job: dict[str, Any], key: str, run: Any) -> Any:
         try:

@@ -166,7 +166,7 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
     filing = Filing("retry", time.time() + 60, _raw("f-retried"))
     m.record.settle_later(unfiled, filing)
 
-    settlement._hand_over_reliable(m)
+    m.fetcher.hand_over(connection.get_client(), m.record)
 
     assert client.llen(key) == 0
     default = client.lrange(keys.queue("default"), 0, -1)
@@ -192,7 +192,7 @@ def test_hand_over_keeps_the_list_when_redis_is_away(redis_server, configure, pr
     server.stop()
     force = threading.Event()
     force.set()  # no retries: fail at once
-    assert settlement.hand_over(m, force) is False
+    assert settlement.hand_over(m.record, m.fetcher, force) is False
     server.start()
     # The server lost its data (no persistence): what matters is the record, intact
     # for orphan recovery, and no exception.
@@ -202,7 +202,7 @@ def test_hand_over_keeps_the_list_when_redis_is_away(redis_server, configure, pr
 def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, prefix):
     job = payload.build("testapp.jobs.record", ["never-run"], jid="unsettled1")
     job["retry_count"] = 1
-    entry = settlement.unsettled_entry(Filing("dead", time.time(), payload.encode(job)))
+    entry = Filing("dead", time.time(), payload.encode(job)).unsettled_entry()
     r.rpush(f"{prefix}:unsettled", entry, "{broken entry")
     w = worker()
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 2, 10, message="both filed in dead")

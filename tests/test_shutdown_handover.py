@@ -73,7 +73,7 @@ class StopDuringFetch(ReliableFetch):
     def fetch_many(self, conn, acks, wanted):
         works = super().fetch_many(conn, acks, wanted)
         if works and self.manager is not None:
-            self.manager.stopping = True  # before the reply reached the processor
+            self.manager.control.stopping.set()  # before the reply reached the processor
         return works
 
 
@@ -83,7 +83,7 @@ def test_a_job_fetched_after_the_stop_began_is_requeued_not_run(configure, r):
     m = fetcher.manager = Manager(IDENTITY, fetcher, 1)
     m.start()
     jid = tj.record.enqueue("late")
-    wait_until(lambda: m.stopping, 10, message="the fetch of the job")
+    wait_until(lambda: m.control.stopping.is_set(), 10, message="the fetch of the job")
     m.stop(0.2, threading.Event())
     m.processors[0].thread.join(5)
     assert runs(r) == {}

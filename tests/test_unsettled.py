@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from cogworker_django import connection, keys, payload
-from cogworker_django.worker import settlement
 from cogworker_django.worker.record import Filing
 from cogworker_django.worker.unsettled import file_unsettled
 
@@ -87,7 +86,7 @@ def test_the_hand_over_entry_format_is_what_the_filer_reads():
     filing = Filing("retry", 123.5, '{"jid": "x"}')
     from cogworker_django.worker.unsettled import read_entry
 
-    assert read_entry(settlement.unsettled_entry(filing)) == filing
+    assert read_entry(filing.unsettled_entry()) == filing
 
 
 def test_scripts_basic_fetch_runs_use_no_command_newer_than_its_servers():

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from .. import connection
+from .. import codec, connection
 
 
 def client() -> redis.Redis:
@@ -16,15 +16,12 @@ def client() -> redis.Redis:
 
 
 def text(value: Any) -> str:
-    """Display text of a Redis reply; bytes that are not UTF-8 are shown escaped."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    return "" if value is None else str(value)
+    """Display text of a Redis reply (codec.shown); None shows as ""."""
+    return "" if value is None else codec.shown(value)
 
 
-def as_bytes(value: str | bytes) -> bytes:
-    """Reply bytes (a client with decode_responses gives str)."""
-    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+# Reply bytes (a client with decode_responses gives str).
+as_bytes = codec.wire
 
 
 def epoch(value: Any) -> float | None:

@@ -31,7 +31,7 @@ from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 
-from .. import middleware, unique
+from .. import jobs, middleware, unique
 from ..errors import describe
 from ..worker import failures
 from . import resolve, results, store, worker_setup
@@ -83,7 +83,10 @@ def _set(result: TaskResult, **values: Any) -> None:
 
 
 def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
-    task, _why = resolve.for_job(job)
+    # The task the processor resolved for this run (resolved again only outside a run).
+    task = getattr(jobs.current_runner(), "task", None)
+    if task is None:
+        task, _why = resolve.for_job(job)
     if task is None:  # the processor resolved it a moment ago; nothing to record here
         return proceed()
     worker_id = worker_setup.worker_id()

@@ -16,6 +16,7 @@ to fail the same way.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,9 @@ def resolver(job: dict[str, Any]) -> Callable[[], Any] | None:
         if worker_setup.in_worker():
             lifecycle.unrunnable(job, why)
         return None
-    return lambda: run(task, job)
+    runner = functools.partial(run, task, job)
+    runner.task = task  # type: ignore[attr-defined] - read by lifecycle.run (no re-resolve)
+    return runner
 
 
 def run(task: Task, job: dict[str, Any]) -> Any:

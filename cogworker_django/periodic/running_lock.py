@@ -69,19 +69,14 @@ class RunningLockMiddleware(ServerMiddleware):
         if not self._start(key, jid):
             delay = conf.get().UNIQUE_RESCHEDULE_DELAY
             raise Reschedule(delay, f"another run of {job['periodic']} holds {key}")
-        try:
-            result = run()
-        except Reschedule as r:
-            # Back to the schedule, not a failure: keep the lock until it comes back.
-            ttl = r.delay + queued_ttl()
-            errors.best_effort(COMPONENT, lambda: locks.expire(key, jid, ttl), key)
-            raise
-        except BaseException:
-            if is_last_attempt(job):
-                locks.release(key, jid, COMPONENT)
-            raise
-        locks.release(key, jid, COMPONENT)
-        return result
+        return locks.hold_through_run(
+            key,
+            jid,
+            run,
+            queued_ttl=queued_ttl(),
+            last_attempt=is_last_attempt(job),
+            component=COMPONENT,
+        )
 
     @staticmethod
     def _start(key: str, jid: str) -> bool:

@@ -7,29 +7,44 @@ and one for each thread then waiting. A job is fetched only for a thread that is
 at that moment and handed to it at once, so no job ever waits behind a slow one; under
 load a round trip carries as many jobs as threads came free meanwhile. Jobs fetched but
 not yet taken are on the in-progress list like any other: the shutdown hand-over
-requeues them, and the heartbeat's reconcile counts them as known.
+requeues them, and the heartbeat's reconcile counts them as known (:meth:`known`).
+
+The dispatcher owns the record's side of acks: a finished job handed in stays *running*
+in the record until the fetch carrying its ack returns (then it is settled), or, if that
+fetch fails, is left *pending* for the heartbeat to ack.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .fetch import ReliableFetch, Work
-from .record import ACK
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .. import errors
+from .record import ACK, Control, Record, Work
 
 # How often a waiting thread re-checks quiet while another thread's fetch is under way.
 WAIT_SLICE = 0.25
 
 
+class BatchFetch(Protocol):
+    """What the dispatcher needs of its strategy (fetch.ReliableFetch)."""
+
+    def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]: ...
+
+    def ack(self, conn: Any, raw: str) -> None: ...
+
+
 class Dispatcher:
-    def __init__(self, manager: Manager, fetcher: ReliableFetch) -> None:
-        self.manager = manager
-        self.fetcher = fetcher
+    blocking = False
+
+    def __init__(
+        self, strategy: BatchFetch, record: Record, control: Control, concurrency: int
+    ) -> None:
+        self.strategy = strategy
+        self.record = record
+        self.control = control
+        self.concurrency = concurrency
         self._cond = threading.Condition()
         self._acks: list[Work] = []
         self._ready: deque[Work] = deque()
@@ -46,11 +61,11 @@ class Dispatcher:
             if done is not None:
                 self._acks.append(done)
             seen = self._dry_fetches
-            if self.manager.stopping:
+            if self.control.stopping.is_set():
                 # Jobs fetched but not taken stay listed: the hand-over requeues them.
                 return None
             while not self._ready:
-                if self.manager.quieted:
+                if self.control.quiet.is_set():
                     return None
                 # The queues ran dry while this thread waited: idle, unless acks are
                 # still waiting (they go now, not after an idle pause).
@@ -67,19 +82,18 @@ class Dispatcher:
                 return self._ready.popleft()
             self._fetching = True
             acks, self._acks = self._acks, []
-            wanted = min(1 + self._waiting, self.manager.concurrency)
+            wanted = min(1 + self._waiting, self.concurrency)
         return self._fetch(conn, acks, wanted)
 
     def _fetch(self, conn: Any, acks: list[Work], wanted: int) -> Work | None:
-        record = self.manager.record
         try:
-            works = self.fetcher.fetch_many(conn, [a.raw for a in acks], wanted)
+            works = self.strategy.fetch_many(conn, [a.raw for a in acks], wanted)
         except BaseException:
             with self._cond:
                 self._fetching = False  # a waiter fetches next (and meets the outage itself)
                 self._cond.notify_all()
             for work in acks:
-                record.finished(work)  # its ack stays pending: the heartbeat's to retry
+                self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
             raise
         with self._cond:
             self._fetching = False
@@ -88,20 +102,34 @@ class Dispatcher:
             self._ready.extend(works[1:])
             self._cond.notify_all()
         for work in acks:
-            record.settled(work.raw, ACK)
-            record.finished(work)
+            self.record.settled(work.raw, ACK)
+            self.record.finished(work)
         return works[0] if works else None
 
-    def give_back(self, work: Work) -> None:
+    def release(self, conn: Any, done: Work) -> None:
+        """A thread leaving its loop with a finished job: ack it alone now (if that fails
+        it stays pending for the heartbeat or the hand-over)."""
+        try:
+            self.strategy.ack(conn, done.raw)
+        except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
+            errors.report("Ack", exc)
+        else:
+            self.record.settled(done.raw, ACK)
+        self.record.finished(done)
+
+    def give_back(self, work: Work) -> bool:
         """A job fetched while the process stops: not run, kept listed (and known) for the
         hand-over to requeue."""
         with self._cond:
             self._ready.appendleft(work)
+        return True
 
-    def ready_raws(self) -> set[str]:
+    def known(self) -> set[str]:
         """Jobs fetched and not yet taken by a thread (known to this process)."""
         with self._cond:
             return {w.raw for w in self._ready}
+
+    ready_raws = known
 
     def flush(self, conn: Any) -> None:
         """At shutdown: send the acks still waiting for a fetch (raises on failure; the
@@ -111,9 +139,9 @@ class Dispatcher:
         if not acks:
             return
         try:
-            self.fetcher.fetch_many(conn, [a.raw for a in acks], 0)
+            self.strategy.fetch_many(conn, [a.raw for a in acks], 0)
         finally:
             for work in acks:
-                self.manager.record.finished(work)
+                self.record.finished(work)
         for work in acks:
-            self.manager.record.settled(work.raw, ACK)
+            self.record.settled(work.raw, ACK)

@@ -21,7 +21,9 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import conf, errors, payload
+from .. import conf, errors, middleware, payload
+from ..codec import wire
+from .record import Filing, Work
 
 log = logging.getLogger("cogworker_django")
 
@@ -107,3 +109,36 @@ def to_dead(job: dict[str, Any], error_class: str, message: str) -> tuple[str, f
     """File ``job`` straight in dead with this error (unregistered, poison, unparseable)."""
     record_error(job, error_class, message)
     return "dead", time.time()
+
+
+def reschedule_delay(r: middleware.Reschedule) -> float:
+    """A middleware's Reschedule delay, or UNIQUE_RESCHEDULE_DELAY when it is not a finite
+    number >= 0 (a NaN score can't be filed; an infinite one would never come due)."""
+    try:
+        delay = float(r.delay)
+    except (TypeError, ValueError, OverflowError):
+        delay = math.nan
+    if math.isfinite(delay) and delay >= 0:
+        return delay
+    log.error("Reschedule(delay=%r) is not a usable delay: rescheduled with the default", r.delay)
+    return conf.get().UNIQUE_RESCHEDULE_DELAY
+
+
+def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Filing:
+    """The filing of a failed job; never raises. A job a middleware left holding values
+    JSON can't take is filed in dead with its payload as it was fetched."""
+    try:
+        return Filing(target, score, payload.encode(job))
+    except Exception as exc:  # noqa: BLE001 - the failure path never kills the thread
+        log.error(
+            "%s (jid %s) can't be encoded after its run (%s): filed in dead as fetched",
+            job.get("func"),
+            job.get("jid"),
+            errors.describe(exc),
+        )
+        wrapper = payload.unparseable(
+            wire(work.raw), work.queue, "UnencodableAfterRun", errors.describe(exc)
+        )
+        if isinstance(job.get("jid"), str):
+            wrapper["jid"] = job["jid"]
+        return Filing("dead", time.time(), payload.encode(wrapper))

@@ -1,39 +1,46 @@
-"""The two fetch modes: how a processor thread takes its next job.
+"""The fetch strategies: everything that differs by fetch mode, behind one interface.
 
 ``ReliableFetch`` (default) moves a job atomically into this process's in-progress list,
-so a process that dies mid-job leaves it there for orphan recovery; acking the finished
-job and fetching the next are one round trip. ``BasicFetch`` is one blocking BRPOP: a
-job taken by a process that dies is lost (Redis < 6.2, or ``FETCH="basic"``).
+so a process that dies mid-job leaves it there for orphan recovery; acking finished jobs
+and fetching the next ones are one round trip, shared by the process's threads
+(dispatch.py). ``BasicFetch`` is one blocking BRPOP per thread: a job taken by a process
+that dies is lost (Redis < 6.2, or ``FETCH="basic"``).
 
-The mode is chosen by configuration (:func:`for_mode`). Both classes have ``fetch``,
-``ack`` and ``settle_key``, but they are not interchangeable behind those: what else
-differs by mode (the dispatcher that shares reliable fetch among threads, the shutdown
-hand-over, the heartbeat's in-progress registry and reconcile) checks which class is in
-use.
+Each strategy owns, for its mode:
+
+- taking jobs: :meth:`source` builds what the processor threads ask for their next job
+  (handing in the one they finished);
+- settling: :meth:`ack` a success, :meth:`file` a failure (retry, dead, schedule) and ack
+  it in one script;
+- the shutdown hand-over: :meth:`hand_over`, one attempt (settlement.py retries it);
+- the heartbeat: :meth:`beat` adds this mode's registry writes to the beat's pipeline,
+  :meth:`after_beat` reconciles, :meth:`forget` cleans up at exit.
+
+No caller branches on the mode: the launcher picks the strategy (:func:`for_mode`).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
-from dataclasses import dataclass
+from collections import Counter
 from typing import Any
 
 import redis
 
-from .. import connection, keys, scripts
+from .. import conf, connection, keys, payload, priority, scripts
+from ..codec import raw_text, wire
 from ..conf import QueueSpec
+from .record import ACK, Filing, Record, Work
+
+log = logging.getLogger("cogworker_django")
 
 # How long a paused-set read stays fresh in basic mode (reliable fetch checks per call).
 PAUSED_REFRESH = 2.0
 
-
-@dataclass(frozen=True)
-class Work:
-    """One fetched job: its queue and its raw payload exactly as it sits in Redis."""
-
-    queue: str
-    raw: str
+# Raw payloads as text and back (codec.py); kept under these names for callers.
+text = raw_text
 
 
 def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
@@ -48,28 +55,89 @@ def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
     ]
 
 
-def text(value: Any) -> str:
-    """A raw payload (or name) read from Redis as text. Bytes that are not UTF-8 are kept
-    as surrogates, so :func:`wire` gives back exactly what Redis holds."""
-    return value.decode("utf-8", errors="surrogateescape") if isinstance(value, bytes) else value
+def queue_of(raw: str, fallback: str) -> str:
+    """The queue a raw payload goes back to. An unparseable payload has no queue of its
+    own: it goes to ``fallback`` (the first configured queue), where a processor files
+    it in dead with its raw bytes."""
+    queue = payload.decode(wire(raw)).get("queue")
+    return queue if isinstance(queue, str) and queue else fallback
 
 
-def wire(raw: str) -> bytes:
-    """The exact bytes of a raw payload read with :func:`text`: what to send back to
-    Redis to ack, file or requeue it (a plain str with surrogates can't be sent)."""
-    return raw.encode("utf-8", errors="surrogateescape")
+class FetchStrategy:
+    """What both modes share; see the module docstring for the interface."""
 
-
-class ReliableFetch:
-    name = "reliable"
+    name = ""
     blocking = False
+    settle_key = ""  # the in-progress list a settle script acks from ("" for none)
+    left_behind = ""  # what a hand-over that never went through leaves (for the log)
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
         self.identity = identity
         self.queues = queues
-        self.inprogress = keys.inprogress(identity)
+
+    def source(self, record: Record, control: Any, concurrency: int) -> Any:
+        raise NotImplementedError
+
+    def ack(self, conn: redis.Redis, raw: str) -> None:
+        raise NotImplementedError
+
+    def file(self, conn: redis.Redis, raw: str, filing: Filing) -> None:
+        """File a finished job in retry, dead or the schedule and ack it, in one script
+        (lua/settle.lua). Filed even when the job is no longer listed: a Redis that lost
+        its data (a restart without persistence) lost the list too, and this filing is
+        then the job's only trace."""
+        target = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}
+        min_score, keep = conf.dead_trim()
+        scripts.run(
+            "settle",
+            conn,
+            [self.settle_key, target[filing.target]],
+            [
+                wire(raw),
+                repr(filing.score),
+                filing.payload,
+                filing.target if filing.target == "dead" else "",
+                repr(min_score),
+                keep,
+            ],
+        )
+
+    def hand_over(self, conn: redis.Redis, record: Record) -> None:
+        raise NotImplementedError
+
+    def beat(self, pipe: Any) -> list[str]:
+        """Queue this mode's registry writes on the beat's pipeline; their names."""
+        return []
+
+    def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
+        """After a successful beat (best-effort)."""
+
+    def forget(self, conn: redis.Redis) -> None:
+        """At exit, once presence is removed."""
+
+
+class ReliableFetch(FetchStrategy):
+    name = "reliable"
+    blocking = False
+    left_behind = (
+        "this process's in-progress jobs stay listed and are recovered after ORPHAN_THRESHOLD"
+    )
+
+    def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
+        super().__init__(identity, queues)
+        self.inprogress = self.settle_key = keys.inprogress(identity)
         self.paused = keys.paused()
         self._script = scripts.get("fetch")
+        # Listed but unknown at the last beat: requeued if still so at the next (a fetch
+        # in flight is never taken for a lost reply).
+        self._unknown_last_beat: set[str] = set()
+
+    def source(self, record: Record, control: Any, concurrency: int) -> Any:
+        from .dispatch import Dispatcher
+
+        return Dispatcher(self, record, control, concurrency)
+
+    # Taking and settling -----------------------------------------------------------------
 
     def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
         """Ack ``ack`` (if any) and take the next job, in one round trip."""
@@ -97,20 +165,102 @@ class ReliableFetch:
     def ack(self, conn: redis.Redis, raw: str) -> None:
         conn.lrem(self.inprogress, 1, wire(raw))
 
-    def settle_key(self) -> str:
-        return self.inprogress
+    # Shutdown ----------------------------------------------------------------------------
+
+    def hand_over(self, conn: redis.Redis, record: Record) -> None:
+        """Settle this process's list in one atomic script (lua/handover.lua): pending
+        acks dropped, finished-but-unfiled jobs to ``P:unsettled``, everything else on
+        the list (unfinished jobs, a lost fetch reply) back on its queue. Raises if it
+        could not run (nothing changed then)."""
+        pending = record.pending()
+        acks = [raw for raw, how in pending.items() if how == ACK]
+        filings = {raw: how for raw, how in pending.items() if how != ACK}
+        listed = Counter(text(r) for r in conn.lrange(self.inprogress, 0, -1))
+        # Every copy on the list is requeued, except one per pending settlement (two
+        # identical payloads are two jobs).
+        for raw in pending:
+            if listed[raw] > 0:
+                listed[raw] -= 1
+        requeue = list(listed.elements())
+        fallback = self.queues[0].name
+        queue_keys = [priority.return_key(queue_of(r, fallback)) for r in requeue]
+        args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
+        for raw, filing in filings.items():
+            assert isinstance(filing, Filing)
+            args += [wire(raw), filing.unsettled_entry()]
+        args += map(wire, requeue)
+        _acked, handed, requeued = scripts.run(
+            "handover", conn, [self.inprogress, keys.unsettled(), *queue_keys], args
+        )
+        for raw, how in pending.items():
+            record.settled(raw, how)
+        if requeued:
+            log.warning("requeued %d job(s) unfinished at shutdown", requeued)
+        if handed:
+            log.warning(
+                "handed %d finished job(s) that could not be filed to %s",
+                handed,
+                keys.unsettled(),
+            )
+
+    # The heartbeat -----------------------------------------------------------------------
+
+    def beat(self, pipe: Any) -> list[str]:
+        pipe.sadd(keys.inprogress_ids(), self.identity)
+        scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [self.identity])
+        return ["in-progress registry", "last-beat stamp"]
+
+    def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
+        """Requeue jobs on this process's list that it does not know it has (a fetch whose
+        reply was lost): only those seen unknown on two beats in a row, so a fetch in
+        flight is never taken for one."""
+        from .requeue import requeue_from_list
+
+        listed = {text(r) for r in conn.lrange(self.inprogress, 0, -1)}
+        known = record.running_raws() | set(record.pending()) | source.known()
+        unknown = listed - known
+        confirmed = unknown & self._unknown_last_beat
+        self._unknown_last_beat = unknown - confirmed
+        if not confirmed:
+            return
+        n = requeue_from_list(
+            conn,
+            self.identity,
+            confirmed,
+            count_orphaning=False,
+            fallback_queue=self.queues[0].name,
+        )
+        if n:
+            log.warning(
+                "requeued %d job(s) this process had taken without knowing it (a lost fetch reply)",
+                n,
+            )
+
+    def forget(self, conn: redis.Redis) -> None:
+        if conn.llen(self.inprogress) == 0:
+            # Nothing left for recovery to find: forget this identity.
+            pipe = conn.pipeline(transaction=False)
+            pipe.srem(keys.inprogress_ids(), self.identity)
+            pipe.hdel(keys.last_beat(), self.identity)
+            pipe.delete(self.inprogress)
+            pipe.execute(raise_on_error=False)
 
 
-class BasicFetch:
+class BasicFetch(FetchStrategy):
     name = "basic"
     blocking = True
+    left_behind = "with basic fetch, the unfinished jobs not requeued are lost"
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
-        self.identity = identity
-        self.queues = queues
+        super().__init__(identity, queues)
         self._paused: set[str] = set()
         self._paused_at = 0.0
         self._take = scripts.get("basic_fetch")
+        # Jobs the hand-over pushed already, across its retries (each pushed once).
+        self._handed: set[int] = set()
+
+    def source(self, record: Record, control: Any, concurrency: int) -> Any:
+        return BasicSource(self, record)
 
     def _active(self, conn: redis.Redis) -> list[str]:
         now = time.monotonic()
@@ -142,9 +292,69 @@ class BasicFetch:
     def ack(self, conn: redis.Redis, raw: str) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""
 
-    def settle_key(self) -> str:
-        return ""
+    def hand_over(self, conn: redis.Redis, record: Record) -> None:
+        """No in-progress list: requeue from the record. Each job is pushed once (across
+        retries); raises if any could not be pushed, so the caller retries the rest."""
+        pending = record.pending()
+        moved = 0
+        failure: Exception | None = None
+        items: list[tuple[int, str, bytes]] = []
+        for work in record.running():
+            if work.raw not in pending:
+                items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
+        for raw, how in pending.items():
+            if isinstance(how, Filing):
+                entry = how.unsettled_entry().encode()
+                items.append((hash((raw, how)), keys.unsettled(), entry))
+        for ident, key, value in items:
+            if ident in self._handed:
+                continue
+            try:
+                conn.rpush(key, value)
+            except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
+                failure = exc
+                continue
+            self._handed.add(ident)
+            if key != keys.unsettled():
+                moved += 1
+        if moved:
+            log.warning("requeued %d job(s) unfinished at shutdown", moved)
+        if failure is not None:
+            raise failure
 
 
-def for_mode(mode: str, identity: str, queues: tuple[QueueSpec, ...]):
+class BasicSource:
+    """Basic fetch's job source: each thread fetches for itself (BRPOP), and a finished
+    job needs no ack (BRPOP removed it from Redis)."""
+
+    blocking = True
+
+    def __init__(self, strategy: BasicFetch, record: Record) -> None:
+        self.strategy = strategy
+        self.record = record
+
+    def next(self, conn: redis.Redis, done: Work | None) -> Work | None:
+        if done is not None:
+            self.release(conn, done)
+        return self.strategy.fetch(conn)
+
+    def release(self, conn: redis.Redis, done: Work) -> None:
+        self.record.settled(done.raw, ACK)
+        self.record.finished(done)
+
+    def give_back(self, work: Work) -> bool:
+        """A job fetched as the process stops: it exists only here, so it runs."""
+        return False
+
+    def known(self) -> set[str]:
+        return set()
+
+    def flush(self, conn: redis.Redis) -> None:
+        """Nothing waits for an ack."""
+
+
+def for_mode(mode: str, identity: str, queues: tuple[QueueSpec, ...]) -> FetchStrategy:
     return (ReliableFetch if mode == "reliable" else BasicFetch)(identity, queues)
+
+
+__all__ = ["BasicFetch", "FetchStrategy", "ReliableFetch", "Work", "for_mode", "text", "wire"]

@@ -8,8 +8,11 @@ Duties, each beat:
   ``P:live_queues``, the work snapshot, and for reliable fetch ``P:inprogress_ids`` and
   ``P:last_beat`` (Redis ``TIME``; the local clock where ``TIME`` is refused);
 - then, each best-effort: the stats flush, pending settlements, deferred lock releases,
-  the registered beat hooks (lock refreshes), replacing dead processor threads, and
-  reconciling the in-progress list with the record.
+  the registered beat hooks (lock refreshes), and the fetch strategy's own step after a
+  beat (reliable fetch reconciles its in-progress list with the record).
+
+What differs by fetch mode (the registries written, the reconcile, the clean-up at exit)
+is the fetch strategy's (fetch.py): nothing here branches on the mode.
 The first beat runs synchronously, before any fetch: a process must be visibly alive
 before its in-progress list can hold anything.
 
@@ -31,14 +34,32 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .. import __version__, conf, connection, errors, keys, locks, scripts, stats
-from .fetch import ReliableFetch, text
+from .. import __version__, conf, connection, errors, keys, locks, stats
+from .fetch import FetchStrategy
+from .record import Record
 from .settlement import settle_pending
 
-if TYPE_CHECKING:
-    from .manager import Manager
+
+class Pool(Protocol):
+    """What the heartbeat reads of the process's processor pool (manager.py)."""
+
+    identity: str
+    concurrency: int
+    fetcher: FetchStrategy
+    record: Record
+    source: Any
+
+    @property
+    def quieted(self) -> bool: ...
+
+    def quiet(self) -> None: ...
+
+    def busy_count(self) -> int: ...
+
+    def work_snapshot(self) -> dict[str, str]: ...
+
 
 log = logging.getLogger("cogworker_django")
 
@@ -132,22 +153,18 @@ def _rss_kb() -> int | None:
 
 
 class Heartbeat:
-    def __init__(
-        self, manager: Manager, *, tag: str = "", on_stop_signal: Callable[[], None]
-    ) -> None:
+    def __init__(self, manager: Pool, *, tag: str = "", on_stop_signal: Callable[[], None]) -> None:
         self.manager = manager
         self.identity = manager.identity
         self.tag = tag
         self.interval = conf.get().HEARTBEAT_INTERVAL
         self.started_at = time.time()
-        self.reliable = isinstance(manager.fetcher, ReliableFetch)
         self._on_stop_signal = on_stop_signal
         self._stopping = threading.Event()
         self._beat_failed = False
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
-        self._unknown_last_beat: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._subscriber: Any = None
 
@@ -174,13 +191,7 @@ class Heartbeat:
             pipe.delete(keys.process(self.identity), keys.work(self.identity))
             pipe.srem(keys.processes(), self.identity)
             pipe.execute(raise_on_error=False)
-            if self.reliable and conn.llen(keys.inprogress(self.identity)) == 0:
-                # Nothing left for recovery to find: forget this identity.
-                pipe = conn.pipeline(transaction=False)
-                pipe.srem(keys.inprogress_ids(), self.identity)
-                pipe.hdel(keys.last_beat(), self.identity)
-                pipe.delete(keys.inprogress(self.identity))
-                pipe.execute(raise_on_error=False)
+            self.manager.fetcher.forget(conn)
         except Exception as exc:  # noqa: BLE001 - presence expires by its TTL anyway
             errors.report("Heartbeat", exc, "presence not removed at exit")
 
@@ -244,11 +255,7 @@ class Heartbeat:
             pipe.hset(keys.work(ident), mapping=snapshot)
             pipe.expire(keys.work(ident), ttl)
             names += ["work snapshot", "work snapshot"]
-        if self.reliable:
-            pipe.sadd(keys.inprogress_ids(), ident)
-            names.append("in-progress registry")
-            scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [ident])
-            names.append("last-beat stamp")
+        names += self.manager.fetcher.beat(pipe)  # reliable: in-progress registry, stamp
         pipe.time()  # last: when this beat went through, for the clearance
         results = pipe.execute(raise_on_error=False)
         for r in results[:2]:
@@ -284,43 +291,16 @@ class Heartbeat:
 
     def _after_beat(self, conn: Any, recovering: bool) -> None:
         errors.best_effort("Stats flush", lambda: stats.counters.flush(conn))
-        if self.manager.record.pending():
+        pool = self.manager
+        if pool.record.pending():
             # Same component as the processors' own filing: one outage line, one recovery.
-            errors.best_effort("Settle", lambda: settle_pending(self.manager, conn))
+            errors.best_effort("Settle", lambda: settle_pending(pool.record, pool.fetcher, conn))
         for hook in list(beat_hooks):
             errors.best_effort("Lock refresh", lambda hook=hook: hook(self, conn, recovering))
         locks.retry_deferred()
-        self.manager.replace_dead()
-        if self.reliable:
-            errors.best_effort("Reconcile", lambda: self._reconcile(conn))
-
-    def _reconcile(self, conn: Any) -> None:
-        """Requeue jobs on this process's list that it does not know it has (a fetch whose
-        reply was lost): only those seen unknown on two beats in a row, so a fetch in
-        flight is never taken for one."""
-        from .recovery import requeue_from_list
-
-        listed = {text(r) for r in conn.lrange(keys.inprogress(self.identity), 0, -1)}
-        known = self.manager.record.running_raws() | set(self.manager.record.pending())
-        if self.manager.dispatcher is not None:
-            known |= self.manager.dispatcher.ready_raws()  # fetched, about to be taken
-        unknown = listed - known
-        confirmed = unknown & self._unknown_last_beat
-        self._unknown_last_beat = unknown - confirmed
-        if confirmed:
-            n = requeue_from_list(
-                conn,
-                self.identity,
-                confirmed,
-                count_orphaning=False,
-                fallback_queue=self.manager.fetcher.queues[0].name,
-            )
-            if n:
-                log.warning(
-                    "requeued %d job(s) this process had taken without knowing it "
-                    "(a lost fetch reply)",
-                    n,
-                )
+        errors.best_effort(
+            "Reconcile", lambda: pool.fetcher.after_beat(conn, pool.record, pool.source)
+        )
 
     # Signals from the admin --------------------------------------------------------------
 

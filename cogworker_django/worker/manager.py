@@ -1,81 +1,75 @@
 """The processor threads of one worker process, its record of jobs, quiet and stop.
 
 Duties:
-- start ``CONCURRENCY`` processors, and replace (and log) one whose thread died;
+- build the process's run state (record, control, work board) and the job source from
+  the fetch strategy, and hand them to ``CONCURRENCY`` processors;
+- replace (and log) a processor whose thread died, as soon as it dies;
 - quiet: processors stop fetching, running jobs go on;
 - stop: wait up to the shutdown timeout for running jobs, wait out processors still
   inside a fetch (so none takes a job after the hand-over), then hand over through the
-  fetch strategy (settlement.py): nothing unfinished is lost;
-- keep the work snapshot (what each thread runs) for the heartbeat.
+  fetch strategy (settlement.py): nothing unfinished is lost.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from typing import Any
 
 from .. import conf, connection, errors
-from .dispatch import Dispatcher
-from .fetch import BasicFetch, ReliableFetch, Work
+from .fetch import FetchStrategy
 from .processor import Processor
-from .record import Record
+from .record import Control, Record, WorkBoard
+from .settlement import hand_over
 
 log = logging.getLogger("cogworker_django")
 
 
 class Manager:
-    def __init__(
-        self, identity: str, fetcher: ReliableFetch | BasicFetch, concurrency: int
-    ) -> None:
+    def __init__(self, identity: str, fetcher: FetchStrategy, concurrency: int) -> None:
         self.identity = identity
         self.fetcher = fetcher
         self.concurrency = concurrency
         self.record = Record()
-        self.idle_max = conf.get().FETCH_IDLE_MAX_INTERVAL
-        self._quiet = threading.Event()
-        # Set once the shutdown hand-over ran: a job still running then was requeued, so
-        # its processor must not settle it too (a failure filed in retry would run twice).
+        self.control = Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+        self.board = WorkBoard()
+        self.source = fetcher.source(self.record, self.control, concurrency)
+        # Set once the shutdown hand-over ran (for callers that wait on it).
         self.handed_over = False
-        # Set when a stop begins: a job a fetch returns from then on is not run but left
-        # on the in-progress list for the hand-over to requeue.
-        self.stopping = False
-        self.basic_handed: set[int] = set()  # see settlement._hand_over_basic
-        self._work_lock = threading.Lock()
-        self._work: dict[str, dict[str, Any]] = {}
-        self.dispatcher = Dispatcher(self, fetcher) if isinstance(fetcher, ReliableFetch) else None
-        self.processors = [Processor(self, i) for i in range(concurrency)]
+        self._lock = threading.Lock()
+        self.processors = [self._processor(i) for i in range(concurrency)]
+
+    def _processor(self, index: int) -> Processor:
+        return Processor(
+            index,
+            record=self.record,
+            strategy=self.fetcher,
+            source=self.source,
+            control=self.control,
+            board=self.board,
+            on_death=self._processor_died,
+        )
 
     # State -------------------------------------------------------------------------------
 
     @property
     def quieted(self) -> bool:
-        return self._quiet.is_set()
+        return self.control.quiet.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        return self.control.stopping.is_set()
 
     def quiet(self) -> None:
-        if not self._quiet.is_set():
+        if not self.control.quiet.is_set():
             log.info("quiet: no new jobs will be fetched")
-        self._quiet.set()
-
-    def wait_quiet(self, seconds: float) -> bool:
-        return self._quiet.wait(seconds)
+        self.control.quiet.set()
 
     def busy_count(self) -> int:
         return sum(1 for p in self.processors if p.busy)
 
-    def work_started(self, thread: str, work: Work) -> None:
-        with self._work_lock:
-            self._work[thread] = {"queue": work.queue, "payload": work.raw, "run_at": time.time()}
-
-    def work_finished(self, thread: str) -> None:
-        with self._work_lock:
-            self._work.pop(thread, None)
-
     def work_snapshot(self) -> dict[str, str]:
-        with self._work_lock:
-            return {t: json.dumps(w) for t, w in self._work.items()}
+        return self.board.snapshot()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -83,21 +77,24 @@ class Manager:
         for p in self.processors:
             p.start()
 
-    def replace_dead(self) -> None:
-        """Called on every beat: a processor thread that died is replaced."""
+    def _processor_died(self, dead: Processor, exc: BaseException) -> None:
+        """Called on the dying thread: log it and start a replacement (not while quiet:
+        a thread ending then is leaving on purpose)."""
         if self.quieted:
             return
-        for i, p in enumerate(self.processors):
-            if p.thread is not None and not p.alive():
-                log.error("%s died; starting a replacement", p.name)
-                fresh = Processor(self, i)
-                self.processors[i] = fresh
-                fresh.start()
+        log.error("%s died: %s", dead.name, errors.describe(exc), exc_info=exc)
+        with self._lock:
+            if self.processors[dead.index] is not dead:
+                return
+            fresh = self._processor(dead.index)
+            self.processors[dead.index] = fresh
+        log.error("%s died; starting a replacement", dead.name)
+        fresh.start()
 
     def stop(self, timeout: float, force: threading.Event) -> None:
         """Quiet, wait up to ``timeout`` for running jobs (less if ``force`` is set), wait
         out processors inside a fetch, then hand over everything unfinished."""
-        self.stopping = True
+        self.control.stopping.set()
         self.quiet()
         deadline = time.monotonic() + timeout
         for p in self.processors:
@@ -105,13 +102,14 @@ class Manager:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
+                assert p.thread is not None
                 p.thread.join(min(remaining, 0.1))
         # A processor not running a job is at most one fetch away from noticing quiet;
         # until it does it could still take a job, and one taken after the hand-over
         # would stay listed until orphan recovery (gaining an orphaning at every deploy).
         # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
-        self._join_fetchers(longest_fetch())
+        self._join_fetchers(connection.longest_call())
         still = [p.name for p in self.processors if p.busy and p.alive()]
         if still:
             log.warning(
@@ -119,18 +117,15 @@ class Manager:
                 len(still),
                 ", ".join(still),
             )
-        if self.dispatcher is not None:
-            # Acks handed in after the last fetch: sent now, else dropped by the hand-over.
-            dispatcher = self.dispatcher
-            errors.best_effort("Ack", lambda: dispatcher.flush(connection.get_client()))
-        from .settlement import hand_over
-
-        hand_over(self, force)
+        # Acks handed in after the last fetch: sent now, else dropped by the hand-over.
+        source = self.source
+        errors.best_effort("Ack", lambda: source.flush(connection.get_client()))
+        hand_over(self.record, self.fetcher, force)
         self.handed_over = True
-        if self.dispatcher is not None and self._join_fetchers(longest_fetch()):
+        if self._join_fetchers(connection.longest_call()):
             # A fetch outlasted even that wait: what it took after the hand-over is on the
-            # list, not run (see ``stopping``): a second pass requeues it now.
-            hand_over(self, force)
+            # list, not run (see Control.stopping): a second pass requeues it now.
+            hand_over(self.record, self.fetcher, force)
 
     def _join_fetchers(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the threads not running a job to exit; True when
@@ -138,21 +133,6 @@ class Manager:
         waiting = [p for p in self.processors if not p.busy and p.alive()]
         deadline = time.monotonic() + seconds
         for p in waiting:
+            assert p.thread is not None
             p.thread.join(max(0.0, deadline - time.monotonic()))
         return bool(waiting)
-
-
-def longest_fetch() -> float:
-    """The longest a fetch can take: the client's socket timeout (a reply that never
-    comes) plus a connect, plus a second; FETCH_BLOCK_SECONDS + 1 at least."""
-    kwargs = getattr(
-        getattr(connection.get_client(), "connection_pool", None), "connection_kwargs", {}
-    )
-    total = 1.0
-    for key, default in (
-        ("socket_timeout", connection.DEFAULT_SOCKET_TIMEOUT),
-        ("socket_connect_timeout", connection.DEFAULT_CONNECT_TIMEOUT),
-    ):
-        value = kwargs.get(key, default) if isinstance(kwargs, dict) else default
-        total += float(value) if isinstance(value, int | float) and value > 0 else default
-    return max(total, connection.FETCH_BLOCK_SECONDS + 1.0)

@@ -1,33 +1,36 @@
-"""One processor thread: fetch, run the server middleware chain and the job, settle.
+"""One processor thread: take a job, run the server middleware chain and the job, settle.
 
 Duties:
-- fetch the next job, acking the one just finished in the same round trip;
+- ask the job source for the next job, handing in the one just finished (reliable fetch
+  acks it with the next fetch of any thread: dispatch.py);
 - run only registered jobs: anything else goes to dead and is never imported or called;
+  the job is resolved once per run;
 - settle: success is acked (counted in memory); a failure is filed in retry or dead and
-  acked in one script; what cannot be settled now is left in the record for the
-  heartbeat (never lost, never run again);
+  acked in one script (the fetch strategy's ``file``); what cannot be settled now is
+  left in the record for the heartbeat (never lost, never run again);
 - back off while Redis is away or every queue is empty, and notice quiet within a
   second or two.
+
+Its collaborators come in through the constructor (the record, the fetch strategy, the
+job source, the run control, the work board); its death is reported to ``on_death``,
+which replaces the thread.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from .. import conf, connection, errors, jobs, keys, locks, middleware, payload, scripts, stats
+from .. import connection, errors, jobs, locks, middleware, payload, stats
+from ..codec import wire
 from . import failures
-from .fetch import Work, wire
-from .record import ACK, Filing
-
-if TYPE_CHECKING:
-    from .manager import Manager
+from .record import ACK, Control, Filing, Record, Work, WorkBoard
 
 log = logging.getLogger("cogworker_django")
 
@@ -38,6 +41,7 @@ BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.unique.UniqueMiddleware",
     "cogworker_django.periodic.running_lock.RunningLockMiddleware",
     "cogworker_django.djtasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
+    "cogworker_django.workflows.middleware.BatchMiddleware",  # batches: outcomes, callbacks
 )
 # First pause after a fetch that failed or found nothing; doubles up to its cap.
 IDLE_FIRST_PAUSE = 0.02
@@ -50,10 +54,25 @@ def server_chain() -> tuple[Any, ...]:
 
 
 class Processor:
-    def __init__(self, manager: Manager, index: int) -> None:
-        self.manager = manager
+    def __init__(
+        self,
+        index: int,
+        *,
+        record: Record,
+        strategy: Any,
+        source: Any,
+        control: Control,
+        board: WorkBoard,
+        on_death: Callable[[Processor, BaseException], None],
+    ) -> None:
         self.index = index
         self.name = f"processor-{index}"
+        self.record = record
+        self.strategy = strategy
+        self.source = source
+        self.control = control
+        self.board = board
+        self.on_death = on_death
         self.thread: threading.Thread | None = None
         self.busy = False
         self._performing: Work | None = None
@@ -71,59 +90,37 @@ class Processor:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:  # noqa: BLE001 - logged; the manager replaces the thread
-            if not self.manager.quieted:
-                log.error("%s died: %s", self.name, errors.describe(exc), exc_info=True)
+        except BaseException as exc:  # noqa: BLE001 - reported; the pool replaces the thread
+            self.on_death(self, exc)
 
     def _loop(self) -> None:
-        manager, fetcher = self.manager, self.manager.fetcher
+        control, source = self.control, self.source
         conn = connection.get_client()
         done: Work | None = None
         idle_pause = IDLE_FIRST_PAUSE
         error_pause = IDLE_FIRST_PAUSE
-        dispatcher = manager.dispatcher  # reliable fetch: shared by the threads (dispatch.py)
-        while not manager.quieted:
+        while not control.quiet.is_set():
             try:
-                if dispatcher is not None:
-                    work = dispatcher.next(conn, done)
-                    done = None  # handed in: acked with the next fetch of any thread
-                else:
-                    work = fetcher.fetch(conn, ack=done)
-            except Exception as exc:  # noqa: BLE001 - Redis away: back off, keep the ack pending
+                handed, done = done, None  # the source owns it from here (acks it)
+                work = source.next(conn, handed)
+            except Exception as exc:  # noqa: BLE001 - Redis away: back off (acks stay pending)
                 errors.report("Fetch", exc)
-                if done is not None:
-                    manager.record.finished(done)  # its ack is the heartbeat's to retry now
-                done = None
-                manager.wait_quiet(error_pause)
+                control.quiet.wait(error_pause)
                 error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
                 continue
-            if done is not None:
-                manager.record.settled(done.raw, ACK)
-                manager.record.finished(done)
-                done = None
             error_pause = IDLE_FIRST_PAUSE
             errors.recovered("Fetch")
             if work is None:
-                if not fetcher.blocking:
-                    manager.wait_quiet(idle_pause)
-                    idle_pause = min(idle_pause * 2, manager.idle_max)
+                if not source.blocking:
+                    control.quiet.wait(idle_pause)
+                    idle_pause = min(idle_pause * 2, control.idle_max)
                 continue
             idle_pause = IDLE_FIRST_PAUSE
-            if manager.stopping and dispatcher is not None:
-                dispatcher.give_back(work)  # a fetch that returned after the stop began
-                continue
+            if control.stopping.is_set() and source.give_back(work):
+                continue  # a fetch that returned after the stop began: the hand-over's
             done = self.process(work)
         if done is not None:
-            self._ack_alone(conn, done)
-
-    def _ack_alone(self, conn: Any, work: Work) -> None:
-        try:
-            self.manager.fetcher.ack(conn, work.raw)
-        except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
-            errors.report("Ack", exc)
-        else:
-            self.manager.record.settled(work.raw, ACK)
-        self.manager.record.finished(work)
+            source.release(conn, done)
 
     # One job -----------------------------------------------------------------------------
 
@@ -132,55 +129,58 @@ class Processor:
         That one stays *running* in the record until the fetch carrying its ack returns,
         so the heartbeat never acks it too (a second LREM could take the list entry of
         another copy of the same payload, still running)."""
-        record = self.manager.record
-        ack_later = False
+        record = self.record
         job = payload.decode(wire(work.raw), work.queue)
+        runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
         record.started(work)
         self.busy = True
-        self.manager.work_started(self.name, work)
+        self.board.started(self.name, work)
         locks.set_run_abandoned(False)
         self._performing = work
-        current = jobs.running(job)  # the current job for the whole run, middleware too
-        current.__enter__()
+        ack_later = False
         try:
-            try:
-                outcome = self._execute(job, work)
-            finally:
-                self._end_perform(work)  # (unless perform was never reached)
-            if locks.run_abandoned():
-                log.warning(
-                    "%s (jid %s) finished after the shutdown hand-over requeued it: "
-                    "left to its requeued copy",
-                    job["func"],
-                    job["jid"],
-                )
-                return None
-            try:
-                if outcome is None:
-                    stats.counters.incr("processed")
-                    record.settle_later(work.raw, ACK)
-                    ack_later = True
-                    return work
-                target, score = outcome
-                if target != "schedule":
-                    stats.counters.incr("failed")
-                self._file(work, filing_for(work, job, target, score), job)
-                return None
-            finally:
-                record.settlement_done(work)
+            with jobs.running(job, runner):  # the current job for the whole run
+                ack_later = self._run_and_settle(work, job, runner)
         finally:
-            current.__exit__(None, None, None)
             locks.set_run_abandoned(False)
-            self.manager.work_finished(self.name)
+            self.board.finished(self.name)
             self.busy = False
             if not ack_later:
                 record.finished(work)
+        return work if ack_later else None
 
-    def _perform(self, job: dict[str, Any], work: Work) -> Any:
+    def _run_and_settle(self, work: Work, job: dict[str, Any], runner: Any) -> bool:
+        """True when the run succeeded and its ack is left to the source."""
+        try:
+            outcome = self._execute(job, work, runner)
+        finally:
+            self._end_perform(work)  # (unless perform was never reached)
+        if locks.run_abandoned():
+            log.warning(
+                "%s (jid %s) finished after the shutdown hand-over requeued it: "
+                "left to its requeued copy",
+                job["func"],
+                job["jid"],
+            )
+            return False
+        try:
+            if outcome is None:
+                stats.counters.incr("processed")
+                self.record.settle_later(work.raw, ACK)
+                return True
+            target, score = outcome
+            if target != "schedule":
+                stats.counters.incr("failed")
+            self._file(work, failures.filing_for(work, job, target, score), job)
+            return False
+        finally:
+            self.record.settlement_done(work)
+
+    def _perform(self, job: dict[str, Any], work: Work, runner: Any) -> Any:
         """The innermost link of the server chain: the job itself, then the claim of its
         settlement, before any middleware acts on the outcome (releases a lock, say)."""
         try:
-            return jobs.perform(job)
+            return jobs.perform(job, runner)
         finally:
             self._end_perform(work)
 
@@ -191,12 +191,11 @@ class Processor:
         if self._performing is not work:
             return
         self._performing = None
-        record = self.manager.record
-        record.performed(work)
-        if not record.claim_settlement(work):
+        self.record.performed(work)
+        if not self.record.claim_settlement(work):
             locks.set_run_abandoned(True)
 
-    def _execute(self, job: dict[str, Any], work: Work) -> tuple[str, float] | None:
+    def _execute(self, job: dict[str, Any], work: Work, runner: Any) -> tuple[str, float] | None:
         """None on success, else (target set, score) with ``job`` updated in place."""
         queue = work.queue
         if job["func"] == payload.UNPARSEABLE:
@@ -206,7 +205,7 @@ class Processor:
                 job.get("error_message"),
             )
             return "dead", time.time()
-        if jobs.resolve(job) is None:
+        if runner is None:
             log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
             locks.release_job_locks(job)
             return failures.to_dead(
@@ -216,10 +215,12 @@ class Processor:
             )
         close_old_connections()
         try:
-            middleware.run_server_chain(self._chain, job, queue, lambda: self._perform(job, work))
+            middleware.run_server_chain(
+                self._chain, job, queue, lambda: self._perform(job, work, runner)
+            )
             return None
         except middleware.Reschedule as r:
-            return "schedule", time.time() + reschedule_delay(r)
+            return "schedule", time.time() + failures.reschedule_delay(r)
         except Exception as exc:  # noqa: BLE001 - every failure is filed
             return self._failed(job, exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit (or any BaseException)
@@ -255,65 +256,9 @@ class Processor:
         """File a failed (or rescheduled) job and ack it in one script; if Redis can't
         take it now, the record keeps it for the heartbeat."""
         try:
-            file_job(connection.get_client(), self.manager.fetcher.settle_key(), work.raw, filing)
+            self.strategy.file(connection.get_client(), work.raw, filing)
         except Exception as exc:  # noqa: BLE001
             errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
-            self.manager.record.settle_later(work.raw, filing)
+            self.record.settle_later(work.raw, filing)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
-
-
-def reschedule_delay(r: middleware.Reschedule) -> float:
-    """A middleware's Reschedule delay, or UNIQUE_RESCHEDULE_DELAY when it is not a finite
-    number >= 0 (a NaN score can't be filed; an infinite one would never come due)."""
-    try:
-        delay = float(r.delay)
-    except (TypeError, ValueError, OverflowError):
-        delay = math.nan
-    if math.isfinite(delay) and delay >= 0:
-        return delay
-    log.error("Reschedule(delay=%r) is not a usable delay: rescheduled with the default", r.delay)
-    return conf.get().UNIQUE_RESCHEDULE_DELAY
-
-
-def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Filing:
-    """The filing of a failed job; never raises. A job a middleware left holding values
-    JSON can't take is filed in dead with its payload as it was fetched."""
-    try:
-        return Filing(target, score, payload.encode(job))
-    except Exception as exc:  # noqa: BLE001 - the failure path never kills the thread
-        log.error(
-            "%s (jid %s) can't be encoded after its run (%s): filed in dead as fetched",
-            job.get("func"),
-            job.get("jid"),
-            errors.describe(exc),
-        )
-        wrapper = payload.unparseable(
-            wire(work.raw), work.queue, "UnencodableAfterRun", errors.describe(exc)
-        )
-        if isinstance(job.get("jid"), str):
-            wrapper["jid"] = job["jid"]
-        return Filing("dead", time.time(), payload.encode(wrapper))
-
-
-def file_job(conn: Any, inprogress_key: str, raw: str, filing: Filing) -> None:
-    """File ``filing`` and ack ``raw`` in one script. Filed even when the job is no
-    longer listed: a Redis that lost its data (a restart without persistence, a
-    failover) lost the list too, and this filing is then the job's only trace."""
-    target_key = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}[
-        filing.target
-    ]
-    min_score, keep = conf.dead_trim()
-    scripts.run(
-        "settle",
-        conn,
-        [inprogress_key, target_key],
-        [
-            wire(raw),
-            repr(filing.score),
-            filing.payload,
-            filing.target if filing.target == "dead" else "",
-            repr(min_score),
-            keep,
-        ],
-    )

@@ -21,11 +21,20 @@ requeued copy owns them now).
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from .fetch import Work
+
+@dataclass(frozen=True)
+class Work:
+    """One fetched job: its queue and its raw payload exactly as it sits in Redis."""
+
+    queue: str
+    raw: str
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,44 @@ class Filing:
     score: float
     payload: str
 
+    def unsettled_entry(self) -> str:
+        """This filing as a ``P:unsettled`` entry (worker/unsettled.py reads it back)."""
+        return json.dumps({"target": self.target, "score": self.score, "payload": self.payload})
+
 
 ACK = "ack"
+
+
+class Control:
+    """The process's run state, shared by its processor threads and job source: quiet
+    (stop fetching, finish what runs) and stopping (quiet, and the hand-over is coming:
+    a job fetched from now on is left for it)."""
+
+    def __init__(self, idle_max: float) -> None:
+        self.quiet = threading.Event()
+        self.stopping = threading.Event()
+        self.idle_max = idle_max  # the longest pause between fetches that found nothing
+
+
+class WorkBoard:
+    """What each processor thread runs now, for the heartbeat's work snapshot (the
+    admin's Busy page)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._work: dict[str, dict[str, Any]] = {}
+
+    def started(self, thread: str, work: Work) -> None:
+        with self._lock:
+            self._work[thread] = {"queue": work.queue, "payload": work.raw, "run_at": time.time()}
+
+    def finished(self, thread: str) -> None:
+        with self._lock:
+            self._work.pop(thread, None)
+
+    def snapshot(self) -> dict[str, str]:
+        with self._lock:
+            return {t: json.dumps(w) for t, w in self._work.items()}
 
 
 class Record:
