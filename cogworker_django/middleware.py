@@ -52,8 +52,16 @@ def _load(paths: tuple[str, ...]) -> tuple[Callable, ...]:
     return tuple(loaded)
 
 
+# Put first in the client chain by COGWORKER["OTEL"] (tracing.py).
+TRACE_CONTEXT_MIDDLEWARE = "cogworker_django.tracing.TraceContextMiddleware"
+
+
 def client_middleware() -> tuple[Callable, ...]:
-    return _load(tuple(conf.get().MIDDLEWARE["client"]))
+    settings = conf.get()
+    paths = tuple(settings.MIDDLEWARE["client"])
+    if settings.OTEL:
+        paths = (TRACE_CONTEXT_MIDDLEWARE, *paths)
+    return _load(paths)
 
 
 def server_middleware() -> tuple[Callable, ...]:

@@ -268,3 +268,13 @@ def wait_at_gate(token, fail=False):
     _count(token)
     if fail:
         raise RuntimeError(f"{token} failed after the gate")
+
+
+# Observability (tests/test_logs.py): a run that logs through an application logger.
+@job
+def logs_lines(token, fail=False):
+    import logging
+
+    logging.getLogger("testapp.work").info("working on %s", token)
+    if fail:
+        raise ValueError(f"{token} went wrong")

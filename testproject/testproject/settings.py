@@ -12,6 +12,9 @@ Environment knobs (the tests start workers with them):
 - TESTPROJECT_DB           SQLite file (default testproject/db.sqlite3)
 - TESTPROJECT_EXTRA_APPS   more INSTALLED_APPS, comma-separated (e.g. "soakapp")
 - DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
+- TESTPROJECT_JSON_LOGS    "1": the JSON logs recipe of docs/observability.md
+- TESTPROJECT_OTEL_SPANS   a file: the OpenTelemetry SDK is installed and every span is
+                           appended to it as JSON (tests/test_tracing.py)
 """
 
 import json
@@ -141,6 +144,11 @@ if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0"
         "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
     }
 
+if os.environ.get("TESTPROJECT_OTEL_SPANS"):
+    from testapp import otel_spans
+
+    otel_spans.install(os.environ["TESTPROJECT_OTEL_SPANS"])
+
 _log_level = os.environ.get("COGWORKER_LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
@@ -158,3 +166,18 @@ LOGGING = {
         "demo": {"handlers": ["console"], "level": _log_level, "propagate": False},
     },
 }
+if os.environ.get("TESTPROJECT_JSON_LOGS") == "1":
+    # The recipe of docs/observability.md, as it is there.
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"job": {"()": "cogworker_django.logs.JobContextFilter"}},
+        "formatters": {"json": {"()": "cogworker_django.logs.JSONFormatter"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "filters": ["job"], "formatter": "json"},
+        },
+        "root": {"handlers": ["console"], "level": "INFO"},
+        "loggers": {
+            "cogworker_django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        },
+    }
