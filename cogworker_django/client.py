@@ -88,8 +88,15 @@ def _is_scheduled(job: dict[str, Any], now: float) -> bool:
 
 def push(job: dict[str, Any]) -> str | None:
     """Push one job through the client middleware; returns its jid, or None if a
-    middleware stopped it or it is a duplicate of a unique job."""
-    return middleware.run_client_chain(job, _push_one)
+    middleware stopped it or it is a duplicate of a unique job. A key of the wrong type
+    raises :class:`WrongKeyType`, naming it."""
+    try:
+        return middleware.run_client_chain(job, _push_one)
+    except redis.ResponseError as exc:
+        named = wrong_key_type(exc, job)
+        if named is None:
+            raise
+        raise named from exc
 
 
 def _push_one(job: dict[str, Any]) -> str | None:
@@ -135,6 +142,62 @@ def _check_listing(result: Any, queue: str) -> None:
         errors.report("Queue listing", result, f"{keys.queues()} not updated for {queue!r}")
     else:
         errors.recovered("Queue listing")
+
+
+class WrongKeyType(CogworkerError, redis.ResponseError):
+    """Redis refused a push (WRONGTYPE) because a key it writes holds another type (a
+    key someone SET by hand, say). ``keys`` maps each such key to (its type, the type
+    it must hold). The key guard of a running worker moves it aside within
+    ``KEYGUARD_INTERVAL``; then the push works again."""
+
+    def __init__(self, message: str, found: dict[str, tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.keys = found
+
+
+def _push_keys(job: dict[str, Any]) -> dict[str, str]:
+    """Every key a push of ``job`` may write, with the type it must hold."""
+    queue = job.get("queue")
+    found = {keys.schedule(): "zset", keys.queues(): "set"}
+    if isinstance(queue, str) and queue:
+        found[keys.queue(queue)] = "list"
+        found[keys.priority_queue(queue)] = "zset"
+    digest = job.get("unique_digest")
+    if job.get("unique") and isinstance(digest, str) and digest:
+        found[keys.unique(digest)] = "string"
+    return found
+
+
+def wrong_key_type(exc: BaseException, job: dict[str, Any]) -> WrongKeyType | None:
+    """A :class:`WrongKeyType` naming the keys of the wrong type behind ``exc`` (a
+    WRONGTYPE reply to a push of ``job``), or None when ``exc`` is something else."""
+    if isinstance(exc, (WrongKeyType, BulkPushError)) or "WRONGTYPE" not in errors.safe_str(exc):
+        return None
+    wanted = _push_keys(job)
+    found: dict[str, tuple[str, str]] = {}
+    try:
+        pipe = connection.get_client().pipeline(transaction=False)
+        for key in wanted:
+            pipe.type(key)
+        for (key, expected), actual in zip(wanted.items(), pipe.execute(), strict=True):
+            actual = connection.text(actual)
+            if actual not in ("none", expected):
+                found[key] = (actual, expected)
+    except redis.RedisError:
+        pass  # the message below still says what happened
+    interval = conf.get().KEYGUARD_INTERVAL
+    what = (
+        "; ".join(f"{k} holds a {a}, not a {e}" for k, (a, e) in found.items())
+        if found
+        else "one of " + ", ".join(wanted) + " holds the wrong type"
+    )
+    return WrongKeyType(
+        f"Redis refused to push {job.get('func')} (WRONGTYPE): {what}. The key guard of a "
+        f"running worker moves a key of the wrong type aside (into {keys.quarantine_root()}"
+        f"..., see the admin's Quarantined keys) within KEYGUARD_INTERVAL ({interval:g} s); "
+        "the push works again after that.",
+        found,
+    )
 
 
 class BulkPushError(CogworkerError, redis.ResponseError):

@@ -8,7 +8,7 @@ are ``P:queues`` (written by pushes and heartbeats) plus the paused ones.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import departures, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
@@ -27,6 +27,8 @@ class QueueInfo:
     size: int
     latency: float | None  # seconds the oldest job has waited; None when empty or undecodable
     paused: bool
+    # A queue key holding another type (until the key guard moves it aside): key -> type.
+    wrong_type: dict[str, str] | None = None
 
 
 def _latency(oldest: bytes | None, now: float) -> float | None:
@@ -83,14 +85,30 @@ class Queue:
         paused_names = {text(p) for p in paused}
         now = time.time()
         out = []
+        broken: list[tuple[int, str]] = []  # (index in out, key) of keys Redis refused
         for i, n in enumerate(names):
             size, oldest, prioritised = replies[3 * i : 3 * i + 3]
-            # A queue key of the wrong type (moved aside by the key guard soon) shows as empty.
+            if isinstance(size, Exception):
+                broken.append((i, keys.queue(n)))
+            if isinstance(prioritised, Exception):
+                broken.append((i, keys.priority_queue(n)))
             size = (size if isinstance(size, int) else 0) + (
                 prioritised if isinstance(prioritised, int) else 0
             )
             oldest = oldest if isinstance(oldest, bytes) else None
             out.append(QueueInfo(n, size, _latency(oldest, now), n in paused_names))
+        if broken:
+            # Keys of the wrong type (the key guard moves them aside soon): say which.
+            pipe = conn.pipeline(transaction=False)
+            for _, key in broken:
+                pipe.type(key)
+            found: dict[int, dict[str, str]] = {}
+            for (i, key), kind in zip(broken, pipe.execute(raise_on_error=False), strict=True):
+                found.setdefault(i, {})[key] = (
+                    text(kind) if not isinstance(kind, Exception) else "?"
+                )
+            for i, wrong in found.items():
+                out[i] = replace(out[i], wrong_type=wrong)
         return out
 
     # Reads ------------------------------------------------------------------------------
