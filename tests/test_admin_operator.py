@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cogworker_django import keys
-from cogworker_django.api import DeadSet
+from cogworker_django.api import DeadSet, Queue
 
 from .admin_support import (  # noqa: F401 - autouse fixture
     fast_passwords_fixture,
@@ -161,3 +161,70 @@ def test_retry_now_is_not_offered_for_an_undecodable_entry(admin_client, r):
     key = DeadSet().page()[0].key
     html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
     assert 'data-action="delete"' in html and 'data-action="retry"' not in html
+
+
+# Delete one queued job, find a job --------------------------------------------------------
+
+
+def test_delete_one_job_from_a_queue(admin_client, r):
+    keep, drop = make_job("a.b", 1, queue="mail"), make_job("a.b", XSS, queue="mail")
+    push(r, keep)
+    push(r, drop)
+    html = admin_client.get(url("queue", "jobs"), {"name": "mail"}).content.decode()
+    assert html.count('data-action="delete_job"') == 2
+    record = next(x for x in Queue("mail").jobs(0, 5) if x.jid == drop["jid"])
+    response = post(
+        admin_client, "queue", "delete_job", name="mail", key=record.key, jid=drop["jid"]
+    )
+    assert response.status_code == 302
+    assert [x.jid for x in Queue("mail").jobs(0, 5)] == [keep["jid"]]
+    again = admin_client.post(
+        url("queue", "action"),
+        {"action": "delete_job", "name": "mail", "key": record.key, "jid": drop["jid"]},
+        follow=True,
+    )
+    assert any("no longer in queue 'mail'" in m for m in messages_of(again))
+    assert Queue("mail").size() == 1
+
+
+def test_deleting_a_queued_job_needs_the_delete_permission(staff_client, r):
+    job = make_job(queue="mail")
+    push(r, job)
+    key = Queue("mail").jobs(0, 1)[0].key
+    viewer = staff_client("view_queue", "change_queue")
+    html = viewer.get(url("queue", "jobs"), {"name": "mail"}).content.decode()
+    assert 'data-action="delete_job"' not in html
+    data = {"action": "delete_job", "name": "mail", "key": key, "jid": job["jid"]}
+    assert viewer.post(url("queue", "action"), data).status_code == 403
+    csrf = staff_client("view_queue", "delete_queue", csrf=True)
+    assert csrf.post(url("queue", "action"), data).status_code == 403  # no CSRF token
+    assert Queue("mail").size() == 1
+    assert (
+        staff_client("view_queue", "delete_queue").post(url("queue", "action"), data).status_code
+        == 302
+    )
+    assert Queue("mail").size() == 0
+
+
+def test_find_a_job_by_jid_shows_each_place_the_user_may_view(admin_client, staff_client, r):
+    job = make_job("shop.jobs.charge", XSS, queue="billing")
+    push(r, job)
+    add_to(r, "dead", {**job, "error_class": "E", "error_message": XSS})
+    dashboard = admin_client.get(url("dashboard")).content.decode()
+    assert 'id="cw-find"' in dashboard
+    html = admin_client.get(url("dashboard", "find"), {"jid": job["jid"]}).content.decode()
+    assert 'data-where="queue"' in html and 'data-where="dead"' in html
+    assert "/admin/cogworker_django/deadjob/job/?key=" in html
+    assert XSS not in html and "&lt;script&gt;" in html
+    limited = staff_client("view_dashboard", "view_queue")
+    html = limited.get(url("dashboard", "find"), {"jid": job["jid"]}).content.decode()
+    assert 'data-where="queue"' in html and 'data-where="dead"' not in html
+    assert "1 more place hidden" in html
+    assert staff_client("view_queue").get(url("dashboard", "find"), {"jid": "x"}).status_code == 403
+
+
+def test_find_says_nowhere_and_refuses_a_bad_jid(admin_client):
+    html = admin_client.get(url("dashboard", "find"), {"jid": "0" * 24}).content.decode()
+    assert 'id="cw-find-none"' in html
+    html = admin_client.get(url("dashboard", "find"), {"jid": 'a"b'}).content.decode()
+    assert 'id="cw-find-error"' in html and "is not a job id" in html

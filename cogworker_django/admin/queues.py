@@ -1,12 +1,14 @@
 """Queues: size, latency, paused; pause, resume, clear (confirmed); and one queue's
-jobs in the order they will run."""
+jobs in the order they will run, each of which can be deleted."""
 
 from __future__ import annotations
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path
 
-from ..api import Queue
+from django.contrib import messages
+
+from ..api import Outcome, Queue
 from .base import Action, PageAdmin, plural
 from .pagination import Pager
 
@@ -16,6 +18,7 @@ class QueueAdmin(PageAdmin):
         "pause": Action("change", "do_pause"),
         "resume": Action("change", "do_resume"),
         "clear": Action("delete", "do_clear", confirm="clear"),
+        "delete_job": Action("delete", "do_delete_job"),
     }
 
     def extra_urls(self, wrap):
@@ -68,3 +71,15 @@ class QueueAdmin(PageAdmin):
     def do_clear(self, request: HttpRequest) -> str:
         q = self._queue(request)
         return f"Queue {q.name!r} cleared: {plural(q.clear(), 'job')} deleted."
+
+    def do_delete_job(self, request: HttpRequest):
+        q = self._queue(request)
+        jid = request.POST.get("jid", "")
+        record = q.get(request.POST.get("key", ""), jid) if jid else None
+        if record is None or q.delete(record) == Outcome.GONE:
+            return (
+                messages.WARNING,
+                f"Job {jid} is no longer in queue {q.name!r} (a worker took it, or it was "
+                "deleted).",
+            )
+        return f"Job {jid} ({record.display_name}) deleted from queue {q.name!r}."

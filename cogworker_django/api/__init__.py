@@ -9,6 +9,8 @@
 Nothing here loads a whole set or list: reads are paginated, searches bounded.
 """
 
+from .find import Found, find_job
+from .batches import BatchMember, BatchRecord, Batches
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry
@@ -28,10 +30,14 @@ from .stats import DayStat, Overview, Stats
 
 __all__ = [
     "AwaitingRecovery",
+    "BatchMember",
+    "BatchRecord",
+    "Batches",
     "BulkResult",
     "BusyJob",
     "DayStat",
     "DeadSet",
+    "Found",
     "History",
     "JobRecord",
     "JobSet",
@@ -52,4 +58,5 @@ __all__ = [
     "SearchPage",
     "Stats",
     "Workers",
+    "find_job",
 ]

@@ -83,6 +83,10 @@ class History:
         """count, failure_rate and p50/p95/p99 durations (of ``job``, or of every run)."""
         return summary(job=job or None)
 
+    def runs_of(self, jid: str, count: int = 25) -> list[Run]:
+        """The runs of one job id (each attempt is a run), newest first."""
+        return [Run(dict(r)) for r in runs_of(jid, count)]
+
 
 # Reading the stream ---------------------------------------------------------------
 
@@ -165,6 +169,28 @@ def _slices(
             raise
         yield items, matched, failed
         high = _before(connection.text(last)) if last else ""
+
+
+def runs_of(jid: str, count: int = 25, *, conn: redis.Redis | None = None) -> list[dict[str, Any]]:
+    """The runs of job id ``jid``, newest first, at most ``count``: the whole retained
+    stream is read in slices, filtered in Redis (the jid is the record's first field)."""
+    conn = conn or connection.get_client()
+    needle = "{" + f"{dumps('jid')}:{dumps(jid)},"
+    out: list[dict[str, Any]] = []
+    high = "+"
+    while high and len(out) < count:
+        try:
+            last, items, _matched, _failed = scripts.run(
+                "history_scan", conn, [keys.history()], [high, "-", READ_BATCH, needle, "", "runs"]
+            )
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" in errors.safe_str(exc):
+                return out
+            raise
+        for entry_id, raw in zip(items[0::2], items[1::2], strict=True):
+            out.append(_decode(entry_id, raw))
+        high = _before(connection.text(last)) if last else ""
+    return out[:count]
 
 
 def query(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from .. import departures, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
+from .jobs import Outcome
 from .records import JobRecord
 
 # Jobs removed (and their locks released) per round trip when a queue is cleared.
@@ -145,8 +146,9 @@ class Queue:
         rows = client().lrange(self.key, -(start + count), -(start + 1))
         return [JobRecord.from_raw(raw, None, "queue", self.name) for raw in reversed(rows)]
 
-    def find(self, jid: str, limit: int = FIND_LIMIT) -> JobRecord | None:
-        """The job with this jid among the first ``limit`` to run (None beyond that)."""
+    def find(self, jid: str, limit: int = FIND_LIMIT, key: str | None = None) -> JobRecord | None:
+        """The job with this jid among the first ``limit`` to run (None beyond that); with
+        ``key``, the copy with that :attr:`JobRecord.key`."""
         needle = f'"jid":"{jid}"'.encode()
         conn = client()
         for start in range(0, limit, FIND_BATCH):
@@ -154,13 +156,28 @@ class Queue:
             for raw in reversed(rows):
                 if needle in as_bytes(raw):
                     record = JobRecord.from_raw(raw, None, "queue", self.name)
-                    if record.jid == jid:
+                    if record.jid == jid and (key is None or record.key == key):
                         return record
             if len(rows) < FIND_BATCH:
                 return None
         return None
 
+    def get(self, key: str, jid: str, limit: int = FIND_LIMIT) -> JobRecord | None:
+        """The queued job with this :attr:`JobRecord.key` and jid (the key tells two
+        copies of one jid apart), among the first ``limit`` to run; None if it has gone."""
+        record = self.find(jid, limit, key=key)
+        return record if record is not None and record.key == key else None
+
     # Actions ----------------------------------------------------------------------------
+
+    def delete(self, record: JobRecord) -> Outcome:
+        """Remove this one job from the queue (LREM of its exact bytes, once); it leaves the
+        system, so its locks are released. GONE when a worker (or someone) took it first."""
+        locks.retry_deferred()
+        if not client().lrem(self.key, 1, record.raw):
+            return Outcome.GONE
+        departures.job_left(record.job, f"deleted from queue {self.name} by an operator")
+        return Outcome.DONE
 
     def pause(self) -> None:
         """Workers stop fetching from this queue (within one fetch) until resumed."""
