@@ -8,9 +8,10 @@
     send_welcome.enqueue(42)
 
 Everything an application imports is importable from here: ``job``, ``call`` and
-``current_job``; the middleware bases and ``Reschedule``; the exceptions, all derived
-from ``CogworkerError``. The ``api``, ``testing`` and ``tasks_backend`` modules are
-imported by name (``from cogworker_django import api``).
+``current_job``; the workflows (``Batch``, ``chain``, ``group``); the middleware bases
+and ``Reschedule``; the exceptions, all derived from ``CogworkerError``. The ``api``,
+``testing`` and ``tasks_backend`` modules are imported by name (``from cogworker_django
+import api``).
 """
 
 __version__ = "0.1.0"
@@ -20,8 +21,19 @@ from .errors import CogworkerError  # noqa: E402
 from .jobs import NotRegistered, call, current_job, job  # noqa: E402
 from .middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
 from .periodic.slots import CronError  # noqa: E402
+from .workflows import (  # noqa: E402
+    Batch,
+    BatchFinished,
+    BatchNotFound,
+    WorkflowError,
+    chain,
+    group,
+)
 
 __all__ = [
+    "Batch",
+    "BatchFinished",
+    "BatchNotFound",
     "BulkPushError",
     "ClientMiddleware",
     "CogworkerError",
@@ -29,8 +41,11 @@ __all__ = [
     "NotRegistered",
     "Reschedule",
     "ServerMiddleware",
+    "WorkflowError",
     "__version__",
     "call",
+    "chain",
     "current_job",
+    "group",
     "job",
 ]

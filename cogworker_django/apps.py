@@ -28,6 +28,7 @@ class CogworkerConfig(AppConfig):
         )
 
         _listen_for_departing_tasks()
+        _listen_for_departing_batch_members()
 
         # Fail at startup, naming the bad key, rather than at the first enqueue.
         try:
@@ -51,3 +52,13 @@ def _listen_for_departing_tasks() -> None:
     from .djtasks import lifecycle
 
     departures.add_listener(lifecycle.departed)
+
+
+def _listen_for_departing_batch_members() -> None:
+    """A batch member that leaves without a run (dead as a poison job, deleted or killed
+    by an operator) counts as failed in its batch, in every process that can make one
+    leave."""
+    from . import departures
+    from .workflows import middleware
+
+    departures.add_listener(middleware.departed)

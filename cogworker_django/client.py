@@ -100,6 +100,10 @@ def push(job: dict[str, Any]) -> str | None:
 
 
 def _push_one(job: dict[str, Any]) -> str | None:
+    if job.get("bid"):
+        from .workflows import batch  # a batch member: pushed and counted in one step
+
+        return batch.push_member(job)
     divert = active_sink()
     if divert is not None:
         return divert(job)
@@ -227,6 +231,14 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
             prepared.append(kept[0] if kept else None)
     else:
         prepared = list(jobs)
+    if any(j is not None and j.get("bid") for j in prepared):
+        from .workflows import batch  # batch members: pushed and counted in one step
+
+        return batch.push_members(prepared, _push_prepared)
+    return _push_prepared(prepared)
+
+
+def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
     divert = active_sink()
     if divert is not None:
         return [divert(j) if j is not None else None for j in prepared]

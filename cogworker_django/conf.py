@@ -44,6 +44,10 @@ DEFAULTS: dict[str, Any] = {
     "DEAD_TIMEOUT": 180 * 86400,
     "HISTORY_MAX_RUNS": 100000,
     "RESULT_TTL": 86400,
+    # Workflows: how long a batch stays in Redis once on_success has fired, and how long
+    # an unfinished one stays after its last activity.
+    "BATCH_TTL": 7 * 86400,
+    "BATCH_UNFINISHED_TTL": 30 * 86400,
     # The largest job payload (JSON, in bytes) an enqueue accepts.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "ENQUEUE_ON_COMMIT": False,
@@ -101,6 +105,8 @@ class Settings:
     DEAD_TIMEOUT: float
     HISTORY_MAX_RUNS: int
     RESULT_TTL: int
+    BATCH_TTL: int
+    BATCH_UNFINISHED_TTL: int
     MAX_PAYLOAD_BYTES: int
     ENQUEUE_ON_COMMIT: bool
     MIDDLEWARE: dict
@@ -406,7 +412,14 @@ def _validate(user: Any) -> Settings:
         "UNIQUE_RESCHEDULE_DELAY",
     ):
         _number(key, v[key])
-    for key in ("MAX_ORPHANINGS", "UNIQUE_LOCK_TTL", "RESULT_TTL", "MAX_PAYLOAD_BYTES"):
+    for key in (
+        "MAX_ORPHANINGS",
+        "UNIQUE_LOCK_TTL",
+        "RESULT_TTL",
+        "MAX_PAYLOAD_BYTES",
+        "BATCH_TTL",
+        "BATCH_UNFINISHED_TTL",
+    ):
         _number(key, v[key], integer=True)
     for key in ("DEAD_MAX_JOBS", "HISTORY_MAX_RUNS"):
         _number(key, v[key], integer=True, strict=False)

@@ -201,6 +201,9 @@ class _Enqueuer:
         job = payload.build(
             self._fn.path, args, kwargs, queue=opts["queue"], retry=opts.get("retry", True), **extra
         )
+        from .workflows import context as workflow  # (lazy: workflows imports client)
+
+        workflow.stamp(job, self._on_commit(), opts.get("using_db"))  # inside a Batch block
         if self._on_commit():
             # The push happens at commit: fail now, in the caller, on arguments JSON can't
             # hold. (A direct push encodes once, before anything is sent.)
@@ -244,6 +247,13 @@ class _Enqueuer:
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
             return jids
         return client.push_many(jobs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Any:
+        """A signature (workflows.Signature): this job with these arguments, checked now,
+        not yet enqueued; what batch callbacks, chain steps and group members are made of."""
+        from .workflows.signatures import Signature
+
+        return Signature(self._fn.path, args, kwargs, self._opts, enqueuer=self)
 
     def using(self, **options: Any) -> _BoundJob:
         """A variant with other options (queue, retry, unique, unique_for, on_commit)."""
@@ -314,13 +324,13 @@ class JobFunction(_Enqueuer):
         job = recording.take_oldest(self.path)
         if job is None:
             raise LookupError(f"no recorded job of {self.path} to perform")
-        return perform(job)
+        return recording.run(job, perform)
 
     def drain(self) -> int:
         """Run this function's recorded jobs until none is left; returns how many ran."""
         count = 0
         while (job := recording.take_oldest(self.path)) is not None:
-            perform(job)
+            recording.run(job, perform)
             count += 1
         return count
 

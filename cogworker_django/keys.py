@@ -78,6 +78,10 @@ def stat(name: str, day: str | None = None) -> str:  # string counters: processe
     return _k("stat", name, day) if day else _k("stat", name)
 
 
+def batches() -> str:  # zset: batch id -> last activity (workflows)
+    return _k("batches")
+
+
 # Per-queue, per-process, per-entry keys -----------------------------------------------------
 
 
@@ -125,6 +129,42 @@ def result(task_id: str) -> str:  # hash: django.tasks result
     return _k("result", task_id)
 
 
+def batch(bid: str) -> str:  # hash: a batch's description, counters, callbacks, state
+    return _k("batch", bid)
+
+
+def batch_pending(bid: str) -> str:  # set: member jids that have not succeeded yet
+    return _k("batch", bid, "pending")
+
+
+def batch_waiting(bid: str) -> str:  # set: member jids with no outcome yet (no run ended)
+    return _k("batch", bid, "waiting")
+
+
+def batch_failed(bid: str) -> str:  # hash: jid -> JSON of its last failure (until it succeeds)
+    return _k("batch", bid, "failed")
+
+
+def batch_jids(bid: str) -> str:  # list: every member jid, in the order they were added
+    return _k("batch", bid, "jids")
+
+
+def batch_results(bid: str) -> str:  # hash: jid -> JSON text of its return value
+    return _k("batch", bid, "results")
+
+
+def batch_keys(bid: str) -> dict[str, str]:
+    """Key -> Redis TYPE of every key of one batch."""
+    return {
+        batch(bid): "hash",
+        batch_pending(bid): "set",
+        batch_waiting(bid): "set",
+        batch_failed(bid): "hash",
+        batch_jids(bid): "list",
+        batch_results(bid): "hash",
+    }
+
+
 def quarantine_prefix(key: str) -> str:
     """Copies of ``key`` are ``<this><ms>:<rand>``."""
     return _k("quarantine", key) + ":"
@@ -157,4 +197,5 @@ def fixed_types() -> dict[str, str]:
         history(): "stream",
         stat("processed"): "string",
         stat("failed"): "string",
+        batches(): "zset",
     }

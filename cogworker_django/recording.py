@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import payload
@@ -54,3 +55,18 @@ def take_oldest(func: str | None = None) -> dict[str, Any] | None:
             if func is None or job["func"] == func:
                 return _recorded.pop(i)
     return None
+
+
+# How a recorded (or inline) job runs: f(job, perform) -> result. testing installs the
+# workflows' bookkeeping (workflows/local.py); plain ``perform(job)`` until then.
+_runner: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], Any] | None = None
+
+
+def set_runner(fn: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], Any]) -> None:
+    global _runner
+    _runner = fn
+
+
+def run(job: dict[str, Any], perform: Callable[[dict[str, Any]], Any]) -> Any:
+    """Run a job of the test modes with ``perform`` (jobs.perform), through the runner."""
+    return perform(job) if _runner is None else _runner(job, perform)

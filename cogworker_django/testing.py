@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import client, jobs, payload, recording
-from .recording import clear, recorded
+from .recording import recorded
+from .workflows import local as workflows_local
 
 __all__ = ["clear", "drain", "fake", "inline", "perform_one", "recorded"]
 
@@ -26,13 +27,24 @@ __all__ = ["clear", "drain", "fake", "inline", "perform_one", "recorded"]
 def _run_now(job: dict[str, Any]) -> str:
     job = json.loads(payload.encode(job))
     job.pop("at", None)
-    jobs.perform(job)
+    recording.run(job, jobs.perform)
     return job["jid"]
 
 
 # ``TESTING = "fake"`` / ``"inline"``: the sink ``client`` uses when no context is active.
 client.install_mode_sink("fake", recording.record)
 client.install_mode_sink("inline", _run_now)
+# Recorded and inline jobs run with the batch bookkeeping a worker does (callbacks, chain
+# steps), kept in memory.
+recording.set_runner(workflows_local.run)
+
+
+def clear(func: str | None = None) -> None:
+    """Forget the recorded jobs (of ``func``, or all; all also forgets the test modes'
+    batches)."""
+    recording.clear(func)
+    if func is None:
+        workflows_local.clear()
 
 
 @contextlib.contextmanager
@@ -67,7 +79,7 @@ def perform_one(func: str | None = None) -> Any:
     job = recording.take_oldest(func)
     if job is None:
         raise LookupError(f"no recorded job{' of ' + func if func else ''} to perform")
-    return jobs.perform(job)
+    return recording.run(job, jobs.perform)
 
 
 def drain(func: str | None = None) -> int:
@@ -75,6 +87,6 @@ def drain(func: str | None = None) -> int:
     they enqueue; returns how many ran."""
     count = 0
     while (job := recording.take_oldest(func)) is not None:
-        jobs.perform(job)
+        recording.run(job, jobs.perform)
         count += 1
     return count

@@ -11,6 +11,7 @@ Nothing here loads a whole set or list: reads are paginated, searches bounded.
 
 from .find import Found, find_job
 from .batches import BatchMember, BatchRecord, Batches
+from .batches import BatchMember, BatchRecord, Batches
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry
@@ -30,6 +31,9 @@ from .stats import DayStat, Overview, Stats
 
 __all__ = [
     "AwaitingRecovery",
+    "BatchMember",
+    "BatchRecord",
+    "Batches",
     "BatchMember",
     "BatchRecord",
     "Batches",

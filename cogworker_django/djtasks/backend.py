@@ -26,6 +26,7 @@ from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_enqueued
 
 from .. import client, conf, jobs, payload
+from ..workflows import context as workflow
 from . import KIND, resolve, results, runner, store
 
 log = logging.getLogger("cogworker_django")
@@ -124,6 +125,7 @@ class CogworkerBackend(BaseTaskBackend):
             worker_ids=[],
         )
         job = self._job(task, result)
+        workflow.stamp(job)  # a member of the batch whose block is open here, if any
         payload.encode(job)  # a TypeError naming the argument, before anything is pushed
         if client.push(job) is None:
             log.warning(

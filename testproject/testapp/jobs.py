@@ -270,6 +270,110 @@ def wait_at_gate(token, fail=False):
         raise RuntimeError(f"{token} failed after the gate")
 
 
+# Workflows (tests/test_workflows_*.py) ------------------------------------------------------
+# Every run leaves a JSON line in <prefix>:test:wf (what ran, with which arguments and
+# payload fields), so a test can check what ran, how often and in which order.
+
+
+def wf_trace_key() -> str:
+    return f"{keys.prefix()}:test:wf"
+
+
+def _wf_trace(kind, **fields):
+    import json
+
+    job_ = current_job() or {}
+    entry = {
+        "kind": kind,
+        "jid": job_.get("jid"),
+        "bid": job_.get("bid"),
+        "callback_of": job_.get("callback_of"),
+        "event": job_.get("callback_event"),
+        **fields,
+    }
+    connection.get_client().rpush(wf_trace_key(), json.dumps(entry))
+
+
+@job
+def wf_member(token, result=None):
+    _wf_trace("member", token=token)
+    return token if result is None else result
+
+
+@job(retry=3)
+def wf_fail_first(token):
+    """Fails its first run (per token), then succeeds."""
+    conn = connection.get_client()
+    tries = conn.hincrby(f"{keys.prefix()}:test:wf:tries", token, 1)
+    _wf_trace("fail_first", token=token, tries=tries)
+    if tries == 1:
+        raise RuntimeError(f"{token}: first run fails")
+    return token
+
+
+@job(retry=False)
+def wf_dead_unless_fixed(value):
+    """Ends in dead (no retries) until <prefix>:test:wf:fixed is set; then returns value."""
+    fixed = connection.get_client().get(f"{keys.prefix()}:test:wf:fixed")
+    _wf_trace("dead_unless_fixed", value=value, fixed=bool(fixed))
+    if not fixed:
+        raise RuntimeError("not fixed yet")
+    return value
+
+
+@job
+def wf_add(x, y):
+    _wf_trace("add", x=x, y=y)
+    return x + y
+
+
+@job(retry=3)
+def wf_double_flaky(x, token):
+    """Doubles x; fails its first run (per token)."""
+    conn = connection.get_client()
+    tries = conn.hincrby(f"{keys.prefix()}:test:wf:tries", token, 1)
+    _wf_trace("double_flaky", x=x, tries=tries)
+    if tries == 1:
+        raise RuntimeError("first run fails")
+    return x * 2
+
+
+@job
+def wf_square(x):
+    _wf_trace("square", x=x)
+    return x * x
+
+
+@job
+def wf_callback(*args, **kwargs):
+    _wf_trace("callback", args=list(args), kwargs=kwargs)
+
+
+@job
+def wf_not_json():
+    return {1, 2}
+
+
+@job
+def wf_chaos_member(label, i, seconds=0.0):
+    """A member of the chaos test's batches: marks itself done (a set per batch)."""
+    if seconds:
+        time.sleep(seconds)
+    connection.get_client().sadd(f"{keys.prefix()}:test:chaos:done:{label}", i)
+
+
+@job
+def wf_chaos_callback(label, event, size):
+    """A chaos test callback: records its run, and whether its batch was finished then."""
+    conn = connection.get_client()
+    done = conn.scard(f"{keys.prefix()}:test:chaos:done:{label}")
+    job_ = current_job()
+    conn.rpush(
+        f"{keys.prefix()}:test:chaos:callbacks",
+        f"{label}|{event}|{job_['jid']}|{done}|{size}",
+    )
+
+
 # Observability (tests/test_logs.py): a run that logs through an application logger.
 @job
 def logs_lines(token, fail=False):

@@ -1,0 +1,63 @@
+-- Push jobs that join a batch and count them in it, in one step: a member is counted
+-- exactly when it is pushed, never one without the other. Every key's type is checked
+-- before the first write (and an OOM refusal comes at the first write), so the script
+-- writes all of it or nothing.
+-- KEYS[1] = P:batch:<bid> (hash), KEYS[2] = its pending set, KEYS[3] = its waiting set,
+-- KEYS[4] = its jids list, KEYS[5] = P:queues, KEYS[6] = P:batches,
+-- KEYS[7...] = where the jobs go (queue lists, P:schedule, priority zsets)
+-- ARGV[1] = bid, ARGV[2] = now, ARGV[3] = TTL of an unfinished batch (seconds),
+-- then five per job: index of its target in KEYS, the payload (encoded in Python, rule 3;
+-- for a priority zset the member priority.py built), the score ("" for a list: LPUSH),
+-- the jid, the queue to list in P:queues ("" for none)
+-- Returns the number of jobs pushed, or "gone" (no such batch) / "finished" (on_success
+-- has fired): then nothing is pushed.
+local function kind(key)
+  return redis.call("TYPE", key)["ok"]
+end
+-- (P:queues is only a listing: a broken one never stops a push, rule 1.)
+local want = {"hash", "set", "set", "list", "", "zset"}
+for i = 1, 6 do
+  local t = kind(KEYS[i])
+  if want[i] ~= "" and t ~= "none" and t ~= want[i] then
+    return redis.error_reply("WRONGTYPE " .. KEYS[i] .. " holds the wrong kind of value")
+  end
+end
+for i = 4, #ARGV, 5 do
+  local key = KEYS[tonumber(ARGV[i])]
+  local t = kind(key)
+  local expected = ARGV[i + 2] == "" and "list" or "zset"
+  if t ~= "none" and t ~= expected then
+    return redis.error_reply("WRONGTYPE " .. key .. " holds the wrong kind of value")
+  end
+end
+if redis.call("EXISTS", KEYS[1]) == 0 then
+  return "gone"
+end
+if redis.call("HEXISTS", KEYS[1], "success_at") == 1 then
+  return "finished"
+end
+local pushed = 0
+for i = 4, #ARGV, 5 do
+  local key, value, score, jid, queue =
+    KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  if score == "" then
+    redis.call("LPUSH", key, value)
+  else
+    redis.call("ZADD", key, score, value)
+  end
+  if redis.call("SADD", KEYS[2], jid) == 1 then
+    redis.call("SADD", KEYS[3], jid)
+    redis.call("RPUSH", KEYS[4], jid)
+    redis.call("HINCRBY", KEYS[1], "total", 1)
+  end
+  if queue ~= "" then
+    redis.pcall("SADD", KEYS[5], queue)
+  end
+  pushed = pushed + 1
+end
+redis.call("HSET", KEYS[1], "updated_at", ARGV[2])
+for i = 1, 4 do
+  redis.call("EXPIRE", KEYS[i], ARGV[3])
+end
+redis.call("ZADD", KEYS[6], ARGV[2], ARGV[1])
+return pushed
