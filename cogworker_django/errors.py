@@ -166,9 +166,27 @@ class Backoff:
         self._state: dict[str, tuple[float, float]] = {}  # component -> (next try, delay)
 
     def ready(self, component: str) -> bool:
+        return self.remaining(component) == 0.0
+
+    def remaining(self, component: str) -> float:
+        """Seconds before ``component`` is tried again (0 when it is not backing off)."""
         with self._lock:
             state = self._state.get(component)
-        return state is None or self.clock() >= state[0]
+        return max(0.0, state[0] - self.clock()) if state is not None else 0.0
+
+    def failed(self, component: str) -> float:
+        """Note a deterministic failure of ``component``; returns the delay before it is
+        tried again (the first delay, then doubling up to the maximum)."""
+        with self._lock:
+            state = self._state.get(component)
+            delay = min(state[1] * 2, self.maximum) if state else self.first
+            self._state[component] = (self.clock() + delay, delay)
+        return delay
+
+    def succeeded(self, component: str) -> None:
+        """``component`` worked: no backoff from now on."""
+        with self._lock:
+            self._state.pop(component, None)
 
     def run(self, component: str, fn: Callable[[], Any], detail: str | None = None) -> bool:
         """Run ``fn`` unless backing off; True on success, False if failed or skipped."""
@@ -180,14 +198,10 @@ class Backoff:
             if is_unavailable(exc):
                 report(component, exc, detail)
                 return False
-            with self._lock:
-                state = self._state.get(component)
-                delay = min(state[1] * 2, self.maximum) if state else self.first
-                self._state[component] = (self.clock() + delay, delay)
+            delay = self.failed(component)
             where = f"{component}: {detail}" if detail else component
             log.error("%s failed (next try in %.0fs): %s", where, delay, describe(exc))
             return False
-        with self._lock:
-            self._state.pop(component, None)
+        self.succeeded(component)
         recovered(component)
         return True

@@ -18,11 +18,10 @@ from .helpers import free_port, wait_until
 @pytest.fixture(autouse=True)
 def fresh_history():
     history.buffer.clear()
-    history.writer.retry_at = 0.0
-    history.writer.backoff = history.BACKOFF_FIRST
+    history.writer.reset()
     yield
     history.buffer.clear()
-    history.writer.retry_at = 0.0
+    history.writer.reset()
 
 
 def _run(job="app.jobs.f", status="success", started_at=None, duration=0.1, **extra):
@@ -157,7 +156,7 @@ def test_disabled_middleware_records_nothing(configure):
 
 
 def test_buffer_is_capped_and_the_loss_logged(monkeypatch, caplog, r):
-    monkeypatch.setattr(history, "MAX_BUFFERED", 5)
+    monkeypatch.setattr(history.recorder, "MAX_BUFFERED", 5)
     for _ in range(8):
         _run()
     assert len(history.buffer) == 5 and history.buffer.dropped == 3
@@ -194,7 +193,7 @@ def test_wrong_type_drops_the_batch_and_backs_off(r):
     assert history.flush() == 0  # backing off: nothing tried
     assert len(history.buffer) == 1
     r.delete(keys.history())
-    history.writer.retry_at = 0.0
+    history.writer.reset()
     assert history.flush() == 1
 
 

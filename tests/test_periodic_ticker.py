@@ -143,7 +143,8 @@ def test_an_unreadable_disabled_set_counts_as_enabled(r, caplog):
 def test_a_failing_entry_backs_off_and_the_others_keep_firing(r, caplog):
     bad, good = entry("bad"), entry("good")
     r.rpush(keys.periodic_last_slot("bad"), "wrong type")
-    t = Ticker([bad, good])
+    clock = [1000.0]
+    t = Ticker([bad, good], clock=lambda: clock[0])
     with caplog.at_level(logging.ERROR, "cogworker_django"):
         t.tick(now=T0 + 0.1)
         assert 4 < t.backoff_remaining("bad") <= 5
@@ -154,7 +155,7 @@ def test_a_failing_entry_backs_off_and_the_others_keep_firing(r, caplog):
         ("good", T0),
         ("good", T0 + 60),
     ]
-    t._retry_at["bad"] = 0  # (the backoff ran out) it fails again: twice as long
+    clock[0] += 5  # (the backoff ran out) it fails again: twice as long
     t.tick(now=T0 + 60.2)
     assert 9 < t.backoff_remaining("bad") <= 10
 
@@ -162,7 +163,8 @@ def test_a_failing_entry_backs_off_and_the_others_keep_firing(r, caplog):
 def test_a_failed_push_rolls_the_claim_back(r):
     r.set(keys.queue("default"), "not a list")  # LPUSH fails: WRONGTYPE
     e = entry(unique="until_executed")
-    t = Ticker([e])
+    clock = [1000.0]
+    t = Ticker([e], clock=lambda: clock[0])
     t.tick(now=T0 + 0.1)
     # Nothing claimed any more: no last_slot, no slot lock, no running lock.
     assert not r.exists(keys.periodic_last_slot("e"))
@@ -170,7 +172,7 @@ def test_a_failed_push_rolls_the_claim_back(r):
     assert not r.exists(keys.periodic_running("e"))
     assert t.backoff_remaining("e") > 4
     r.delete(keys.queue("default"))
-    t._retry_at["e"] = 0
+    clock[0] += 5  # the backoff runs out
     t.tick(now=T0 + 0.2)  # the same slot fires once the push works
     assert [j["periodic_slot"] for j in queued(r)] == [T0]
 

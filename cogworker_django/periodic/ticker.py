@@ -127,6 +127,7 @@ class Ticker:
         ready: Callable[[], bool] = lambda: True,
         catch_up: bool | None = None,
         started_at: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         s = conf.get()
         # When the process started (epoch seconds): with catch-up off, only slots due
@@ -146,8 +147,9 @@ class Ticker:
         self._seen: set[str] = set()  # entries looked at once (catch-up)
         self._blocked: dict[str, tuple[int, float]] = {}  # entry -> (slot, first seen)
         self._rollbacks: dict[str, Rollback] = {}  # entry -> its pending rollback
-        self._failures: dict[str, int] = {}  # entry or "rollback:<entry>" -> failures
-        self._retry_at: dict[str, float] = {}  # same keys -> monotonic time to try again
+        # Entries (and "rollback:<entry>") failing deterministically; ``clock`` is for
+        # tests that let a backoff run out without waiting for it.
+        self._backoff = errors.Backoff(BACKOFF_FIRST, BACKOFF_MAX, clock)
         self._disabled_unreadable = False
 
     # Lifecycle ---------------------------------------------------------------------------
@@ -200,8 +202,7 @@ class Ticker:
                 delay = self._back_off(name)
                 errors.report("Periodic tick", exc, f"{name} (next try in {delay:.0f}s)")
                 continue
-            self._failures.pop(name, None)
-            self._retry_at.pop(name, None)
+            self._backoff.succeeded(name)
             if talked:
                 errors.recovered("Periodic tick")
 
@@ -306,8 +307,7 @@ class Ticker:
                 continue
             exc = self._rollback(conn, rb)
             if exc is None:
-                self._failures.pop(key, None)
-                self._retry_at.pop(key, None)
+                self._backoff.succeeded(key)
             elif errors.is_unavailable(exc):
                 return False
             else:
@@ -315,19 +315,14 @@ class Ticker:
         return True
 
     def _backing_off(self, key: str) -> bool:
-        at = self._retry_at.get(key)
-        return at is not None and time.monotonic() < at
+        return not self._backoff.ready(key)
 
     def _back_off(self, key: str) -> float:
-        n = self._failures[key] = self._failures.get(key, 0) + 1
-        delay = min(BACKOFF_FIRST * 2 ** min(n - 1, 16), BACKOFF_MAX)
-        self._retry_at[key] = time.monotonic() + delay
-        return delay
+        return self._backoff.failed(key)
 
     def backoff_remaining(self, name: str) -> float:
         """Seconds before ``name`` is looked at again (0 when it is not backing off)."""
-        at = self._retry_at.get(name)
-        return max(0.0, at - time.monotonic()) if at is not None else 0.0
+        return self._backoff.remaining(name)
 
     # The published schedule --------------------------------------------------------------
 

@@ -1,9 +1,11 @@
-"""Run history: every run recorded cheaply, in a capped Redis stream.
+"""Run history, the recording side: every run recorded cheaply in this process's
+memory, for history/writer.py to write to a capped Redis stream.
 
 Duties:
 - :class:`HistoryMiddleware` (outermost server middleware, so it times everything)
   records each run: jid, job, queue, status ("success"/"failed"), started_at, duration,
-  error_class, error_message, worker identity, periodic entry name;
+  wait (from enqueue to start), error_class, error_message, worker identity, periodic
+  entry name;
 - records go to this process's in-memory :data:`buffer` (a tuple each: the hot path
   does as little as it can), never one write per job (docs/internals.md);
   :class:`HistoryFlusher` writes them in batches to ``P:history``, one stream entry per
@@ -30,10 +32,8 @@ import time
 from collections import deque
 from typing import Any
 
-import redis
-
-from . import conf, connection, errors, keys, payload, scripts
-from .middleware import Reschedule
+from .. import conf, errors, payload
+from ..middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
 
@@ -54,7 +54,7 @@ BACKOFF_FIRST = 5.0
 BACKOFF_MAX = 60.0
 
 # A run as buffered: (jid, job, queue, status, started_at, duration, error_class,
-# error_message, periodic). The worker identity is added when it is written.
+# error_message, periodic, wait). The worker identity is added when it is written.
 Run = tuple
 # The record encoder; api/history.py matches fields written by exactly this encoder.
 dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -121,6 +121,14 @@ def capture(
     """One run as buffered: only what the record needs (never the payload or the
     exception itself, which would keep arguments and tracebacks alive in memory)."""
     periodic = job.get("periodic")
+    enqueued = job.get("enqueued_at")
+    wait = None
+    if (
+        isinstance(enqueued, (int, float))
+        and not isinstance(enqueued, bool)
+        and enqueued == enqueued
+    ):
+        wait = max(0.0, started_at - enqueued)
     if exc is None:
         status, error_class, message = "success", None, None
     else:
@@ -137,12 +145,13 @@ def capture(
         error_class,
         message,
         periodic if isinstance(periodic, str) else None,
+        wait,
     )
 
 
 def as_dict(run: Run, worker: str) -> dict[str, Any]:
     """The record of a buffered run, as stored (JSON) and as :func:`query` returns it."""
-    jid, job, queue, status, started_at, duration, error_class, error_message, periodic = run
+    jid, job, queue, status, started_at, duration, error_class, error_message, periodic = run[:9]
     return {
         "jid": jid,
         "job": job,
@@ -150,6 +159,7 @@ def as_dict(run: Run, worker: str) -> dict[str, Any]:
         "status": status,
         "started_at": started_at,
         "duration": duration,
+        "wait": run[9] if len(run) > 9 else None,
         "error_class": error_class,
         "error_message": error_message,
         "worker": worker,
@@ -184,102 +194,3 @@ class HistoryMiddleware:
             buffer.add(capture(job, queue, started_at, duration, exc))
         except Exception as err:  # noqa: BLE001 - rule 4: history never fails a job
             errors.report(COMPONENT, err, "a run was not recorded")
-
-
-# Writing ------------------------------------------------------------------------------------
-
-
-class _Writer:
-    """Writes the buffer in chunks; remembers a deterministic failure's backoff."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # one flush at a time (flusher thread, shutdown)
-        self.retry_at = 0.0
-        self.backoff = BACKOFF_FIRST
-
-    def flush(self, conn: redis.Redis) -> int:
-        """Write every buffered run; returns how many were written. Raises what the
-        write raised (after putting back what Redis may not have stored)."""
-        with self._lock:
-            if time.monotonic() < self.retry_at:
-                return 0
-            written = 0
-            while True:
-                runs = buffer.take(WRITE_CHUNK)
-                if not runs:
-                    break
-                written += self._write(conn, runs)
-            self.backoff = BACKOFF_FIRST
-            if buffer.dropped:
-                dropped, buffer.dropped = buffer.dropped, 0
-                log.warning(
-                    "History: %d run(s) not recorded (more than %d waited while Redis was "
-                    "unavailable)",
-                    dropped,
-                    MAX_BUFFERED,
-                )
-            return written
-
-    def _write(self, conn: redis.Redis, runs: list[Run]) -> int:
-        worker = buffer.worker
-        records = [dumps(as_dict(run, worker)) for run in runs]
-        try:
-            scripts.run(
-                "history_add", conn, [keys.history()], [conf.get().HISTORY_MAX_RUNS, *records]
-            )
-        except Exception as exc:
-            if errors.is_unavailable(exc):
-                # Kept for the next flush. (Had the reply been lost after the script ran,
-                # these runs get recorded twice: better than not at all.)
-                buffer.put_back(runs)
-                raise
-            # Deterministic (P:history of the wrong type): this batch is lost, never a job;
-            # retrying every second can't help, so back off until the key guard moved it.
-            self.retry_at = time.monotonic() + self.backoff
-            delay, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
-            raise type(exc)(
-                f"{len(runs)} run record(s) dropped, next write in {delay:.0f}s: "
-                f"{errors.safe_str(exc)}"
-            ) from None
-        return len(runs)
-
-
-writer = _Writer()
-
-
-def flush(conn: redis.Redis | None = None) -> int:
-    """Write the buffered runs now (raises on failure; see :func:`flush_safely`)."""
-    return writer.flush(conn or connection.get_client())
-
-
-def flush_safely(conn: redis.Redis | None = None) -> bool:
-    """Best-effort :func:`flush`: an outage is logged once, never raised."""
-    if not len(buffer) and not buffer.dropped:
-        return True
-    return errors.best_effort(COMPONENT, lambda: flush(conn))
-
-
-class HistoryFlusher:
-    """Worker component: a thread flushing the buffer every FLUSH_INTERVAL, or as soon
-    as FLUSH_BATCH runs wait. The launcher flushes once more after the processors stop."""
-
-    def __init__(self, worker: str) -> None:
-        buffer.worker = worker
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="history", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        buffer.wakeup.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            buffer.wakeup.wait(FLUSH_INTERVAL)
-            buffer.wakeup.clear()
-            flush_safely()

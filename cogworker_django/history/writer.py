@@ -1,0 +1,129 @@
+"""Run history, the writing side: the buffered runs (history/recorder.py) written in
+batches to ``P:history``, one stream entry per run, capped at ``HISTORY_MAX_RUNS``, by one
+script call (lua/history_add.lua) per ``WRITE_CHUNK`` runs; a thread does it every
+``FLUSH_INTERVAL`` (or sooner when ``FLUSH_BATCH`` runs wait), and the launcher once more
+at shutdown. An outage keeps the runs for the next write; a deterministic error (the key
+of the wrong type) drops that batch and backs off (errors.Backoff) until the key guard
+has moved the key aside.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+
+from .. import conf, connection, errors, keys, scripts
+from .recorder import (
+    BACKOFF_FIRST,
+    BACKOFF_MAX,
+    COMPONENT,
+    FLUSH_INTERVAL,
+    MAX_BUFFERED,
+    WRITE_CHUNK,
+    Run,
+    as_dict,
+    buffer,
+    dumps,
+)
+
+log = logging.getLogger("cogworker_django")
+
+
+class Writer:
+    """Writes the buffer in chunks; remembers a deterministic failure's backoff."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one flush at a time (flusher thread, shutdown)
+        self.backoff = errors.Backoff(BACKOFF_FIRST, BACKOFF_MAX)
+
+    def reset(self) -> None:
+        """Forget any backoff (the next flush writes)."""
+        self.backoff.succeeded(COMPONENT)
+
+    def flush(self, conn: redis.Redis) -> int:
+        """Write every buffered run; returns how many were written. Raises what the
+        write raised (after putting back what Redis may not have stored)."""
+        with self._lock:
+            if not self.backoff.ready(COMPONENT):
+                return 0
+            written = 0
+            while True:
+                runs = buffer.take(WRITE_CHUNK)
+                if not runs:
+                    break
+                written += self._write(conn, runs)
+            self.backoff.succeeded(COMPONENT)
+            if buffer.dropped:
+                dropped, buffer.dropped = buffer.dropped, 0
+                log.warning(
+                    "History: %d run(s) not recorded (more than %d waited while Redis was "
+                    "unavailable)",
+                    dropped,
+                    MAX_BUFFERED,
+                )
+            return written
+
+    def _write(self, conn: redis.Redis, runs: list[Run]) -> int:
+        worker = buffer.worker
+        records = [dumps(as_dict(run, worker)) for run in runs]
+        try:
+            scripts.run(
+                "history_add", conn, [keys.history()], [conf.get().HISTORY_MAX_RUNS, *records]
+            )
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                # Kept for the next flush. (Had the reply been lost after the script ran,
+                # these runs get recorded twice: better than not at all.)
+                buffer.put_back(runs)
+                raise
+            # Deterministic (P:history of the wrong type): this batch is lost, never a job;
+            # retrying every second can't help, so back off until the key guard moved it.
+            delay = self.backoff.failed(COMPONENT)
+            raise type(exc)(
+                f"{len(runs)} run record(s) dropped, next write in {delay:.0f}s: "
+                f"{errors.safe_str(exc)}"
+            ) from None
+        return len(runs)
+
+
+writer = Writer()
+
+
+def flush(conn: redis.Redis | None = None) -> int:
+    """Write the buffered runs now (raises on failure; see :func:`flush_safely`)."""
+    return writer.flush(conn or connection.get_client())
+
+
+def flush_safely(conn: redis.Redis | None = None) -> bool:
+    """Best-effort :func:`flush`: an outage is logged once, never raised."""
+    if not len(buffer) and not buffer.dropped:
+        return True
+    return errors.best_effort(COMPONENT, lambda: flush(conn))
+
+
+class HistoryFlusher:
+    """Worker component: a thread flushing the buffer every FLUSH_INTERVAL, or as soon
+    as FLUSH_BATCH runs wait. The launcher flushes once more after the processors stop."""
+
+    def __init__(self, worker: str) -> None:
+        buffer.worker = worker
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="history", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        buffer.wakeup.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            buffer.wakeup.wait(FLUSH_INTERVAL)
+            buffer.wakeup.clear()
+            flush_safely()
