@@ -152,7 +152,7 @@ def parse_queue(spec: Any, key: str = "QUEUES") -> QueueSpec:
     name, sep, weight = spec.strip().rpartition(":")
     if not sep:
         name, weight = spec.strip(), "1"
-    if not name or any(c.isspace() for c in name):
+    if not valid_name(name):
         raise _bad(key, spec, "a queue name must be non-empty and contain no whitespace")
     try:
         w = int(weight)
@@ -195,6 +195,12 @@ FETCH_BLOCK_SECONDS = 1.0
 # A socket timeout must exceed FETCH_BLOCK_SECONDS by this much at least (the reply of a
 # blocked command that found a job still has to travel back and be read).
 SOCKET_TIMEOUT_MARGIN = 0.5
+
+
+def valid_name(value: Any) -> bool:
+    """The one check for names that go into Redis keys and log lines (queues, the
+    prefix, periodic entries, tags, tokens): a non-empty string with no whitespace."""
+    return isinstance(value, str) and bool(value) and not any(c.isspace() for c in value)
 
 
 def min_socket_timeout() -> float:
@@ -391,7 +397,7 @@ def _validate(user: Any) -> Settings:
             )
         sentinels = [tuple(s) for s in sentinels]
     prefix = v["PREFIX"]
-    if not isinstance(prefix, str) or not prefix or any(c.isspace() for c in prefix):
+    if not valid_name(prefix):
         raise _bad("PREFIX", prefix, "expected a non-empty string without whitespace")
     _number("CONCURRENCY", v["CONCURRENCY"], integer=True)
     queues = parse_queues(v["QUEUES"])
@@ -468,7 +474,7 @@ def _check_observability(v: dict) -> None:
     check_metrics_port(v["METRICS_PORT"])
     token = v["METRICS_TOKEN"]
     if token is not None and (
-        not isinstance(token, str) or not token or any(c.isspace() for c in token)
+        not valid_name(token)
     ):
         raise _bad(
             "METRICS_TOKEN",

@@ -86,13 +86,14 @@ class NotRegistered(CogworkerError, LookupError):
     """The payload names no registered job; it is never imported or called."""
 
 
-def perform(job: dict[str, Any]) -> Any:
-    """Run ``job`` (awaiting an ``async def`` job); NotRegistered if it names nothing
+def perform(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Any:
+    """Run ``job`` (awaiting an ``async def`` job) with ``runner``, what :func:`resolve`
+    made of it (resolved here when not given); NotRegistered if it names nothing
     registered."""
-    runner = resolve(job)
+    runner = runner or resolve(job)
     if runner is None:
         raise NotRegistered(f"{job.get('func')!r} is not a registered job")
-    with running(job):
+    with running(job, runner):
         result = runner()
         if inspect.isawaitable(result):
             result = asyncio.run(_awaited(result))
@@ -111,7 +112,7 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
         )
     queue = opts.get("queue")
     if queue is not None:
-        if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
+        if not conf.valid_name(queue):
             raise ValueError(
                 f"{where}: queue must be a non-empty string without whitespace, got {queue!r}"
             )

@@ -55,7 +55,7 @@ def _retry_option(alias: str, options: Any) -> bool | int:
 
 
 def _valid_queue_name(name: Any) -> bool:
-    return isinstance(name, str) and bool(name) and not any(c.isspace() for c in name)
+    return conf.valid_name(name)
 
 
 class CogworkerBackend(BaseTaskBackend):

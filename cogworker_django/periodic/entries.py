@@ -84,7 +84,7 @@ def default_timezone() -> str:
 
 def parse_entry(name: Any, raw: Any) -> Entry:
     """Validate one entry; ImproperlyConfigured naming the entry and the field."""
-    if not isinstance(name, str) or not name or any(c.isspace() for c in name):
+    if not conf.valid_name(name):
         raise ImproperlyConfigured(
             f"COGWORKER_PERIODIC: entry name {name!r} is invalid: expected a non-empty "
             "string without whitespace."
@@ -166,7 +166,7 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     if queue is None and function is not None:
         queue = function.options["queue"]
     if queue is not None or function is not None:
-        if not isinstance(queue, str) or not queue or any(c.isspace() for c in queue):
+        if not conf.valid_name(queue):
             problems.append(_bad(name, "queue", queue, "expected a queue name without whitespace"))
 
     unique = raw.get("unique", None)

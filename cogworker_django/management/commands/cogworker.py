@@ -89,7 +89,7 @@ class Command(BaseCommand):
         if timeout < 0:
             raise CommandError(f"--shutdown-timeout must be >= 0, got {timeout}")
         tag = opts["tag"] or ""
-        if any(c.isspace() for c in tag):
+        if tag and not conf.valid_name(tag):
             raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
         metrics = self._metrics_option(opts, settings)
         self._setup_logging(opts["logfile"], opts["verbosity"])
