@@ -215,3 +215,22 @@ def test_payload_of_a_member_names_its_batch_and_nothing_else_changes(r, prefix)
     (job,) = queued(r)
     assert job["args"] == [2**60 + 1] and job["bid"] == b.bid
     assert set(job) == set(payload.build("x")) | {"bid"}
+
+
+def test_a_member_that_leaves_without_a_run_counts_as_failed(r, prefix):
+    """Deleted by an operator (or dead as a poison job): departures tell the batch."""
+    with Batch(on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")) as b:
+        tj.wf_member.enqueue("now")
+        later = tj.wf_member.enqueue_in(3600, "later")
+    (now,) = queued(r)
+    r.delete(keys.queue("default"))
+    run_in_worker(now)
+    assert queued(r) == []
+    scheduled = api.ScheduledSet()
+    (record,) = scheduled.page(0, 10)
+    scheduled.delete(record)
+    assert [j["callback_event"] for j in queued(r)] == ["complete"]
+    status = api.Batches().get(b.bid)
+    (failure,) = status.failures
+    assert (failure.jid, failure.dead, status.state) == (later, True, "stopped")
+    assert "deleted" in failure.error_message

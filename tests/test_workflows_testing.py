@@ -16,7 +16,7 @@ def _no_redis_writes(r, prefix):
     assert not r.keys(f"{prefix}:batch*"), "the test modes write no batch to Redis"
 
 
-def testing_trace():
+def trace_entries():
     import json
 
     from cogworker_django import connection
@@ -94,7 +94,7 @@ def test_fake_group_then_gets_the_results_in_order(r, prefix):
         assert len(tj.wf_square.jobs) == 3
         testing.drain()
         assert batch.status().state == "succeeded"
-        (then,) = [e for e in testing_trace() if e[0] == "callback"]
+        (then,) = [e for e in trace_entries() if e[0] == "callback"]
         assert then[1] == [[9, 1, 4], "sum"]
 
 

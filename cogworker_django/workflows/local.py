@@ -159,12 +159,9 @@ def run(job: dict[str, Any], perform: Any) -> Any:
 def _run(job: dict[str, Any], perform: Any) -> Any:
     results_of = job.get("results_of")
     if isinstance(results_of, str) and results_of in _batches:
-        original = job.get("args") or []
-        job["args"] = [results(results_of), *original]
-        try:
-            return perform(job)
-        finally:
-            job["args"] = original
+        from .middleware import run_with_first_argument
+
+        return run_with_first_argument(job, results(results_of), lambda: perform(job))
     bid = job.get("bid")
     with _lock:
         state = _batches.get(bid) if isinstance(bid, str) else None

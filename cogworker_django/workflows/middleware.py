@@ -66,12 +66,22 @@ def with_results(job: dict[str, Any], bid: str, run: Callable[[], Any]) -> Any:
     """Run a callback that asked for the members' return values with them as its first
     argument (read now, from the batch); the payload keeps its own arguments."""
     values = store.patiently(lambda: store.results(bid))
-    original = job.get("args") or []
-    job["args"] = [values, *original]
+    return run_with_first_argument(job, values, run)
+
+
+def run_with_first_argument(job: dict[str, Any], value: Any, run: Callable[[], Any]) -> Any:
+    """``run()`` with ``value`` put first in the job's arguments for the run only. The
+    list is changed in place: the job was resolved before the chain ran (jobs.resolve
+    holds that list), and the payload filed after a failure must hold its own arguments."""
+    args = job.get("args")
+    if not isinstance(args, list):
+        args = job["args"] = []
+    args.insert(0, value)
     try:
         return run()
     finally:
-        job["args"] = original
+        if args and args[0] is value:
+            del args[0]
 
 
 def next_step(job: dict[str, Any], result: Any) -> tuple[dict[str, Any] | None, int]:
