@@ -558,7 +558,15 @@ def _skipped_text(ctx: Context, entry: str, group: list[int], blocked, fired) ->
     text = f"{entry}: slot {span} never pushed; claimed {claimed}, not claimed {len(group) - claimed - unsampled}"
     if unsampled:
         text += f", claim not sampled {unsampled}"
-    holders = sorted({blocked[(entry, s)] for s in group if (entry, s) in blocked})
+    # The ticker logs a blocked slot only after its grace of three beats, so with an
+    # every-second entry it names the holder for few slots: look a little past the group,
+    # and at the lock itself (still held after the drain?).
+    holders = sorted(
+        {h for (e, s), h in blocked.items() if e == entry and first - 1 <= s <= last + 30}
+    )
+    for key, owner, _ttl in ctx.state.running_locks:
+        if key.endswith(f":running:{entry}") and owner not in holders:
+            holders.append(owner)
     if holders:
         pushed = {j for jids in fired.values() for j in jids}
         fates = [
