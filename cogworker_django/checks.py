@@ -1,5 +1,6 @@
 """System checks: settings, the Redis client's retry and timeout options, the retry
-backoff hook; and, where asked for, Redis reachable, its version and eviction policy.
+backoff hook, jobs defined where no worker imports them; and, where asked for, Redis
+reachable, its version, eviction policy and persistence.
 
 Only the last need the network, so they are deployment checks (``manage.py check
 --deploy``; ``--deploy --tag cogworker_redis`` runs them alone) and the worker runs
@@ -183,7 +184,8 @@ def redis_failure(exc: BaseException) -> tuple[str, str]:
 
 
 def redis_messages() -> list[checks.CheckMessage]:
-    """Redis reachable, new enough, not evicting keys (this one talks to Redis)."""
+    """Redis reachable, new enough, not evicting keys, keeping its data on disk (this one
+    talks to Redis)."""
     target = connection.describe_target()
     client, unfit = _client_or_message()
     if unfit:
@@ -211,6 +213,23 @@ def redis_messages() -> list[checks.CheckMessage]:
                 "deletes keys, jobs included.",
                 hint="Set maxmemory-policy to noeviction on the Redis that holds jobs.",
                 id="cogworker.W002",
+            )
+        )
+    from .api.server import RedisServer
+
+    try:
+        kept = RedisServer().persistence(client)
+    except Exception:  # noqa: BLE001 - unknown: say nothing rather than guess
+        kept = None
+    if kept is not None and kept.none:
+        found.append(
+            checks.Warning(
+                f"Redis at {target} keeps nothing on disk (no RDB snapshots: `save` is "
+                "empty; appendonly is no): a restart loses the scheduled, retrying and dead "
+                "jobs, the run history, unique locks and the counters.",
+                hint="Turn on appendonly yes (appendfsync everysec), or a save schedule, on "
+                "the Redis that holds jobs; see docs/operations.md#persistence.",
+                id="cogworker.W004",
             )
         )
     return found

@@ -22,7 +22,13 @@ def ids(messages):
     return [m.id for m in messages]
 
 
-def test_healthy_redis_has_no_messages():
+# Private servers start with `--save "" --appendonly no` (tests/helpers.py): a healthy one
+# keeps its data on disk, or cogworker.W004 says it does not (test_persistence.py).
+PERSISTENT = ["--appendonly", "yes"]
+
+
+def test_healthy_redis_has_no_messages(redis_server, configure):
+    configure(REDIS_URL=redis_server(extra=PERSISTENT).url)
     assert checks.redis_messages() == []
 
 
@@ -39,7 +45,7 @@ def test_unreachable_redis_is_an_error_with_the_password_masked(configure):
 
 
 def test_evicting_policy_is_a_warning(redis_server, configure):
-    server = redis_server(extra=["--maxmemory-policy", "allkeys-lru"])
+    server = redis_server(extra=["--maxmemory-policy", "allkeys-lru", *PERSISTENT])
     configure(REDIS_URL=server.url)
     messages = checks.redis_messages()
     assert ids(messages) == ["cogworker.W002"]
@@ -47,7 +53,8 @@ def test_evicting_policy_is_a_warning(redis_server, configure):
 
 
 def test_manage_py_check_passes_and_warns_on_allkeys_lru(redis_server, prefix):
-    ok = run_command(prefix, "check", "--deploy", "--tag", checks.REDIS_TAG)
+    healthy = redis_server(extra=PERSISTENT)
+    ok = run_command(prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url=healthy.url)
     assert ok.returncode == 0, ok.stderr
     assert "no issues" in ok.stdout
     server = redis_server(extra=["--maxmemory-policy", "allkeys-lru"])

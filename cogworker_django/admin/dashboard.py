@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
 
-from ..api import Stats, find_job
+from ..api import RedisServer, Stats, find_job
 from . import chart
 from .base import PageAdmin
 
@@ -39,6 +39,7 @@ class DashboardAdmin(PageAdmin):
             chart=chart.build(overview.days),
             chart_days=CHART_DAYS,
             find_url=self.reverse("find"),
+            persistence=RedisServer().persistence(),
         )
 
     def find_view(self, request: HttpRequest) -> HttpResponse:

@@ -3,10 +3,9 @@ jobs in the order they will run, each of which can be deleted."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path
-
-from django.contrib import messages
 
 from ..api import Outcome, Queue
 from .base import Action, PageAdmin, plural

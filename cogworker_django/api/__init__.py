@@ -9,9 +9,8 @@
 Nothing here loads a whole set or list: reads are paginated, searches bounded.
 """
 
+from .batches import Batches, BatchMember, BatchRecord
 from .find import Found, find_job
-from .batches import BatchMember, BatchRecord, Batches
-from .batches import BatchMember, BatchRecord, Batches
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry
@@ -27,13 +26,11 @@ from .quarantine import Quarantine, QuarantinedKey
 from .queues import Queue, QueueInfo
 from .records import JobRecord
 from .search import SearchPage
+from .server import Persistence, RedisServer
 from .stats import DayStat, Overview, Stats
 
 __all__ = [
     "AwaitingRecovery",
-    "BatchMember",
-    "BatchRecord",
-    "Batches",
     "BatchMember",
     "BatchRecord",
     "Batches",
@@ -48,6 +45,7 @@ __all__ = [
     "Outcome",
     "OrphanedProcess",
     "Overview",
+    "Persistence",
     "PeriodicEntries",
     "PeriodicEntry",
     "ProcessRecord",
@@ -56,6 +54,7 @@ __all__ = [
     "QuarantinedKey",
     "Queue",
     "QueueInfo",
+    "RedisServer",
     "RetrySet",
     "Run",
     "ScheduledSet",
