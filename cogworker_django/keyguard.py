@@ -11,7 +11,9 @@ filed in, a registry failing every beat. Every worker process checks, at boot an
 - per process (members of ``P:processes``): ``P:process:<id>`` and ``P:work:<id>``
   hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list;
 - per periodic entry (fields of ``P:periodic:schedule``): ``last_slot`` and ``running``
-  strings.
+  strings;
+- per batch (the :data:`GUARDED_BATCHES` most recently active members of ``P:batches``):
+  the batch hash, its pending and waiting sets, failed and results hashes, jids list.
 
 A wrong one is renamed by lua/keyguard_quarantine.lua (type re-checked atomically with
 the move) to ``P:quarantine:<key>:<ms>:<rand>`` with a 30-day TTL, one error line names
@@ -42,6 +44,8 @@ QUARANTINE_TTL = 30 * 86400
 # Something that keeps writing the wrong type would otherwise leave a copy every check.
 MAX_COPIES = 5
 SCAN_COUNT = 1000
+# The most recently active batches whose keys each check covers (six keys a batch).
+GUARDED_BATCHES = 500
 
 SIZE_COMMANDS = {
     "string": "STRLEN",
@@ -77,6 +81,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     pipe.smembers(keys.processes())
     pipe.smembers(keys.inprogress_ids())
     pipe.hkeys(keys.periodic_schedule())
+    pipe.zrevrange(keys.batches(), 0, GUARDED_BATCHES - 1)
     listed = []
     for result in pipe.execute(raise_on_error=False):
         if isinstance(result, Exception):
@@ -84,7 +89,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
                 raise result
             result = ()
         listed.append(sorted(display(m) for m in result))
-    queue_names, process_ids, inprogress_ids, entries = listed
+    queue_names, process_ids, inprogress_ids, entries, batch_ids = listed
     for name in dict.fromkeys([*queues, *queue_names]):
         types.update(_per_queue(name))
     for ident in process_ids:
@@ -95,6 +100,8 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     for entry in entries:
         types[keys.periodic_last_slot(entry)] = "string"
         types[keys.periodic_running(entry)] = "string"
+    for bid in batch_ids:
+        types.update(keys.batch_keys(bid))
     return types
 
 

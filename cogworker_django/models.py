@@ -82,3 +82,10 @@ class QuarantinedKey(_Page):
         verbose_name = "quarantined key"
         verbose_name_plural = "Quarantined keys"
         default_permissions = ("view", "delete")
+
+
+class Batch(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = "batch"
+        verbose_name_plural = "Batches"
+        default_permissions = ("view",)

@@ -17,6 +17,7 @@ PAGES = (
     "retryjob",
     "deadjob",
     "periodicentry",
+    "batch",
     "jobrun",
     "quarantinedkey",
 )

@@ -234,3 +234,18 @@ def test_a_member_that_leaves_without_a_run_counts_as_failed(r, prefix):
     (failure,) = status.failures
     assert (failure.jid, failure.dead, status.state) == (later, True, "stopped")
     assert "deleted" in failure.error_message
+
+
+def test_the_key_guard_knows_the_keys_of_recent_batches(r, prefix):
+    from cogworker_django import keyguard
+
+    with Batch() as b:
+        tj.wf_member.enqueue("a")
+    r.delete(keys.batch_waiting(b.bid))
+    r.set(keys.batch_waiting(b.bid), "oops")
+    expected = keyguard.expected_types(r)
+    assert expected[keys.batch(b.bid)] == "hash"
+    assert expected[keys.batch_jids(b.bid)] == "list"
+    assert expected[keys.batches()] == "zset"
+    assert keyguard.check(r) == [keys.batch_waiting(b.bid)]
+    assert r.type(keys.batch_waiting(b.bid)) == "none"

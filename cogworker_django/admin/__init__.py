@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from .. import models
+from .batches import BatchAdmin
 from .dashboard import DashboardAdmin
 from .history import HistoryAdmin
 from .jobsets import DeadAdmin, RetryAdmin, ScheduledAdmin
@@ -26,6 +27,7 @@ PAGES = (
     (models.RetryJob, RetryAdmin),
     (models.DeadJob, DeadAdmin),
     (models.PeriodicEntry, PeriodicAdmin),
+    (models.Batch, BatchAdmin),
     (models.JobRun, HistoryAdmin),
     (models.QuarantinedKey, QuarantineAdmin),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from dataclasses import dataclass
@@ -33,6 +34,16 @@ def _epoch(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) else None
 
 
+def aware(seconds: float | None) -> dt.datetime | None:
+    """An epoch as an aware UTC datetime (templates show it in the current zone)."""
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
 def _callback(spec: Any) -> str:
     spec = _text(spec)
     if not spec:
@@ -53,6 +64,10 @@ class Failure:
     dead: bool  # its last failure sent it to dead (or it left without a run)
     at: float | None
     retry_count: int
+
+    @property
+    def failed_at(self) -> dt.datetime | None:
+        return aware(self.at)
 
     @classmethod
     def parse(cls, jid: Any, raw: Any) -> Failure:
@@ -98,6 +113,22 @@ class BatchRecord:
     step: int  # the chain step reached (1-based)
     step_jid: str
     expires_in: int | None  # seconds before Redis forgets it (None: unknown)
+
+    @property
+    def created(self) -> dt.datetime | None:
+        return aware(self.created_at)
+
+    @property
+    def updated(self) -> dt.datetime | None:
+        return aware(self.updated_at)
+
+    @property
+    def completed(self) -> dt.datetime | None:
+        return aware(self.complete_at)
+
+    @property
+    def succeeded_at(self) -> dt.datetime | None:
+        return aware(self.success_at)
 
     @property
     def dead(self) -> int:
