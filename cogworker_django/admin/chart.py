@@ -3,6 +3,8 @@ SVG (no script, no CDN: the admin works offline). Only numbers reach the templat
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..api import DayStat
@@ -74,3 +76,67 @@ def build(days: list[DayStat]) -> Chart:
     chart.y_ticks = [{"y": y(v), "value": v} for v in (0, top // 2 if top > 1 else 0, top)]
     chart.y_ticks = [t for i, t in enumerate(chart.y_ticks) if t not in chart.y_ticks[:i]]
     return chart
+
+
+# Trends: a few series over time buckets (the live dashboard's charts) --------------------
+
+TREND_WIDTH = 360
+TREND_HEIGHT = 160
+TREND_LEFT, TREND_RIGHT, TREND_TOP, TREND_BOTTOM = 52, 8, 10, 24
+
+
+def trend(
+    starts: list[float], series: dict[str, list[float]], label: Callable[[float], str]
+) -> dict:
+    """Plain numbers and texts for an inline SVG of ``series`` (name -> one value per
+    bucket) over buckets starting at ``starts``; ``label`` formats an axis value. The
+    same dict goes to the template and, as JSON, to the live refresh."""
+    width, height = TREND_WIDTH, TREND_HEIGHT
+    left, right = TREND_LEFT, width - TREND_RIGHT
+    top, bottom = TREND_TOP, height - TREND_BOTTOM
+    peak = max((v for values in series.values() for v in values), default=0.0)
+    ceiling = _nice_max(peak) if peak >= 1 else _nice_fraction(peak)
+    step = (right - left) / max(len(starts) - 1, 1)
+
+    def y(value: float) -> float:
+        return round(bottom - (bottom - top) * value / ceiling, 1)
+
+    lines = [
+        {
+            "name": name,
+            "points": " ".join(
+                f"{round(left + i * step, 1)},{y(v)}" for i, v in enumerate(values)
+            ),
+        }
+        for name, values in series.items()
+    ]
+    x_labels = []
+    if starts:
+        for i in (0, len(starts) // 2, len(starts) - 1):
+            anchor = "start" if i == 0 else "end" if i == len(starts) - 1 else "middle"
+            x_labels.append(
+                {
+                    "x": round(left + i * step, 1),
+                    "text": time.strftime("%H:%M", time.gmtime(starts[i])),
+                    "anchor": anchor,
+                }
+            )
+    return {
+        "width": width,
+        "height": height,
+        "plot_left": left,
+        "plot_right": right,
+        "plot_top": top,
+        "plot_bottom": bottom,
+        "lines": lines,
+        "y_ticks": [{"y": y(v), "text": label(v)} for v in (0.0, ceiling / 2, ceiling)],
+        "x_labels": x_labels,
+    }
+
+
+def _nice_fraction(value: float) -> float:
+    """A round axis maximum for values below 1 (0.001 .. 1)."""
+    for ceiling in (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0):
+        if value <= ceiling:
+            return ceiling
+    return 1.0

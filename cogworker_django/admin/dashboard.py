@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
 
 from ..api import RedisServer, Stats, find_job
-from . import chart
+from . import chart, live
 from .base import PageAdmin
 
 CHART_DAYS = 30
@@ -28,7 +28,10 @@ PLACES = {
 
 class DashboardAdmin(PageAdmin):
     def extra_urls(self, wrap):
-        return [path("find/", wrap(self.find_view), name=self.url_name("find"))]
+        return [
+            path("find/", wrap(self.find_view), name=self.url_name("find")),
+            path("live.json", wrap(lambda r: live.view(self, r)), name=self.url_name("live")),
+        ]
 
     def page(self, request: HttpRequest) -> HttpResponse:
         overview = Stats().overview(days=CHART_DAYS)
@@ -39,6 +42,9 @@ class DashboardAdmin(PageAdmin):
             chart=chart.build(overview.days),
             chart_days=CHART_DAYS,
             find_url=self.reverse("find"),
+            live=live.data_for(overview),
+            live_url=self.reverse("live"),
+            live_interval=live.LIVE_INTERVAL,
             persistence=RedisServer().persistence(),
         )
 
