@@ -120,6 +120,14 @@ class Chaos:
         for t in self._watchers:
             t.join(70)
 
+    def halt(self) -> None:
+        """At cleanup: stop at once (after the fault under way, at most a Redis restart)
+        and resume a stopped worker, so that it can be killed."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(45)
+        self.resume_stopped()
+
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():

@@ -217,16 +217,21 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"soak error: {exc}")
         return 2
     finally:
-        signal.signal(signal.SIGTERM, _raise_stop)  # stay interruptible while cleaning up
+        # The cleanup is bounded and must run to its end: no process of the soak may
+        # outlive it, so a second Ctrl-C waits for it.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         try:
+            monitor.stop()  # first: it would start replacements for the workers killed below
             if chaos is not None:
-                chaos.resume_stopped()
+                chaos.halt()
             fleet.kill_all()
         finally:
             server.kill()
             if not args.keep_redis:
                 shutil.rmtree(server.dir, ignore_errors=True)
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             print(f"logs: {logdir}", file=sys.stderr, flush=True)
 
 
