@@ -81,3 +81,12 @@ def _raise(exc):
         raise exc
 
     return run
+
+
+def test_a_key_of_the_wrong_type_is_skipped_not_fatal(r):
+    job = make_job(queue="good")
+    push(r, job)
+    r.sadd(keys.queues(), "broken")
+    r.set(keys.queue("broken"), "oops")
+    r.set(keys.dead(), "oops")
+    assert [f.where for f in find_job(job["jid"])] == ["queue"]

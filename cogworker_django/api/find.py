@@ -10,9 +10,12 @@ queue and set, never a whole read of a big one into Python.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import keys
+import redis
+
+from .. import errors, keys
 from ._util import as_bytes, client, text
 from .history import History, Run
 from .jobs import DeadSet, RetrySet, ScheduledSet
@@ -60,20 +63,30 @@ def find_job(jid: str, runs: int = RUNS_SHOWN) -> list[Found]:
     jid = clean_jid(jid)
     found: list[Found] = []
     for name in Queue.names():
-        record = Queue(name).find(jid)
+        record = _skipping_wrong_type(lambda name=name: Queue(name).find(jid))
         if record is not None:
             found.append(Found("queue", record, queue=name))
-    record = ScheduledSet().find(jid)
+    record = _skipping_wrong_type(lambda: ScheduledSet().find(jid))
     if record is not None:
         found.append(Found("schedule", record, queue=record.queue))
     found.extend(_in_progress(jid))
     for where, job_set in (("retry", RetrySet()), ("dead", DeadSet())):
-        record = job_set.find(jid)
+        record = _skipping_wrong_type(lambda job_set=job_set: job_set.find(jid))
         if record is not None:
             found.append(Found(where, record, queue=record.queue))
     for run in History().runs_of(jid, runs):
         found.append(Found("history", run=run, queue=run.queue))
     return found
+
+
+def _skipping_wrong_type(find: Callable[[], JobRecord | None]) -> JobRecord | None:
+    # A key of the wrong type holds no job (the key guard moves it aside): look elsewhere.
+    try:
+        return find()
+    except redis.ResponseError as exc:
+        if "WRONGTYPE" in errors.safe_str(exc):
+            return None
+        raise
 
 
 def _in_progress(jid: str) -> list[Found]:
