@@ -54,8 +54,32 @@ def jid_of(work) -> str:
     return payload.decode(work.raw)["jid"]
 
 
+def test_threads_that_come_free_during_a_fetch_start_their_own_up_to_the_limit(parts, r):
+    strategy, _record, _control, d = parts
+    push(*"abcdef")
+    conn = connection.get_client()
+    strategy.gate = threading.Event()
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(d.next(conn, None))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(strategy.calls) < d.max_in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    # As many fetches as allowed went out at once, each for its own thread; the other
+    # threads wait for one to come back.
+    assert d.max_in_flight == 3 and strategy.calls == [(0, 1)] * 3
+    strategy.gate.set()
+    for t in threads:
+        t.join(5)
+    assert len([w for w in got if w is not None]) == 5
+    assert sum(wanted for _, wanted in strategy.calls) >= 5
+
+
 def test_a_fetch_takes_a_job_for_each_thread_then_waiting(parts, r):
     strategy, record, control, d = parts
+    d.max_in_flight = 1  # one fetch at a time: the waiters share the next one
     push("a", "b", "c")
     conn = connection.get_client()
     strategy.gate = threading.Event()
@@ -129,7 +153,7 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_lets_a_waiter_fetch(
         d.next(conn, work)
     assert record.pending() == {work.raw: ACK}  # the heartbeat acks it
     assert work.raw not in record.running_raws()
-    assert not d._fetching  # noqa: SLF001 - the next caller fetches
+    assert d._in_flight == 0  # noqa: SLF001 - the next caller fetches
 
 
 def test_give_back_and_flush(parts, r):

@@ -1,11 +1,16 @@
 """Sharing reliable fetch among a pool of processor threads: several jobs, and every
 pending ack, per round trip.
 
-A thread that needs work takes a job another thread already fetched for it; else, if no
-fetch is under way, it fetches itself: all acks waiting so far, plus one job for itself
-and one for each thread then waiting. A job is fetched only for a thread that is idle
-at that moment and handed to it at once, so no job ever waits behind a slow one; under
-load a round trip carries as many jobs as threads came free meanwhile. Jobs fetched but
+A thread that needs work takes a job another thread already fetched for it; else, if
+no fetch under way is bringing one for it, it fetches itself (up to
+``FETCHES_IN_FLIGHT`` fetches at once): all acks waiting so far, plus one job for itself
+and one for each thread then waiting that no other fetch is bringing one for. A job is
+fetched only for a thread that is idle at that moment, so no job waits behind a slow one
+(but for the moment between a fetch's start and its return: a waiting thread served by
+another fetch meanwhile leaves its job to the next thread that comes free); under load a
+round trip carries as many jobs as threads came free meanwhile. Several fetches in
+flight keep a thread that comes free just after a fetch started from waiting for that
+one to return before it can start its own. Jobs fetched but
 not yet taken are on the in-progress list like any other: the shutdown hand-over
 requeues them, and the heartbeat's reconcile counts them as known (:meth:`known`).
 
@@ -25,6 +30,8 @@ from .record import ACK, Control, Record, Work
 
 # How often a waiting thread re-checks quiet while another thread's fetch is under way.
 WAIT_SLICE = 0.25
+# Fetches a process may have in flight at once (each carrying the acks waiting so far).
+FETCHES_IN_FLIGHT = 3
 
 
 class BatchFetch(Protocol):
@@ -48,8 +55,10 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._acks: list[Work] = []
         self._ready: deque[Work] = deque()
-        self._fetching = False
+        self._in_flight = 0  # fetches under way
+        self._promised = 0  # jobs those fetches bring for threads that were waiting
         self._waiting = 0
+        self.max_in_flight = max(1, min(FETCHES_IN_FLIGHT, concurrency))
         # Fetches that found fewer jobs than wanted (the queues ran dry): a thread that
         # waited through one idles instead of fetching again at once.
         self._dry_fetches = 0
@@ -71,7 +80,9 @@ class Dispatcher:
                 # still waiting (they go now, not after an idle pause).
                 if self._dry_fetches != seen and not self._acks:
                     return None
-                if not self._fetching:
+                # No fetch under way is bringing a job for this thread: fetch (if room).
+                uncovered = self._waiting >= self._promised
+                if uncovered and self._in_flight < self.max_in_flight:
                     break
                 self._waiting += 1
                 try:
@@ -80,23 +91,27 @@ class Dispatcher:
                     self._waiting -= 1
             else:
                 return self._ready.popleft()
-            self._fetching = True
+            self._in_flight += 1
             acks, self._acks = self._acks, []
-            wanted = min(1 + self._waiting, self.concurrency)
-        return self._fetch(conn, acks, wanted)
+            extra = min(max(0, self._waiting - self._promised), self.concurrency - 1)
+            self._promised += extra
+        return self._fetch(conn, acks, extra)
 
-    def _fetch(self, conn: Any, acks: list[Work], wanted: int) -> Work | None:
+    def _fetch(self, conn: Any, acks: list[Work], extra: int) -> Work | None:
+        wanted = 1 + extra
         try:
             works = self.strategy.fetch_many(conn, [a.raw for a in acks], wanted)
         except BaseException:
             with self._cond:
-                self._fetching = False  # a waiter fetches next (and meets the outage itself)
+                self._in_flight -= 1  # a waiter fetches next (and meets the outage itself)
+                self._promised -= extra
                 self._cond.notify_all()
             for work in acks:
                 self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
             raise
         with self._cond:
-            self._fetching = False
+            self._in_flight -= 1
+            self._promised -= extra
             if len(works) < wanted:
                 self._dry_fetches += 1
             self._ready.extend(works[1:])

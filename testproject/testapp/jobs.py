@@ -382,3 +382,10 @@ def logs_lines(token, fail=False):
     logging.getLogger("testapp.work").info("working on %s", token)
     if fail:
         raise ValueError(f"{token} went wrong")
+
+
+# Benchmarks (scripts/measure-drain) -----------------------------------------------------
+@job
+def bench_incr():
+    """One round trip to Redis, as a real job does some I/O: counts itself done."""
+    connection.get_client().incr(f"{keys.prefix()}:bench:done")
