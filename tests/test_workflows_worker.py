@@ -143,3 +143,16 @@ def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(worke
     wait_until(lambda: len(callbacks(r, b.bid)) == 2, 20, message="the callbacks")
     assert api.Batches().get(b.bid).state == "succeeded"
     assert sorted(e["event"] for e in callbacks(r, b.bid)) == ["complete", "success"]
+
+
+def test_a_django_task_enqueued_in_a_block_is_a_member(worker, r, prefix):
+    import pytest
+
+    tasks = pytest.importorskip("testapp.tasks")
+    with Batch(on_success=tj.wf_callback.s("tasks")) as batch:
+        result = tasks.add.enqueue(2, 3)
+        tj.wf_member.enqueue("job")
+    assert result.id in r.smembers(keys.batch_pending(batch.bid))
+    worker()
+    wait_until(lambda: len(callbacks(r, batch.bid)) == 1, 30, message="on_success")
+    assert api.Batches().get(batch.bid).succeeded == 2
