@@ -8,6 +8,9 @@
 VENV        := .venv
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
+# The package and its own dependencies only (Django, redis-py): what demo/runserver need.
+BASE_STAMP  := $(VENV)/.installed-base
+PORT        ?= 8000
 MANAGE      := $(VPY) testproject/manage.py
 PYTHON      ?=
 PYTEST_ARGS ?=
@@ -28,7 +31,7 @@ print('admin user: admin / admin' + ('' if exists else ' (created)'))
 
 help:
 	@echo "make demo       run the demo: migrate, admin user admin/admin, enqueue demo jobs, start a worker"
-	@echo "make runserver  serve the test project (admin at http://127.0.0.1:8000/admin/)"
+	@echo "make runserver  serve the test project (admin at http://127.0.0.1:\$$PORT/admin/, PORT=8000)"
 	@echo "make test       run the whole test suite (PYTEST_ARGS='-k name -x' to narrow it)"
 	@echo "make test-loaded  fault, recovery and worker tests LOAD_RUNS times beside two CPU-bound processes"
 	@echo "make lint       ruff check + ruff format --check"
@@ -52,6 +55,13 @@ $(VPY):
 $(STAMP): pyproject.toml | $(VPY)
 	$(VPY) -m pip install --upgrade pip
 	$(VPY) -m pip install -e '.[test]'
+	@touch $@
+
+# demo and runserver need no test tools: the package alone, quietly, then one line.
+$(BASE_STAMP): pyproject.toml | $(VPY)
+	@echo "installing cogworker_django into $(VENV) (pip -q; the test tools come with 'make venv')"
+	@$(VPY) -m pip install -q --disable-pip-version-check -e .
+	@$(VPY) -c "import django, redis, cogworker_django as c; print(f'installed: cogworker_django {c.__version__}, Django {django.get_version()}, redis-py {redis.__version__}')"
 	@touch $@
 
 pyproject.toml:
@@ -81,16 +91,17 @@ test-loaded: venv redis
 	echo "test-loaded: $$passed runs passed, $$failed failed (of $(LOAD_RUNS), two CPU-bound processes beside)"; \
 	[ $$failed -eq 0 ]
 
-migrate: venv
-	$(MANAGE) migrate --noinput
+migrate: $(BASE_STAMP)
+	@$(MANAGE) migrate --noinput -v 0 && echo "database migrated (testproject/db.sqlite3)"
 
-demo: venv redis migrate
-	$(MANAGE) shell --no-imports -c "$(DEMO_ADMIN_SNIPPET)"
-	$(MANAGE) shell --no-imports -c "from demo.jobs import enqueue_demo; enqueue_demo()"
-	COGWORKER_SETTINGS_JSON='{"RETRY_BACKOFF": "demo.jobs.demo_backoff", "QUEUES": ["critical:3", "default:2", "low"]}' exec $(MANAGE) cogworker
+demo: $(BASE_STAMP) redis migrate
+	@$(MANAGE) shell --no-imports -c "$(DEMO_ADMIN_SNIPPET)"
+	@$(MANAGE) shell --no-imports -c "from demo.jobs import enqueue_demo; enqueue_demo()"
+	@echo "starting a worker (Ctrl-C stops it); the admin: 'make runserver' in another terminal, http://127.0.0.1:$(PORT)/admin/"
+	@COGWORKER_SETTINGS_JSON='{"RETRY_BACKOFF": "demo.jobs.demo_backoff", "QUEUES": ["critical:3", "default:2", "low"]}' exec $(MANAGE) cogworker
 
-runserver: venv redis migrate
-	exec $(MANAGE) runserver 127.0.0.1:8000
+runserver: $(BASE_STAMP) redis migrate
+	exec $(MANAGE) runserver 127.0.0.1:$(PORT)
 
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
