@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import redis
 
@@ -18,8 +19,22 @@ from . import keys
 DAY_KEY_TTL = 180 * 86400
 
 
+_day_cache: tuple[int, str] = (-1, "")
+
+
 def today(now: dt.datetime | None = None) -> str:
-    return (now or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%d")
+    """The UTC day as YYYY-MM-DD (per-day counters). On the hot path (one call per job)
+    the string is made once per second, not once per call."""
+    global _day_cache
+    if now is not None:
+        return now.strftime("%Y-%m-%d")
+    second = int(time.time())
+    cached = _day_cache
+    if cached[0] == second:
+        return cached[1]
+    day = dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%d")
+    _day_cache = (second, day)
+    return day
 
 
 class Counters:

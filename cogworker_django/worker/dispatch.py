@@ -112,10 +112,16 @@ class Dispatcher:
         with self._cond:
             self._in_flight -= 1
             self._promised -= extra
+            self._ready.extend(works[1:])
             if len(works) < wanted:
                 self._dry_fetches += 1
-            self._ready.extend(works[1:])
-            self._cond.notify_all()
+                self._cond.notify_all()  # every waiter learns the queues ran dry
+            else:
+                # Wake as many waiters as jobs came for them, and one more to fetch in
+                # this fetch's place if some are left waiting (waking every thread for
+                # each fetch costs more CPU than the jobs themselves).
+                more = self._waiting > len(works) - 1 and self._in_flight < self.max_in_flight
+                self._cond.notify(len(works) - 1 + (1 if more else 0))
         for work in acks:
             self.record.settled(work.raw, ACK)
             self.record.finished(work)
