@@ -50,7 +50,8 @@ class Monitor:
     """Counts the commands clients send to a server (MONITOR), by name, lowercased;
     commands run inside Lua scripts are left out. Leaving the block sends a marker
     (ECHO) and waits until the reader has seen it, so nothing still buffered is missed
-    however far the reader lags."""
+    however far the reader lags. A reader that died (its exception is raised here) or
+    never saw the marker fails the test: partial counts would pass upper bounds."""
 
     def __init__(self, server) -> None:
         self.server = server
@@ -58,27 +59,36 @@ class Monitor:
         self.counts: Counter = Counter()
         self._marker = f"monitor-end-{secrets.token_hex(8)}"
         self._ready = threading.Event()
+        self._saw_marker = False
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Monitor:
         self._thread.start()
-        assert self._ready.wait(5)
+        assert self._ready.wait(5), self._error or "the MONITOR reader never started"
         return self
 
     def _run(self) -> None:
-        with self.client.monitor() as m:
-            self._ready.set()
-            for cmd in m.listen():
-                if self._marker in cmd["command"]:
-                    return
-                if cmd.get("client_type") == "lua":
-                    continue
-                self.counts[cmd["command"].split(" ", 1)[0].lower()] += 1
+        try:
+            with self.client.monitor() as m:
+                self._ready.set()
+                for cmd in m.listen():
+                    if self._marker in cmd["command"]:
+                        self._saw_marker = True
+                        return
+                    if cmd.get("client_type") == "lua":
+                        continue
+                    self.counts[cmd["command"].split(" ", 1)[0].lower()] += 1
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
+            self._error = exc
 
     def __exit__(self, *exc) -> None:
         self.server.client().echo(self._marker)
         self._thread.join(60)
         assert not self._thread.is_alive(), "the MONITOR reader never saw the marker"
+        if self._error is not None:
+            raise AssertionError(f"the MONITOR reader died: {self._error!r}") from self._error
+        assert self._saw_marker, "the MONITOR reader stopped before the end marker"
 
 
 def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, float]:
@@ -92,7 +102,14 @@ def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, floa
         client.srem(f"{prefix}:paused", "default")
         wait_until(lambda: client.llen(f"{prefix}:queue:default") == 0, 60, 0.02, message="drain")
         took = time.monotonic() - started
-        time.sleep(0.1)  # the last jobs finish (and, reliable, ride their ack on a fetch)
+        # The last jobs finish (and, reliable, ride their ack on a fetch): counted once
+        # no in-progress list holds anything.
+        wait_until(
+            lambda: all(client.llen(k) == 0 for k in client.keys(f"{prefix}:inprogress:*")),
+            30,
+            0.02,
+            message="the last acks",
+        )
     assert w.stop() == 0
     return mon.counts, took
 
