@@ -249,3 +249,15 @@ def test_the_key_guard_knows_the_keys_of_recent_batches(r, prefix):
     assert expected[keys.batches()] == "zset"
     assert keyguard.check(r) == [keys.batch_waiting(b.bid)]
     assert r.type(keys.batch_waiting(b.bid)) == "none"
+
+
+def test_the_listing_forgets_batches_that_have_expired(r, prefix, configure):
+    with Batch() as old:
+        tj.wf_member.enqueue("a")
+    r.delete(*keys.batch_keys(old.bid))  # expired
+    assert api.Batches().list() == [] and r.zcard(keys.batches()) == 0  # dropped on sight
+    configure(BATCH_TTL=10, BATCH_UNFINISHED_TTL=10)
+    r.zadd(keys.batches(), {"long-gone": 1.0})
+    with Batch():
+        pass
+    assert r.zscore(keys.batches(), "long-gone") is None  # pruned by a new batch

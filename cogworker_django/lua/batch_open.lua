@@ -3,8 +3,9 @@
 -- block ends with lua/batch_update.lua's "close" (idempotent per token).
 -- KEYS[1] = P:batch:<bid> (hash), KEYS[2] = P:batches (zset)
 -- ARGV[1] = bid, ARGV[2] = "create" or "reopen", ARGV[3] = block token, ARGV[4] = now,
--- ARGV[5] = TTL of an unfinished batch (seconds),
--- ARGV[6...] = field, value pairs of a new batch (create only; built in Python, rule 3)
+-- ARGV[5] = TTL of an unfinished batch (seconds), ARGV[6] = listing entries last active
+-- before this epoch are dropped (their batches have expired: create only),
+-- ARGV[7...] = field, value pairs of a new batch (create only; built in Python, rule 3)
 -- Returns "ok", or "exists" (create: the id is taken), "gone" (reopen: no such batch) or
 -- "finished" (reopen: on_success has fired, nothing may join). Types are checked before
 -- any write, so a refusal writes nothing.
@@ -20,10 +21,11 @@ if ARGV[2] == "create" then
   if t1 ~= "none" then
     return "exists"
   end
-  for i = 6, #ARGV, 2 do
+  for i = 7, #ARGV, 2 do
     redis.call("HSET", KEYS[1], ARGV[i], ARGV[i + 1])
   end
   redis.call("HSET", KEYS[1], "created_at", ARGV[4], "updated_at", ARGV[4], "blocks", 1, block, 1)
+  redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[6])
 else
   if t1 == "none" then
     return "gone"

@@ -139,6 +139,7 @@ def meta(bid: str, conn: Any = None) -> Meta | None:
 
 def open_block(bid: str, token: str, created: Meta | None, *, extra: dict | None = None) -> None:
     """Create the batch (``created`` given) or reopen it, holding ``token``'s block."""
+    at_now = now()
     fields: list[str] = []
     if created is not None:
         for k, v in {**created.fields(), **(extra or {})}.items():
@@ -152,8 +153,9 @@ def open_block(bid: str, token: str, created: Meta | None, *, extra: dict | None
                 bid,
                 "create" if created is not None else "reopen",
                 token,
-                repr(now()),
+                repr(at_now),
                 unfinished_ttl(),
+                repr(at_now - max(unfinished_ttl(), finished_ttl()) - 60),
                 *fields,
             ],
         )
