@@ -41,6 +41,8 @@ def test_every_key_is_under_the_prefix(prefix):
         keys.periodic_running("n"),
         keys.result("r"),
         keys.quarantine("k", 1, "ab"),
+        keys.batches(),
+        *keys.batch_keys("b"),
     ]
     assert all(k.startswith(prefix + ":") for k in built)
     assert len(set(built)) == len(built)
@@ -52,11 +54,12 @@ def test_two_prefixes_never_see_each_others_keys(r, prefix):
     other = prefix + "x"
     with override_settings(COGWORKER={"REDIS_URL": MAIN_REDIS_URL, "PREFIX": other}):
         tj.record.enqueue("theirs")
-        assert r.llen(keys.queue("default")) == 1
-        theirs = r.lrange(keys.queue("default"), 0, -1)
     try:
-        assert r.llen(keys.queue("default")) == 1
-        mine = r.lrange(keys.queue("default"), 0, -1)
+        # Named literally: keys.queue() follows the same settings as the push, so
+        # checking through it would hold whatever prefix the push used.
+        theirs = r.lrange(f"{other}:queue:default", 0, -1)
+        mine = r.lrange(f"{prefix}:queue:default", 0, -1)
+        assert len(theirs) == 1 and len(mine) == 1, (mine, theirs)
         assert '"mine"' in mine[0] and '"theirs"' in theirs[0]
         assert not any(k.startswith(other) for k in r.scan_iter(match=f"{prefix}:*"))
     finally:

@@ -5,14 +5,11 @@ queue."""
 import json
 import time
 
-import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, payload
+from cogworker_django import api, keys, payload
 
 from .unique_helpers import lock_of
-
-api = pytest.importorskip("cogworker_django.api")
 
 UE = tj.record.using(unique="until_executed")
 

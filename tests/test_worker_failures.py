@@ -91,10 +91,17 @@ def test_backoff_formula_bounds(configure, count):
 
 
 def test_backoff_grows_with_the_count(configure):
+    """The built-in formula, through failures.backoff: each retry's delay lies in
+    n ** 4 + 15 + [0, 10 n], and even the slowest try n comes before the quickest
+    try n + 1."""
     configure(RETRY_BACKOFF=None)
-    # Even the slowest try n is before the quickest try n+1.
+    previous_max = 0.0
     for n in range(1, 25):
-        assert n**4 + 15 + 10 * n < (n + 1) ** 4 + 15
+        samples = [failures.backoff(n) for _ in range(200)]
+        assert all(n**4 + 15 <= s <= n**4 + 15 + 10 * n for s in samples), (n, samples[:5])
+        assert max(samples) > min(samples)  # jittered, not a fixed delay
+        assert min(samples) > previous_max, n
+        previous_max = max(samples)
 
 
 def test_retry_backoff_setting_replaces_the_formula(configure):
