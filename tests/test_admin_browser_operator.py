@@ -107,7 +107,10 @@ def test_operator_pages_in_a_real_browser(
                     assert response is not None and response.status == 200, path
                     problems = page.evaluate(LAYOUT_JS)
                     if problems and os.environ.get("COGWORKER_LAYOUT_SHOTS"):
-                        page.screenshot(path=f"{os.environ['COGWORKER_LAYOUT_SHOTS']}/{width}-{path.strip('/').replace('/', '_')[:60]}.png", full_page=True)
+                        page.screenshot(
+                            path=f"{os.environ['COGWORKER_LAYOUT_SHOTS']}/{width}-{path.strip('/').replace('/', '_')[:60]}.png",
+                            full_page=True,
+                        )
                     assert problems == [], f"{path} at {width} px"
 
             # Jobs of a dead process, awaiting recovery.

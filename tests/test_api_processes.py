@@ -86,9 +86,7 @@ def test_awaiting_recovery_lists_lists_without_a_presence(configure, r):
     assert AwaitingRecovery().list(jobs_per_process=1)[0].jobs.__len__() == 1
 
 
-def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(
-    configure, worker, r
-):
+def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(configure, worker, r):
     configure(ORPHAN_THRESHOLD=60)
     jid = tj.slow.enqueue(60, "orphaned")
     first = worker(settings={"ORPHAN_THRESHOLD": 60})

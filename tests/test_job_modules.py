@@ -17,14 +17,14 @@ from .api_support import make_job, push
 from .helpers import wait_until
 
 TASKS_MODULE = textwrap.dedent(
-    '''
+    """
     from cogworker_django import connection, job, keys
 
 
     @job
     def mark(token):
         connection.get_client().hset(f"{keys.prefix()}:test:runs", token, "tasks.py")
-    '''
+    """
 )
 
 
