@@ -63,6 +63,9 @@ def test_the_dashboard_updates_itself(
                 expect(page.locator("#dashboard-processes tbody tr")).to_have_count(1)
                 expect(page.locator("#cw-live-status")).to_contain_text("updated")
 
+                shots = os.environ.get("COGWORKER_SCREENSHOTS")
+                if shots:
+                    page.screenshot(path=f"{shots}/admin-dashboard-live.png", full_page=True)
                 toggle.click()
                 expect(toggle).to_have_text("Resume")
                 expect(page.locator("#cw-live")).to_have_attribute("data-paused", "true")

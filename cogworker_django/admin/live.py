@@ -32,7 +32,7 @@ DIGEST_MAX_AGE = 4.0
 JOB_ROWS = 25
 CHART_DAYS = 30
 # (key, title, minutes shown, minutes per point)
-TRENDS = (("hour", "last hour, per minute", 60, 1), ("day", "last day, per 30 minutes", 1440, 30))
+TRENDS = (("hour", "last hour", 60, 1), ("day", "last day, in 30-minute steps", 1440, 30))
 
 
 def view(page: Any, request: HttpRequest) -> HttpResponse:
@@ -72,7 +72,7 @@ def _charts(digest: Any) -> list[dict[str, Any]]:
         charts.append(
             {
                 "id": f"latency-{key}",
-                "title": f"Wait in queue and run duration (means), {title}",
+                "title": f"Mean wait in queue and run duration, {title}",
                 "legend": [["wait", "wait"], ["duration", "duration"]],
                 "chart": chart.trend(
                     starts,
