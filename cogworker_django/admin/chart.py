@@ -104,9 +104,7 @@ def trend(
     lines = [
         {
             "name": name,
-            "points": " ".join(
-                f"{round(left + i * step, 1)},{y(v)}" for i, v in enumerate(values)
-            ),
+            "points": " ".join(f"{round(left + i * step, 1)},{y(v)}" for i, v in enumerate(values)),
         }
         for name, values in series.items()
     ]
