@@ -156,7 +156,9 @@ def _sentinel_conn_opts() -> dict[str, Any]:
     return {k: opts[k] for k in ("password", "username", "ssl") if k in opts}
 
 
-def get_client() -> redis.Redis:
+# get_client and new_client return Any: redis-py's types make every reply a union of the
+# sync value and an Awaitable (one Redis class serves both), which no caller can use.
+def get_client() -> Any:
     """The process's client (created on first use; re-created after a fork)."""
     global _client, _client_pid
     client, pid = _client, os.getpid()
@@ -169,7 +171,7 @@ def get_client() -> redis.Redis:
         return _client
 
 
-def new_client(**overrides: Any) -> redis.Redis:
+def new_client(**overrides: Any) -> Any:
     """A separate client with its own pool (the pub/sub subscriber uses one)."""
     s = conf.get()
     if s.CACHE_ALIAS or s.SENTINELS:
