@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 from django.db import transaction
@@ -31,7 +32,7 @@ _current = threading.local()
 _registry: dict[str, JobFunction] = {}
 _registry_lock = threading.Lock()
 # Other kinds of runnable payloads (the django.tasks backend registers "task").
-_kinds: dict[str, Callable[[dict], Callable[[], Any] | None]] = {}
+_kinds: dict[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = {}
 
 
 def current_job() -> dict[str, Any] | None:
@@ -62,7 +63,9 @@ def registered(path: str) -> JobFunction | None:
     return _registry.get(path)
 
 
-def register_kind(kind: str, resolver: Callable[[dict], Callable[[], Any] | None]) -> None:
+def register_kind(
+    kind: str, resolver: Callable[[dict[str, Any]], Callable[[], Any] | None]
+) -> None:
     """Let a payload with ``"kind": kind`` run through ``resolver(job)``, which returns a
     zero-argument callable, or None when the payload names nothing runnable."""
     _kinds[kind] = resolver
@@ -75,7 +78,7 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     if kind:
         resolver = _kinds.get(kind)
         return resolver(job) if resolver else None
-    fn = _registry.get(job.get("func"))
+    fn = _registry.get(job.get("func", ""))
     if fn is None:
         return None
     args, kwargs = job.get("args") or [], job.get("kwargs") or {}
@@ -186,7 +189,9 @@ class _Enqueuer:
     _fn: JobFunction
     _opts: dict[str, Any]
 
-    def _build(self, args: tuple, kwargs: dict, at: float | None = None) -> dict[str, Any]:
+    def _build(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], at: float | None = None
+    ) -> dict[str, Any]:
         opts = self._opts
         extra: dict[str, Any] = {}
         if at is not None:
@@ -218,7 +223,8 @@ class _Enqueuer:
     def _push(self, job: dict[str, Any]) -> str | None:
         if self._on_commit():
             transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
-            return job["jid"]
+            jid: str = job["jid"]
+            return jid
         return client.push(job)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str | None:
@@ -262,7 +268,7 @@ class _Enqueuer:
         return _BoundJob(self._fn, {**self._opts, **options})
 
 
-class Call(tuple):
+class Call(tuple[Any, ...]):
     """``(args, kwargs)`` for :meth:`enqueue_many`; build it with :func:`call`."""
 
 
@@ -270,7 +276,7 @@ def call(*args: Any, **kwargs: Any) -> Call:
     return Call((args, kwargs))
 
 
-def _split_call(item: Any) -> tuple[tuple, dict]:
+def _split_call(item: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if isinstance(item, Call):
         return tuple(item[0]), dict(item[1])
     if isinstance(item, dict):
@@ -291,7 +297,7 @@ class _BoundJob(_Enqueuer):
 class JobFunction(_Enqueuer):
     """What ``@job`` returns: still callable as the plain function, plus enqueue methods."""
 
-    def __init__(self, func: Callable, opts: dict[str, Any]) -> None:
+    def __init__(self, func: Callable[..., Any], opts: dict[str, Any]) -> None:
         self.func = func
         self.path = f"{func.__module__}.{func.__qualname__}"
         self.is_async = inspect.iscoroutinefunction(func)
@@ -388,7 +394,7 @@ def _importers(depth: int) -> tuple[str, ...]:
     autodiscovery), which a worker runs too."""
     found: list[str] = []
     try:
-        frame = sys._getframe(depth)
+        frame: FrameType | None = sys._getframe(depth)
     except ValueError:
         return ()
     registry = os.path.join("django", "apps", "registry.py")
@@ -402,10 +408,10 @@ def _importers(depth: int) -> tuple[str, ...]:
     return tuple(found)
 
 
-def job(func: Callable | None = None, /, **options: Any) -> Any:
+def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Register ``func`` as a job: ``@job`` or ``@job(queue=..., retry=..., unique=...)``."""
 
-    def register(f: Callable) -> JobFunction:
+    def register(f: Callable[..., Any]) -> JobFunction:
         if isinstance(f, JobFunction):
             raise TypeError(f"{f.path} is already a job")
         if not callable(f):
