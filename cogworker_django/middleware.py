@@ -34,7 +34,7 @@ from .errors import CogworkerError
 
 
 class ClientMiddleware:
-    def __call__(self, job: dict[str, Any], push: Callable[[dict], Any]) -> Any:
+    def __call__(self, job: dict[str, Any], push: Callable[[dict[str, Any]], Any]) -> Any:
         return push(job)
 
 
@@ -44,7 +44,7 @@ class ServerMiddleware:
 
 
 @functools.lru_cache(maxsize=16)
-def _load(paths: tuple[str, ...]) -> tuple[Callable, ...]:
+def _load(paths: tuple[str, ...]) -> tuple[Callable[..., Any], ...]:
     loaded = []
     for path in paths:
         obj = import_string(path)
@@ -56,7 +56,7 @@ def _load(paths: tuple[str, ...]) -> tuple[Callable, ...]:
 TRACE_CONTEXT_MIDDLEWARE = "cogworker_django.tracing.TraceContextMiddleware"
 
 
-def client_middleware() -> tuple[Callable, ...]:
+def client_middleware() -> tuple[Callable[..., Any], ...]:
     settings = conf.get()
     paths = tuple(settings.MIDDLEWARE["client"])
     if settings.OTEL:
@@ -64,16 +64,16 @@ def client_middleware() -> tuple[Callable, ...]:
     return _load(paths)
 
 
-def server_middleware() -> tuple[Callable, ...]:
+def server_middleware() -> tuple[Callable[..., Any], ...]:
     return _load(tuple(conf.get().MIDDLEWARE["server"]))
 
 
-def run_client_chain(job: dict[str, Any], push: Callable[[dict], Any]) -> Any:
+def run_client_chain(job: dict[str, Any], push: Callable[[dict[str, Any]], Any]) -> Any:
     chain = client_middleware()
     if not chain:
         return push(job)
 
-    def call(i: int, current: dict) -> Any:
+    def call(i: int, current: dict[str, Any]) -> Any:
         if i == len(chain):
             return push(current)
         return chain[i](current, lambda j: call(i + 1, j))
@@ -82,7 +82,7 @@ def run_client_chain(job: dict[str, Any], push: Callable[[dict], Any]) -> Any:
 
 
 def run_server_chain(
-    chain: tuple[Callable, ...] | list[Callable],
+    chain: tuple[Callable[..., Any], ...] | list[Callable[..., Any]],
     job: dict[str, Any],
     queue: str,
     perform: Callable[[], Any],

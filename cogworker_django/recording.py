@@ -28,7 +28,8 @@ def record(job: dict[str, Any]) -> str | None:
         ):
             return None
         _recorded.append(job)
-    return job["jid"]
+    jid: str = job["jid"]
+    return jid
 
 
 def _holds_lock(job: dict[str, Any]) -> bool:

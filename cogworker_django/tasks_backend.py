@@ -13,12 +13,13 @@ from typing import Any
 
 from .djtasks import available
 
+__all__: list[str]
 if available():
     from .djtasks.backend import CogworkerBackend
 
     __all__ = ["CogworkerBackend"]
 else:
-    __all__: list[str] = []
+    __all__ = []
 
     def __getattr__(name: str) -> Any:
         if name == "CogworkerBackend":

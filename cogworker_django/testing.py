@@ -28,7 +28,8 @@ def _run_now(job: dict[str, Any]) -> str:
     job = json.loads(payload.encode(job))
     job.pop("at", None)
     recording.run(job, jobs.perform)
-    return job["jid"]
+    jid: str = job["jid"]
+    return jid
 
 
 # ``TESTING = "fake"`` / ``"inline"``: the sink ``client`` uses when no context is active.
@@ -48,7 +49,7 @@ def clear(func: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def _divert(fn) -> Iterator[None]:
+def _divert(fn: client.Sink | None) -> Iterator[None]:
     previous = client.set_diverter(fn)
     try:
         yield
