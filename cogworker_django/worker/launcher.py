@@ -38,6 +38,8 @@ log = logging.getLogger("cogworker_django")
 # the whole cgroup, while the --processes supervisor also passes it on): not a request
 # to cut the wait short.
 DUPLICATE_SIGNAL_WINDOW = 1.0
+# What the admin's Stop (over pub/sub) puts on the signal queue: a stop like TERM's.
+ADMIN_STOP = "admin-stop"
 
 
 def new_identity(tag: str = "") -> str:
@@ -113,7 +115,7 @@ class Launcher:
         """Stop from another thread (the admin's "stop")."""
         if self._stop_signal_at is None:
             self._stop_signal_at = time.monotonic()
-        self._signals.put(signal.SIGTERM)
+        self._signals.put(ADMIN_STOP)
 
     def _install_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
@@ -133,11 +135,8 @@ class Launcher:
         self._add_components()
 
         self.heartbeat.start()
-        self.manager.start()
-        self.poller.start()
-        for c in self.components:
-            c.start()
         s = conf.get()
+        # Logged before the first job can start, so no job's output comes before it.
         log.info(
             "cogworker %s started: identity=%s pid=%d concurrency=%d queues=%s fetch=%s redis=%s prefix=%s",
             __version__,
@@ -149,6 +148,10 @@ class Launcher:
             connection.describe_target(),
             s.PREFIX,
         )
+        self.manager.start()
+        self.poller.start()
+        for c in self.components:
+            c.start()
         self._wait_for_stop()
         return self._shutdown()
 
@@ -165,10 +168,12 @@ class Launcher:
                 signum = self._signals.get(timeout=1.0)
             except queue.Empty:
                 continue
-            if signum in (signal.SIGTERM, signal.SIGINT):
+            if signum in (signal.SIGTERM, signal.SIGINT, ADMIN_STOP):
                 log.info(
-                    "%s received: stopping (waiting up to %ss for running jobs)",
-                    signal.Signals(signum).name,
+                    "%s: stopping (waiting up to %ss for running jobs)",
+                    "stop requested from the admin"
+                    if signum == ADMIN_STOP
+                    else f"{signal.Signals(signum).name} received",
                     self.shutdown_timeout,
                 )
                 self._stopping = True
