@@ -14,6 +14,7 @@ the ones that are gone.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 
 from .. import keys
@@ -53,7 +54,8 @@ class Batches:
         """The batch, or None when Redis no longer holds it."""
         return self._read([bid])[0]
 
-    def _read(self, bids: list[str]) -> list[BatchRecord | None]:
+    # builtins.list below: in the class body `list` is the method above.
+    def _read(self, bids: builtins.list[str]) -> builtins.list[BatchRecord | None]:
         if not bids:
             return []
         pipe = client().pipeline(transaction=False)
@@ -64,7 +66,7 @@ class Batches:
             pipe.hgetall(keys.batch_failed(bid))
             pipe.ttl(keys.batch(bid))
         replies = pipe.execute()
-        out: list[BatchRecord | None] = []
+        out: builtins.list[BatchRecord | None] = []
         for i, bid in enumerate(bids):
             fields, pending, waiting, failed, ttl = replies[i * 5 : i * 5 + 5]
             if not fields:
@@ -78,7 +80,7 @@ class Batches:
             )
         return out
 
-    def members(self, bid: str, start: int = 0, count: int = 100) -> list[BatchMember]:
+    def members(self, bid: str, start: int = 0, count: int = 100) -> builtins.list[BatchMember]:
         """Members in the order they joined, each with where it stands."""
         conn = client()
         jids = [text(j) for j in conn.lrange(keys.batch_jids(bid), start, start + count - 1)]
@@ -104,12 +106,12 @@ class Batches:
     def member_count(self, bid: str) -> int:
         return int(client().llen(keys.batch_jids(bid)))
 
-    def pending_jids(self, bid: str, count: int = 1000) -> list[str]:
+    def pending_jids(self, bid: str, count: int = 1000) -> builtins.list[str]:
         """Up to ``count`` members that have not succeeded yet."""
         found = client().sscan(keys.batch_pending(bid), 0, count=count)[1]
         return sorted(text(j) for j in found)[:count]
 
-    def failed(self, bid: str) -> list[Failure]:
+    def failed(self, bid: str) -> builtins.list[Failure]:
         """Members whose last run failed and that have not succeeded since."""
         raw = client().hgetall(keys.batch_failed(bid))
         return sorted((Failure.parse(j, v) for j, v in raw.items()), key=lambda f: f.at or 0)

@@ -10,6 +10,7 @@ queue and set, never a whole read of a big one into Python.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,15 +64,15 @@ def find_job(jid: str, runs: int = RUNS_SHOWN) -> list[Found]:
     jid = clean_jid(jid)
     found: list[Found] = []
     for name in Queue.names():
-        record = _skipping_wrong_type(lambda name=name: Queue(name).find(jid))
+        record = _skipping_wrong_type(functools.partial(Queue(name).find, jid))
         if record is not None:
             found.append(Found("queue", record, queue=name))
-    record = _skipping_wrong_type(lambda: ScheduledSet().find(jid))
+    record = _skipping_wrong_type(functools.partial(ScheduledSet().find, jid))
     if record is not None:
         found.append(Found("schedule", record, queue=record.queue))
     found.extend(_in_progress(jid))
     for where, job_set in (("retry", RetrySet()), ("dead", DeadSet())):
-        record = _skipping_wrong_type(lambda job_set=job_set: job_set.find(jid))
+        record = _skipping_wrong_type(functools.partial(job_set.find, jid))
         if record is not None:
             found.append(Found(where, record, queue=record.queue))
     for run in History().runs_of(jid, runs):

@@ -63,7 +63,7 @@ class Run:
     def error(self) -> str:
         if self.error_class:
             return f"{self.error_class}: {self.error_message}"
-        return self.error_message
+        return self._text("error_message")
 
 
 class History:
@@ -398,7 +398,8 @@ class _Chunk:
                 float(jobs_part[i + 3]),
                 {int(flat[k]): int(flat[k + 1]) for k in range(0, len(flat), 2)},
             ]
-        self.minutes: dict[int, tuple] = {}
+        # minute start (ms) -> (runs, failed, duration sum, duration max, wait sum, waits, wait max)
+        self.minutes: dict[int, tuple[int, int, float, float, float, int, float]] = {}
         for i in range(0, len(buckets_part), 8):
             row = buckets_part[i : i + 8]
             self.minutes[int(row[0])] = (

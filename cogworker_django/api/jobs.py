@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,7 +62,8 @@ class JobSet:
 
     @property
     def key(self) -> str:
-        return getattr(keys, self.name)()
+        key: str = getattr(keys, self.name)()
+        return key
 
     # Reads ------------------------------------------------------------------------------
 
@@ -123,7 +125,7 @@ class JobSet:
                 return record
         return None
 
-    def iter_records(self, batch: int = BULK_BATCH):
+    def iter_records(self, batch: int = BULK_BATCH) -> Iterator[JobRecord]:
         """Every entry in display order, read ``batch`` at a time (for scripts)."""
         start = 0
         while True:
