@@ -3,6 +3,7 @@ SVG (no script, no CDN: the admin works offline). Only numbers reach the templat
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ def trend(
     left, right = TREND_LEFT, width - TREND_RIGHT
     top, bottom = TREND_TOP, height - TREND_BOTTOM
     peak = max((v for values in series.values() for v in values), default=0.0)
-    ceiling = _nice_max(peak) if peak >= 1 else _nice_fraction(peak)
+    ceiling = float(_nice_max(math.ceil(peak))) if peak >= 1 else _nice_fraction(peak)
     step = (right - left) / max(len(starts) - 1, 1)
 
     def y(value: float) -> float:

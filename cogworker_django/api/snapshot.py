@@ -40,9 +40,11 @@ def _count(value: object) -> int:
     """A counter string (or None, or a wrong-type error) as an int."""
     if isinstance(value, bytes):
         value = value.decode("ascii", "replace")
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        return 0
     try:
-        return int(value or 0)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(value or 0)
+    except ValueError:
         return 0
 
 
