@@ -14,7 +14,7 @@ from testapp import jobs as tj
 
 from cogworker_django import keys
 
-from .helpers import wait_until
+from .helpers import FAST_SETTINGS, wait_until
 
 UNAVAILABLE = re.compile(r"\] cogworker_django: (.+?): Redis unavailable")
 RECOVERED = re.compile(r"\] cogworker_django: (.+?): Redis recovered")
@@ -52,11 +52,15 @@ def private(redis_server, configure):
     return server
 
 
-def test_redis_killed_and_restarted(private, worker):
-    """No persistence: the restart empties Redis. Jobs acknowledged before it never run
-    again; jobs finished while it was down are not re-run; everything pushed after it runs
-    exactly once; the log has one outage and one recovery line per component."""
-    server = private
+def test_redis_killed_and_restarted(redis_server, configure, worker):
+    """Redis SIGKILLed under a busy worker and started again, persistent
+    (``appendfsync always``: it keeps every write it acknowledged). Two jobs finish and
+    one fails while it is down: once it is back their acks and the filing go through
+    (the in-progress list empties), none of them runs again, nothing acknowledged before
+    runs again, everything pushed after runs once; one outage and one recovery line per
+    component."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
     r = server.client()
     # a periodic entry firing every second keeps the ticker busy across the outage
     every_second = {"tick": {"cron": "* * * * * *", "job": "testapp.jobs.noop"}}
@@ -68,26 +72,38 @@ def test_redis_killed_and_restarted(private, worker):
     failing = tj.sleep_then_fail.enqueue(1.5)
     timeline = f"{keys.prefix()}:test:timeline"
     wait_until(lambda: r.hlen(timeline) == 3, 5, message="in-flight jobs started")
+    started = r.hgetall(timeline)  # one start stamp per run: a second run rewrites it
+    (ident,) = r.smembers(keys.processes())
+    inprogress = keys.inprogress(ident)
+    assert r.llen(inprogress) == 3
     server.stop()
     # The sleepers finish (their acks fail) and the failing job fails (its filing in dead
     # fails) while Redis is away: both wait in the worker's record.
     w.wait_for_log(r"Settle: .*Redis unavailable", 5)
-    time.sleep(1)
+    w.wait_for_log(r"Fetch: .*Redis unavailable", 5)
     server.start()
+    r = server.client()
+    assert r.llen(inprogress) == 3  # the restart kept the list: the settling is the worker's
     w.wait_for_log(r"Heartbeat: Redis recovered", 10)
+    wait_until(lambda: r.llen(inprogress) == 0, 10, message="the pending acks and filing")
     after = [f"after{i}" for i in range(10)]
     tj.record.enqueue_many([(t,) for t in after])
     tj.record.enqueue_in(0.5, "scheduled-after")
-    wait_until(lambda: len(_runs(r)) == 11, 15, message="jobs after the restart")
-    time.sleep(1.5)  # room for anything that would run twice
-    assert _runs(r) == {t: "1" for t in [*after, "scheduled-after"]}
-    assert r.hlen(timeline) == 0  # neither sleeper ran again, nor the failing job
-    assert len(in_flight) == 2
-    # the failure was filed in dead once Redis was back (the restart lost everything else)
+    everything = [*before, *after, "scheduled-after"]
+    wait_until(lambda: len(_runs(r)) == len(everything), 15, message="jobs after the restart")
+    # Past ORPHAN_THRESHOLD and a check: a recovered or reconciled copy would have run.
+    time.sleep(FAST_SETTINGS["ORPHAN_THRESHOLD"] + 1)
+    assert _runs(r) == {t: "1" for t in everything}
+    assert r.hgetall(timeline) == started  # neither sleeper ran again, nor the failing job
+    assert r.hlen(timeline) == len(in_flight) + 1
+    # the failure was filed in dead once, after Redis was back
     (dead,) = r.zrange(keys.dead(), 0, -1)
     assert failing in dead
+    assert r.zcard(keys.retry()) == 0 and r.llen(keys.queue("default")) == 0
+    assert r.llen(inprogress) == 0
     assert w.proc.poll() is None
     assert w.stop() == 0
+    assert "from dead process" not in w.log() and "lost fetch reply" not in w.log()
     assert_one_outage_per_component(w.log(), expect_outage=True)
 
 
