@@ -37,6 +37,7 @@ log = logging.getLogger("cogworker_django")
 # Built into every worker's server chain, outermost first; user middleware runs inside.
 BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.history.HistoryMiddleware",  # first: it times everything inside
+    "cogworker_django.runlog.RunLogMiddleware",  # start/done lines at DEBUG (-v 2)
     "cogworker_django.telemetry.TelemetryMiddleware",  # worker metrics, the run's trace span
     "cogworker_django.unique.UniqueMiddleware",
     "cogworker_django.periodic.running_lock.RunningLockMiddleware",

@@ -1,0 +1,46 @@
+"""One log line when a run starts and one when it ends, with its duration, as Sidekiq
+writes them: at DEBUG, so ``manage.py cogworker -v 2`` (or a ``LOGGING`` level of DEBUG
+for the ``cogworker_django`` logger) shows them and a worker at the default INFO pays
+one level check per run. Failures are logged at WARNING by the processor anyway.
+
+    start: testapp.jobs.send_welcome jid=7f3a... queue=default
+    done: testapp.jobs.send_welcome jid=7f3a... queue=default 0.012s
+    fail: testapp.jobs.send_welcome jid=7f3a... queue=default 0.004s ValueError
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("cogworker_django")
+
+
+class RunLogMiddleware:
+    """Built-in server middleware (outside the job's own middleware, so the duration is
+    what the worker spent on the run)."""
+
+    def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
+        if not log.isEnabledFor(logging.DEBUG):
+            return run()
+        func, jid = job.get("func"), job.get("jid")
+        log.debug("start: %s jid=%s queue=%s", func, jid, queue)
+        started = time.perf_counter()
+        try:
+            result = run()
+        except BaseException as exc:
+            log.debug(
+                "fail: %s jid=%s queue=%s %.3fs %s",
+                func,
+                jid,
+                queue,
+                time.perf_counter() - started,
+                type(exc).__name__,
+            )
+            raise
+        log.debug(
+            "done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started
+        )
+        return result
