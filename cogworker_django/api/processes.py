@@ -16,6 +16,7 @@ process has missed its beats for ``ORPHAN_THRESHOLD`` (rule 13, worker/recovery.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
@@ -98,11 +99,11 @@ class ProcessRecord:
         return value if isinstance(value, int) else None
 
     @property
-    def started_at(self):
+    def started_at(self) -> dt.datetime | None:
         return as_datetime(self._info("started_at"))
 
     @property
-    def beat_at(self):
+    def beat_at(self) -> dt.datetime | None:
         return as_datetime(self.beat)
 
 
@@ -160,7 +161,7 @@ class BusyJob:
     pid: int | None = None
 
     @property
-    def started_at(self):
+    def started_at(self) -> dt.datetime | None:
         return as_datetime(self.run_at)
 
 
@@ -258,11 +259,11 @@ class OrphanedProcess:
         return None if self.last_beat is None else max(0.0, self.now - self.last_beat)
 
     @property
-    def last_beat_at(self):
+    def last_beat_at(self) -> dt.datetime | None:
         return as_datetime(self.last_beat)
 
     @property
-    def recover_at_datetime(self):
+    def recover_at_datetime(self) -> dt.datetime | None:
         return as_datetime(self.recover_at)
 
     @property

@@ -130,7 +130,11 @@ def preview(key: str, *, conn: redis.Redis | None = None) -> str:
     """A bounded text rendering of a quarantined copy (first PREVIEW_ITEMS items, each
     cut at PREVIEW_ITEM_CHARS, all within PREVIEW_CHARS). ValueError for other keys."""
     _require_copy(key)
-    conn = conn or connection.get_client()
+    return _preview(key, conn or connection.get_client())
+
+
+# conn: Any, as connection.get_client returns (redis-py's replies are sync/async unions).
+def _preview(key: str, conn: Any) -> str:
     kind = keyguard.display(conn.type(key))
     n = PREVIEW_ITEMS
     if kind == "none":

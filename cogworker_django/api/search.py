@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-
-import redis
+from typing import Any
 
 from .records import JobRecord
 
@@ -69,7 +68,7 @@ def jid_pattern(jid: str) -> str:
 
 
 def scan(
-    conn: redis.Redis,
+    conn: Any,  # a redis.Redis; Any as connection.get_client returns (its reply unions)
     key: str,
     pattern: str,
     source: str,

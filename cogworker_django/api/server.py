@@ -9,6 +9,7 @@ short-lived; the others are what an operator counts on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -51,7 +52,7 @@ class RedisServer:
         return Persistence(bool(schedule), aof == "yes" if aof else None)
 
 
-def _value(reply: dict, name: str):
+def _value(reply: dict[Any, Any] | None, name: str) -> Any:
     for key, value in (reply or {}).items():
         if text(key) == name:
             return value
