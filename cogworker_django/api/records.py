@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .. import payload
+from .. import codec, payload
 from ._util import as_datetime, text
 
 # Lists show arguments cut to this many characters.
@@ -58,7 +58,7 @@ class JobRecord:
         source: str = "",
         queue: str | None = None,
     ) -> JobRecord:
-        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+        data = codec.wire(raw)
         return cls(data, payload.decode(data, queue), score, source)
 
     # Identity ---------------------------------------------------------------------------
