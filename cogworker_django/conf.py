@@ -1,5 +1,8 @@
 """The ``COGWORKER`` and ``COGWORKER_PERIODIC`` settings.
 
+(Longer than the package's other modules on purpose: every setting is validated here,
+in one place, so each error names the key, the value and what is allowed the same way.)
+
 Read lazily through :func:`get` on every use (never at import time), so
 ``override_settings`` works in tests; the validated result is cached until
 Django's ``setting_changed`` signal says the settings moved. A bad value raises

@@ -1,5 +1,8 @@
 """The ``@job`` decorator, the registry of runnable callables, and the ``enqueue*`` methods.
 
+(Over 400 lines: the decorator, its options and the enqueue methods are one public
+object, ``JobFunction``, whose parts only make sense together.)
+
 Only callables in the registry can run in a worker: a payload naming anything else
 goes to dead and is never imported or called (a Redis payload must not be a way to
 execute code). ``@job`` registers a function under its dotted path

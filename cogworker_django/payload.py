@@ -1,5 +1,8 @@
 """The job payload: a JSON object, never pickle.
 
+(Over 400 lines: building, checking, encoding and decoding the one format every other
+module reads, kept together so the format has one definition.)
+
 Fields: ``jid``, ``func`` (dotted path of a registered job), ``args``, ``kwargs``,
 ``queue``, ``retry``, ``retry_count``, ``created_at``, ``enqueued_at``; later stages add
 ``at``, ``error_class``, ``error_message``, ``failed_at``, ``retried_at``, ``traceback``,

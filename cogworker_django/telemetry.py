@@ -1,5 +1,8 @@
 """A worker's own telemetry: Prometheus metrics of its runs, and each run's trace span.
 
+(Over 400 lines: the metrics, the multiprocess set-up for ``--processes`` and the run's
+span share one middleware and one per-run record, so they live together.)
+
 :class:`TelemetryMiddleware` is a built-in server middleware (listed in
 ``worker/processor.BUILTIN_SERVER_MIDDLEWARE``, so every worker has it). It does
 nothing unless the worker serves metrics (``manage.py cogworker --metrics-port``) or

@@ -1,7 +1,10 @@
 """``History``: recent job runs and their summary, read from the ``P:history`` stream
 that ``cogworker_django.history`` writes. Filtering happens in Redis
 (lua/history_scan.lua walks the stream newest first in slices and sends back only the
-matching runs, or only durations for the summary)."""
+matching runs, or only durations for the summary).
+
+(Over 400 lines: the pages of runs and the digest read the same stream in the same
+slices, with the same stream-id arithmetic.)"""
 
 from __future__ import annotations
 
