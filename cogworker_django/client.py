@@ -9,6 +9,7 @@ listing is refreshed at most once a minute per queue per process, so a single
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -224,10 +225,10 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     """Push many jobs in one round trip; the result holds each job's jid, or None
     where a middleware stopped it or it was a duplicate of a unique job."""
     if middleware.client_middleware():
-        prepared: list[dict | None] = []
+        prepared: list[dict[str, Any] | None] = []
         for job in jobs:
-            kept: list[dict] = []
-            middleware.run_client_chain(job, lambda j, kept=kept: kept.append(j) or j["jid"])
+            kept: list[dict[str, Any]] = []
+            middleware.run_client_chain(job, functools.partial(_keep, kept))
             prepared.append(kept[0] if kept else None)
     else:
         prepared = list(jobs)
@@ -236,6 +237,13 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
 
         return batch.push_members(prepared, _push_prepared)
     return _push_prepared(prepared)
+
+
+def _keep(kept: list[dict[str, Any]], job: dict[str, Any]) -> str:
+    # The end of push_many's client chain: the job as the middleware left it.
+    kept.append(job)
+    jid: str = job["jid"]
+    return jid
 
 
 def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
@@ -250,12 +258,12 @@ def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
     prioritised: dict[str, list[tuple[int, str, float]]] = {}  # zset key -> members
     queues: set[str] = set()
     scheduled: list[tuple[int, str, float]] = []
-    unique_jobs: list[int] = []
+    unique_jobs: list[tuple[int, dict[str, Any]]] = []  # (index, job)
     for i, job in enumerate(prepared):
         if job is None:
             continue
         if job.get("unique") in ("until_executed", "until_started"):
-            unique_jobs.append(i)
+            unique_jobs.append((i, job))
         elif _is_scheduled(job, now):
             scheduled.append((i, payload.encode(job), float(job["at"])))
         else:
@@ -278,18 +286,18 @@ def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
             carried.append([i for i, _ in chunk])
     for key, members in prioritised.items():
         for start in range(0, len(members), BULK_CHUNK):
-            chunk = members[start : start + BULK_CHUNK]
-            pipe.zadd(key, {data: score for _, data, score in chunk})
-            carried.append([i for i, _, _ in chunk])
+            zchunk = members[start : start + BULK_CHUNK]
+            pipe.zadd(key, {data: score for _, data, score in zchunk})
+            carried.append([i for i, _, _ in zchunk])
     for start in range(0, len(scheduled), BULK_CHUNK):
-        chunk = scheduled[start : start + BULK_CHUNK]
-        pipe.zadd(keys.schedule(), {data: score for _, data, score in chunk})
-        carried.append([i for i, _, _ in chunk])
+        zchunk = scheduled[start : start + BULK_CHUNK]
+        pipe.zadd(keys.schedule(), {data: score for _, data, score in zchunk})
+        carried.append([i for i, _, _ in zchunk])
     if unique_jobs:
         from . import unique
 
-        for i in unique_jobs:
-            unique.queue_push(pipe, prepared[i])
+        for _i, job in unique_jobs:
+            unique.queue_push(pipe, job)
     if queues:
         pipe.sadd(keys.queues(), *queues)
     results = pipe.execute(raise_on_error=False)
@@ -304,12 +312,12 @@ def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
     if unique_jobs:
         from . import unique
 
-        for i, result in zip(unique_jobs, results[len(carried) :], strict=False):
+        for (i, job), result in zip(unique_jobs, results[len(carried) :], strict=False):
             if isinstance(result, Exception):
                 refused.append(result)
                 out[i] = None
             else:
-                out[i] = unique.interpret(prepared[i], result)
+                out[i] = unique.interpret(job, result)
     if by_queue:
         _check_listing(results[-1], ", ".join(by_queue))
     if refused:
