@@ -7,6 +7,7 @@ backend marks the task's result FAILED). Listeners are best-effort (rule 4).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ def job_left(job: dict[str, Any], reason: str) -> None:
     if locks.job_locks(job):
         locks.release_job_locks(job)
     for listener in list(listeners):
-        errors.best_effort("Departure", lambda listener=listener: listener(job, reason))
+        errors.best_effort("Departure", functools.partial(listener, job, reason))
 
 
 def add_listener(listener: Callable[[dict[str, Any], str], None]) -> None:

@@ -10,6 +10,7 @@ lock to its TTL.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -203,11 +204,11 @@ def extend_job_locks(job: dict, wait: float) -> None:
         return
     queued_ttl = conf.get().UNIQUE_LOCK_TTL
     for key in job_locks(job):
-        own = queued_ttl
+        own: float = queued_ttl
         if key.startswith(keys.unique("")):
             own = _seconds(job.get("unique_for"), queued_ttl)
         ttl = min(_seconds(wait, 0.0) + own, MAX_LOCK_TTL)
-        errors.best_effort("Lock extension", lambda key=key, ttl=ttl: expire(key, jid, ttl), key)
+        errors.best_effort("Lock extension", functools.partial(expire, key, jid, ttl), key)
 
 
 # Redis refuses an EXPIRE past what its millisecond clock can hold; a lock extended by a

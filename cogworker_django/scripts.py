@@ -8,7 +8,7 @@ cannot run it twice. Every script file starts with a header naming its KEYS and 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,7 +29,9 @@ class Script:
             raise RuntimeError(f"lua/{name}.lua must start with a header naming KEYS and ARGV")
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
-    def __call__(self, client: redis.Redis, keys: list[str] = (), args: list[Any] = ()) -> Any:
+    def __call__(
+        self, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()
+    ) -> Any:
         if observer is not None:
             observer(self.name)
         try:
@@ -38,7 +40,7 @@ class Script:
             client.script_load(self.source)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
-    def pipelined(self, pipe: Any, keys: list[str] = (), args: list[Any] = ()) -> None:
+    def pipelined(self, pipe: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> None:
         """Queue an EVAL on a pipeline (pipelines can't recover from NOSCRIPT mid-batch)."""
         pipe.eval(self.source, len(keys), *keys, *args)
 
@@ -56,5 +58,5 @@ def get(name: str) -> Script:
     return script
 
 
-def run(name: str, client: redis.Redis, keys: list[str] = (), args: list[Any] = ()) -> Any:
+def run(name: str, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
     return get(name)(client, list(keys), list(args))
