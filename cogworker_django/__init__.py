@@ -8,8 +8,9 @@
     send_welcome.enqueue(42)
 
 Everything an application imports is importable from here: ``job``, ``call`` and
-``current_job``; the workflows (``Batch``, ``chain``, ``group``); the middleware bases
-and ``Reschedule``; the exceptions, all derived from ``CogworkerError``. The ``api``,
+``current_job``; the job controls (``JobTimeout``, ``JobCancelled``, ``OverLimit``,
+``cancelled``, ``check_cancelled``, ``limit``); the workflows (``Batch``, ``chain``,
+``group``); the middleware bases and ``Reschedule``; the exceptions, all derived from ``CogworkerError``. The ``api``,
 ``testing`` and ``tasks_backend`` modules are imported by name (``from cogworker_django
 import api``).
 """
@@ -17,6 +18,14 @@ import api``).
 __version__ = "0.1.0"
 
 from .client import BulkPushError  # noqa: E402
+from .controls import (  # noqa: E402
+    JobCancelled,
+    JobTimeout,
+    OverLimit,
+    cancelled,
+    check_cancelled,
+    limit,
+)
 from .errors import CogworkerError  # noqa: E402
 from .jobs import NotRegistered, call, current_job, job  # noqa: E402
 from .middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
@@ -38,14 +47,20 @@ __all__ = [
     "ClientMiddleware",
     "CogworkerError",
     "CronError",
+    "JobCancelled",
+    "JobTimeout",
     "NotRegistered",
+    "OverLimit",
     "Reschedule",
     "ServerMiddleware",
     "WorkflowError",
     "__version__",
     "call",
+    "cancelled",
     "chain",
+    "check_cancelled",
     "current_job",
     "group",
     "job",
+    "limit",
 ]

@@ -56,6 +56,10 @@ DEFAULTS: dict[str, Any] = {
     "ENQUEUE_ON_COMMIT": False,
     "MIDDLEWARE": {"client": [], "server": []},
     "TESTING": None,
+    # Job controls (docs/controls.md): fleet-wide limiters by name, and the time limit of
+    # jobs that set none (None: no limit).
+    "LIMITS": {},
+    "DEFAULT_TIMEOUT": None,
     # Internal timings (seconds). Documented; tests shorten them.
     "HEARTBEAT_INTERVAL": 5.0,
     "POLL_INTERVAL": 5.0,
@@ -64,6 +68,11 @@ DEFAULTS: dict[str, Any] = {
     "PERIODIC_TICK": 5.0,
     # How long an until_executed periodic run's lock outlives its last heartbeat refresh.
     "PERIODIC_ACTIVE_TTL": 60.0,
+    # After a timeout (or a cancel's interruption) is raised, how long a job stuck in a C
+    # call gets before its thread is abandoned and the job filed; and how long a
+    # cancelled job gets to notice cancelled() before the worker interrupts it.
+    "TIMEOUT_GRACE": 10.0,
+    "CANCEL_GRACE": 5.0,
     "RETRY_BACKOFF": None,  # dotted path to f(retry_count) -> seconds; None = built-in formula
     "HISTORY": True,
     # Observability (docs/observability.md): the worker's /metrics port, the bearer token
@@ -114,6 +123,10 @@ class Settings:
     ENQUEUE_ON_COMMIT: bool
     MIDDLEWARE: dict
     TESTING: str | None
+    LIMITS: dict
+    DEFAULT_TIMEOUT: float | None
+    TIMEOUT_GRACE: float
+    CANCEL_GRACE: float
     HEARTBEAT_INTERVAL: float
     POLL_INTERVAL: float
     ORPHAN_CHECK_INTERVAL: float
@@ -419,6 +432,8 @@ def _validate(user: Any) -> Settings:
         "PERIODIC_TICK",
         "PERIODIC_ACTIVE_TTL",
         "UNIQUE_RESCHEDULE_DELAY",
+        "TIMEOUT_GRACE",
+        "CANCEL_GRACE",
     ):
         _number(key, v[key])
     for key in (
@@ -453,11 +468,16 @@ def _validate(user: Any) -> Settings:
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
         raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
     _check_observability(v)
+    from .controls import options as controls
+
+    limits = controls.parse_limits(v["LIMITS"])
+    controls.check_default_timeout(v["DEFAULT_TIMEOUT"])
 
     values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
     values.update(
         QUEUES=queues,
         SENTINELS=sentinels,
+        LIMITS=limits,
         MIDDLEWARE={"client": list(mw.get("client", [])), "server": list(mw.get("server", []))},
         raw=user,
     )

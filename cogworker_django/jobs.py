@@ -29,7 +29,17 @@ from . import client, conf, payload, recording
 from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
-_OPTION_NAMES = ("queue", "retry", "unique", "unique_for", "on_commit", "using_db")
+_OPTION_NAMES = (
+    "queue",
+    "retry",
+    "unique",
+    "unique_for",
+    "on_commit",
+    "using_db",
+    "timeout",  # job controls (controls/options.py)
+    "expires_in",
+    "limits",
+)
 
 _current = threading.local()
 _registry: dict[str, JobFunction] = {}
@@ -139,6 +149,9 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
     on_commit = opts.get("on_commit")
     if on_commit is not None and not isinstance(on_commit, bool):
         raise ValueError(f"{where}: on_commit must be True or False, got {on_commit!r}")
+    from .controls import options as controls
+
+    controls.check_options(where, opts)
 
 
 # The furthest ahead enqueue_in / enqueue_at schedule a job: ten years. Anything later is
@@ -186,6 +199,12 @@ def _epoch(when: dt.datetime | float | int) -> float:
     return at
 
 
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
 class _Enqueuer:
     """The enqueue methods, shared by a job function and its ``using()`` variants."""
 
@@ -196,7 +215,9 @@ class _Enqueuer:
         self, args: tuple[Any, ...], kwargs: dict[str, Any], at: float | None = None
     ) -> dict[str, Any]:
         opts = self._opts
-        extra: dict[str, Any] = {}
+        from .controls import options as controls
+
+        extra: dict[str, Any] = controls.payload_fields(opts, _now(), at)
         if at is not None:
             extra["at"] = at
         unique = opts.get("unique")

@@ -102,6 +102,8 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
         types[keys.periodic_running(entry)] = "string"
     for bid in batch_ids:
         types.update(keys.batch_keys(bid))
+    for name in conf.get().LIMITS:
+        types.update(keys.limit_keys(name))
     return types
 
 

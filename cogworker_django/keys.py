@@ -82,6 +82,10 @@ def batches() -> str:  # zset: batch id -> last activity (workflows)
     return _k("batches")
 
 
+def cancels() -> str:  # zset: jid -> when api.cancel flagged it while running
+    return _k("cancels")
+
+
 # Per-queue, per-process, per-entry keys -----------------------------------------------------
 
 
@@ -165,6 +169,19 @@ def batch_keys(bid: str) -> dict[str, str]:
     }
 
 
+def limit_leases(name: str) -> str:  # zset: concurrency lease -> when it lapses
+    return _k("limit", name, "leases")
+
+
+def limit_starts(name: str) -> str:  # zset: start token -> its time (rate window)
+    return _k("limit", name, "starts")
+
+
+def limit_keys(name: str) -> dict[str, str]:
+    """Key -> Redis TYPE of every key of one limiter."""
+    return {limit_leases(name): "zset", limit_starts(name): "zset"}
+
+
 def quarantine_prefix(key: str) -> str:
     """Copies of ``key`` are ``<this><ms>:<rand>``."""
     return _k("quarantine", key) + ":"
@@ -198,4 +215,5 @@ def fixed_types() -> dict[str, str]:
         stat("processed"): "string",
         stat("failed"): "string",
         batches(): "zset",
+        cancels(): "zset",
     }

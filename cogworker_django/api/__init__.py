@@ -10,6 +10,7 @@ Nothing here loads a whole set or list: reads are paginated, searches bounded.
 """
 
 from .batches import Batches, BatchMember, BatchRecord
+from .controls import LeaseHolder, LimitInfo, Limits, cancel
 from .find import Found, find_job
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
@@ -42,6 +43,9 @@ __all__ = [
     "History",
     "JobRecord",
     "JobSet",
+    "LeaseHolder",
+    "LimitInfo",
+    "Limits",
     "Outcome",
     "OrphanedProcess",
     "Overview",
@@ -61,5 +65,6 @@ __all__ = [
     "SearchPage",
     "Stats",
     "Workers",
+    "cancel",
     "find_job",
 ]

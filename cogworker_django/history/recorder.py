@@ -3,7 +3,8 @@ memory, for history/writer.py to write to a capped Redis stream.
 
 Duties:
 - :class:`HistoryMiddleware` (outermost server middleware, so it times everything)
-  records each run: jid, job, queue, status ("success"/"failed"), started_at, duration,
+  records each run: jid, job, queue, status ("success", "failed", or the job
+  controls' "timeout", "cancelled", "expired"), started_at, duration,
   wait (from enqueue to start), error_class, error_message, worker identity, periodic
   entry name;
 - records go to this process's in-memory :data:`buffer` (a tuple each: the hot path
@@ -132,7 +133,8 @@ def capture(
     if exc is None:
         status, error_class, message = "success", None, None
     else:
-        status = "failed"
+        # Job controls' exceptions name their own status: timeout, cancelled, expired.
+        status = getattr(type(exc), "history_status", None) or "failed"
         error_class = payload.error_class(exc)
         message = errors.safe_str(exc, ERROR_MESSAGE_LIMIT)  # rule 7: never raises
     return (

@@ -8,8 +8,9 @@ Duties, each beat:
   ``P:live_queues``, the work snapshot, and for reliable fetch ``P:inprogress_ids`` and
   ``P:last_beat`` (Redis ``TIME``; the local clock where ``TIME`` is refused);
 - then, each best-effort: the stats flush, pending settlements, deferred lock releases,
-  the registered beat hooks (lock refreshes), and the fetch strategy's own step after a
-  beat (reliable fetch reconciles its in-progress list with the record).
+  the registered beat hooks (lock refreshes, limiter lease refreshes, the cancel flags of
+  the runs in progress), and the fetch strategy's own step after a beat (reliable fetch
+  reconciles its in-progress list with the record).
 
 What differs by fetch mode (the registries written, the reconcile, the clean-up at exit)
 is the fetch strategy's (fetch.py): nothing here branches on the mode.
@@ -37,6 +38,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .. import __version__, conf, connection, errors, keys, locks, stats
+from ..controls import limits
 from .fetch import FetchStrategy
 from .record import Record
 from .settlement import settle_pending
@@ -61,12 +63,46 @@ class Pool(Protocol):
     def work_snapshot(self) -> dict[str, str]: ...
 
 
+# (The pool's ``watchdog``, timeouts.Watchdog, is read with getattr: tools and tests may
+# beat for a pool without one.)
+
 log = logging.getLogger("cogworker_django")
 
 # Hooks run on every beat after the presence write: f(heartbeat, conn, recovering) where
 # ``recovering`` is True on the first beat after a failed one. Periodic running locks
 # register here.
 beat_hooks: list[Callable[[Any, Any, bool], None]] = []
+
+
+def watch_cancels(heartbeat: Any, conn: Any, _recovering: bool) -> None:
+    """Beat hook: flag the runs in a job here whose jid ``api.cancel`` put in
+    ``P:cancels`` (the admin's signal says so at once; this catches a missed signal and a
+    run that entered its job after the signal came)."""
+    watchdog = getattr(heartbeat.manager, "watchdog", None)
+    jids = sorted(watchdog.running_jids()) if watchdog is not None else []
+    if not jids:
+        return
+    pipe = conn.pipeline(transaction=False)
+    for jid in jids:
+        pipe.zscore(keys.cancels(), jid)
+    for jid, score in zip(jids, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(score, Exception):
+            if errors.is_unavailable(score):
+                raise score
+            log.error("cancel flags not read: %s", errors.describe(score))
+            return
+        if score is not None:
+            watchdog.cancel(jid)
+
+
+def register_control_hooks() -> None:
+    """The job controls' beat hooks (once per process): lease refreshes, cancel flags."""
+    if not any(isinstance(h, limits.LeaseRefresher) for h in beat_hooks):
+        beat_hooks.append(limits.LeaseRefresher())
+    if watch_cancels not in beat_hooks:
+        beat_hooks.append(watch_cancels)
+
+
 # Queue entries no live process read for this long leave P:live_queues.
 LIVE_QUEUE_RETENTION = 86400
 
@@ -167,6 +203,7 @@ class Heartbeat:
         self.clearance = Clearance(stall_gap(self.interval))
         self._threads: list[threading.Thread] = []
         self._subscriber: Any = None
+        register_control_hooks()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -340,5 +377,9 @@ class Heartbeat:
         elif command == "stop":
             log.info("stop requested from the admin")
             self._on_stop_signal()
+        elif command.startswith("cancel:"):
+            watchdog = getattr(self.manager, "watchdog", None)
+            if watchdog is not None:
+                watchdog.cancel(command.partition(":")[2])
         else:
             log.warning("ignoring unknown signal %r on %s", command, keys.signal(self.identity))

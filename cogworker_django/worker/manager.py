@@ -4,10 +4,13 @@ Duties:
 - build the process's run state (record, control, work board) and the job source from
   the fetch strategy, and hand them to ``CONCURRENCY`` processors;
 - replace (and log) a processor whose thread died, as soon as it dies;
+- run the watchdog (time limits, cancellation: timeouts.py) and replace a processor
+  whose run it abandoned (stuck in a C call past the grace), once the job is filed;
 - quiet: processors stop fetching, running jobs go on;
 - stop: wait up to the shutdown timeout for running jobs, wait out processors still
   inside a fetch (so none takes a job after the hand-over), then hand over through the
-  fetch strategy (settlement.py): nothing unfinished is lost.
+  fetch strategy (settlement.py): nothing unfinished is lost; then free this process's
+  limiter leases.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import threading
 import time
 
 from .. import conf, connection, errors
+from ..controls import limits
+from ..controls.errors import JobTimeout
 from .fetch import FetchStrategy
 from .processor import Processor
 from .record import Control, Record, WorkBoard
 from .settlement import hand_over
+from .timeouts import Watchdog, Watched
 
 log = logging.getLogger("cogworker_django")
 
@@ -37,6 +43,8 @@ class Manager:
         # Set once the shutdown hand-over ran (for callers that wait on it).
         self.handed_over = False
         self._lock = threading.Lock()
+        self.watchdog = Watchdog(self._abandon)
+        limits.identity = identity  # written in this process's leases
         self.processors = [self._processor(i) for i in range(concurrency)]
 
     def _processor(self, index: int) -> Processor:
@@ -48,6 +56,7 @@ class Manager:
             control=self.control,
             board=self.board,
             on_death=self._processor_died,
+            watchdog=self.watchdog,
         )
 
     # State -------------------------------------------------------------------------------
@@ -74,8 +83,48 @@ class Manager:
     # Lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.watchdog.start()
         for p in self.processors:
             p.start()
+
+    def _abandon(self, w: Watched) -> None:
+        """The watchdog's call for a run still inside its job TIMEOUT_GRACE after it was
+        interrupted: file it for its stuck thread, and give the slot a fresh thread."""
+        s = conf.get()
+        assert w.fired is not None
+        if issubclass(w.fired, JobTimeout):
+            what = f"ran past its timeout of {w.state.timeout or 0:g} s"
+        else:
+            what = "was cancelled"
+        exc = w.fired(
+            f"{w.state.func} {what} and did not return within TIMEOUT_GRACE "
+            f"({s.TIMEOUT_GRACE:g} s) of being interrupted (stuck where Python can't reach, "
+            "such as a C call): its thread was abandoned"
+        )
+        stuck: Processor = w.processor
+        try:
+            if not stuck.abandon_run(w.work, exc):
+                return  # it came back and claimed its own settlement just now
+        except Exception as err:  # noqa: BLE001 - logged; the run stays to the hand-over
+            log.error("abandoning %s failed: %s", stuck.name, errors.describe(err), exc_info=err)
+            return
+        if stuck.thread is not None:
+            stuck.thread.name = f"{stuck.name}-abandoned"
+        log.error(
+            "%s (jid %s) %s; %s abandoned and the job filed",
+            w.state.func,
+            w.state.jid,
+            "stuck past TIMEOUT_GRACE",
+            stuck.name,
+        )
+        with self._lock:
+            if self.processors[stuck.index] is not stuck:
+                return
+            fresh = self._processor(stuck.index)
+            self.processors[stuck.index] = fresh
+        if not self.quieted:
+            log.warning("%s: starting a replacement", stuck.name)
+            fresh.start()
 
     def _processor_died(self, dead: Processor, exc: BaseException) -> None:
         """Called on the dying thread: log it and start a replacement (not while quiet:
@@ -126,6 +175,9 @@ class Manager:
             # A fetch outlasted even that wait: what it took after the hand-over is on the
             # list, not run (see Control.stopping): a second pass requeues it now.
             hand_over(self.record, self.fetcher, force)
+        self.watchdog.stop()
+        # Every run is settled or handed over: no lease of this process is needed now.
+        limits.release_all()
 
     def _join_fetchers(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the threads not running a job to exit; True when

@@ -12,8 +12,14 @@ Duties:
   second or two.
 
 Its collaborators come in through the constructor (the record, the fetch strategy, the
-job source, the run control, the work board); its death is reported to ``on_death``,
-which replaces the thread.
+job source, the run control, the work board, the watchdog); its death is reported to
+``on_death``, which replaces the thread.
+
+Job controls: an expired job is dropped before the chain (never run); the job function
+runs under the watchdog (its time limit, cancellation: timeouts.py); a run that ends
+with ``JobCancelled`` is dropped, not retried. A run the watchdog abandons is settled
+by :meth:`Processor.abandon_run` on the watchdog's side; this thread, if the job ever
+returns, leaves its loop having settled nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +33,22 @@ from typing import Any
 from django.db import close_old_connections
 from django.utils.module_loading import import_string
 
-from .. import connection, errors, jobs, locks, middleware, payload, stats
+from .. import (
+    connection,
+    departures,
+    errors,
+    history,
+    jobs,
+    keys,
+    locks,
+    middleware,
+    payload,
+    stats,
+    telemetry,
+)
 from ..codec import wire
+from ..controls import expiry, limits
+from ..controls.errors import JobCancelled, JobExpired, JobTimeout
 from . import failures
 from .record import ACK, Control, Filing, Record, Work, WorkBoard
 
@@ -41,12 +61,26 @@ BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.telemetry.TelemetryMiddleware",  # worker metrics, the run's trace span
     "cogworker_django.unique.UniqueMiddleware",
     "cogworker_django.periodic.running_lock.RunningLockMiddleware",
+    "cogworker_django.controls.limits.LimitsMiddleware",  # fleet-wide limiters, before the run
     "cogworker_django.djtasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
     "cogworker_django.workflows.middleware.BatchMiddleware",  # batches: outcomes, callbacks
 )
 # First pause after a fetch that failed or found nothing; doubles up to its cap.
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
+
+
+# Job controls' outcomes in the worker metrics (telemetry.py).
+telemetry.register_outcome(JobTimeout, "timeout")
+telemetry.register_outcome(JobCancelled, "cancelled")
+
+
+class Dropped:
+    """The outcome of a run that leaves without a retry: expired before it ran, or
+    cancelled. Acked like a success; the job's locks and listeners let go."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def server_chain() -> tuple[Any, ...]:
@@ -65,6 +99,7 @@ class Processor:
         control: Control,
         board: WorkBoard,
         on_death: Callable[[Processor, BaseException], None],
+        watchdog: Any = None,
     ) -> None:
         self.index = index
         self.name = f"processor-{index}"
@@ -74,9 +109,14 @@ class Processor:
         self.control = control
         self.board = board
         self.on_death = on_death
+        self.watchdog = watchdog
         self.thread: threading.Thread | None = None
         self.busy = False
+        # Set by the watchdog when it settled this thread's run for it: the thread leaves
+        # its loop as soon as (if ever) the job returns, and settles nothing.
+        self.abandoned = False
         self._performing: Work | None = None
+        self._job_of_run: dict[str, Any] | None = None  # the run's job dict (its leases' key)
         self._chain = server_chain()
 
     def start(self) -> None:
@@ -100,7 +140,7 @@ class Processor:
         done: Work | None = None
         idle_pause = IDLE_FIRST_PAUSE
         error_pause = IDLE_FIRST_PAUSE
-        while not control.quiet.is_set():
+        while not control.quiet.is_set() and not self.abandoned:
             try:
                 handed, done = done, None  # the source owns it from here (acks it)
                 work = source.next(conn, handed)
@@ -120,7 +160,7 @@ class Processor:
             if control.stopping.is_set() and source.give_back(work):
                 continue  # a fetch that returned after the stop began: the hand-over's
             done = self.process(work)
-        if done is not None:
+        if done is not None and not self.abandoned:
             source.release(conn, done)
 
     # One job -----------------------------------------------------------------------------
@@ -133,6 +173,7 @@ class Processor:
         record = self.record
         job = payload.decode(wire(work.raw), work.queue)
         runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
+        self._job_of_run = job
         record.started(work)
         self.busy = True
         self.board.started(self.name, work)
@@ -144,10 +185,15 @@ class Processor:
                 ack_later = self._run_and_settle(work, job, runner)
         finally:
             locks.set_run_abandoned(False)
-            self.board.finished(self.name)
-            self.busy = False
-            if not ack_later:
-                record.finished(work)
+            if self.abandoned:
+                record.left(work)  # the board and busy flag are its replacement's now
+                ack_later = False
+            else:
+                self.board.finished(self.name)
+                self.busy = False
+                if not ack_later:
+                    record.finished(work)
+            self._job_of_run = None
         return work if ack_later else None
 
     def _run_and_settle(self, work: Work, job: dict[str, Any], runner: Any) -> bool:
@@ -157,16 +203,28 @@ class Processor:
         finally:
             self._end_perform(work)  # (unless perform was never reached)
         if locks.run_abandoned():
-            log.warning(
-                "%s (jid %s) finished after the shutdown hand-over requeued it: "
-                "left to its requeued copy",
-                job["func"],
-                job["jid"],
-            )
+            if self.abandoned:
+                log.warning(
+                    "%s (jid %s) came back from its job after the watchdog abandoned it: "
+                    "already filed, nothing settled again",
+                    job["func"],
+                    job["jid"],
+                )
+            else:
+                log.warning(
+                    "%s (jid %s) finished after the shutdown hand-over requeued it: "
+                    "left to its requeued copy",
+                    job["func"],
+                    job["jid"],
+                )
             return False
         try:
             if outcome is None:
                 stats.counters.incr("processed")
+                self.record.settle_later(work.raw, ACK)
+                return True
+            if isinstance(outcome, Dropped):
+                departures.job_left(job, outcome.reason)  # locks, task result, batch
                 self.record.settle_later(work.raw, ACK)
                 return True
             target, score = outcome
@@ -181,7 +239,9 @@ class Processor:
         """The innermost link of the server chain: the job itself, then the claim of its
         settlement, before any middleware acts on the outcome (releases a lock, say)."""
         try:
-            return jobs.perform(job, runner)
+            if self.watchdog is None:
+                return jobs.perform(job, runner)
+            return self.watchdog.run(self, work, job, lambda r: jobs.perform(job, r), runner)
         finally:
             self._end_perform(work)
 
@@ -196,8 +256,11 @@ class Processor:
         if not self.record.claim_settlement(work):
             locks.set_run_abandoned(True)
 
-    def _execute(self, job: dict[str, Any], work: Work, runner: Any) -> tuple[str, float] | None:
-        """None on success, else (target set, score) with ``job`` updated in place."""
+    def _execute(
+        self, job: dict[str, Any], work: Work, runner: Any
+    ) -> tuple[str, float] | Dropped | None:
+        """None on success, Dropped, else (target set, score) with ``job`` updated in
+        place."""
         queue = work.queue
         if job["func"] == payload.UNPARSEABLE:
             log.error(
@@ -214,6 +277,9 @@ class Processor:
                 "NotRegistered",
                 f"{job['func']!r} is not a registered job; it was not imported or run",
             )
+        now = time.time()
+        if expiry.expired(job, now):
+            return self._expired(job, queue, now)
         close_old_connections()
         try:
             middleware.run_server_chain(
@@ -222,6 +288,12 @@ class Processor:
             return None
         except middleware.Reschedule as r:
             return "schedule", time.time() + failures.reschedule_delay(r)
+        except JobCancelled as exc:
+            log.warning("%s (jid %s) cancelled: %s", job["func"], job["jid"], errors.describe(exc))
+            errors.best_effort(
+                "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
+            )
+            return Dropped(f"cancelled while running: {errors.safe_str(exc, 500)}")
         except Exception as exc:  # noqa: BLE001 - every failure is filed
             return self._failed(job, exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit (or any BaseException)
@@ -231,6 +303,17 @@ class Processor:
             return self._failed(job, exc)
         finally:
             close_old_connections()
+
+    @staticmethod
+    def _expired(job: dict[str, Any], queue: str, now: float) -> Dropped:
+        late = now - float(job["expires_at"])
+        reason = f"expired: not started by its expires_at ({late:.1f} s ago); never run"
+        log.warning("%s (jid %s) %s", job["func"], job["jid"], reason)
+        telemetry.record_outcome(job, queue, "expired")
+        if history.enabled():
+            run = history.capture(job, queue, now, 0.0, JobExpired(reason))
+            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
+        return Dropped(reason)
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
         try:
@@ -263,3 +346,48 @@ class Processor:
             self.record.settle_later(work.raw, filing)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
+
+    # Abandonment (called on the watchdog's side, never on this thread) --------------------
+
+    def abandon_run(self, work: Work, exc: BaseException) -> bool:
+        """Settle the run this thread is stuck in, for it: False when the run claimed its
+        own settlement first (it is not stuck after all). From True on, this thread is
+        refused its claim: it acks, files and releases nothing if the job returns."""
+        if not self.record.abandon(work):
+            return False
+        self.abandoned = True
+        self.busy = False
+        self.board.finished(self.name)
+        job = payload.decode(wire(work.raw), work.queue)  # as fetched: the thread's is in use
+        try:
+            if self._job_of_run is not None:
+                limits.release_run(id(self._job_of_run))
+            self._settle_abandoned(work, job, exc)
+        finally:
+            self.record.settlement_done(work)
+            self.record.release_abandoned(work)
+        return True
+
+    def _settle_abandoned(self, work: Work, job: dict[str, Any], exc: BaseException) -> None:
+        queue = work.queue
+        status = "cancelled" if isinstance(exc, JobCancelled) else "timeout"
+        telemetry.record_outcome(job, queue, status)
+        if history.enabled():
+            run = history.capture(job, queue, time.time(), 0.0, exc)
+            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
+        if isinstance(exc, JobCancelled):
+            departures.job_left(job, f"cancelled while running: {errors.safe_str(exc, 500)}")
+            errors.best_effort(
+                "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
+            )
+            try:
+                self.strategy.ack(connection.get_client(), work.raw)
+            except Exception as err:  # noqa: BLE001 - the heartbeat acks it later
+                errors.report("Ack", err)
+                self.record.settle_later(work.raw, ACK)
+            return
+        target, score = self._failed(job, exc)
+        if target == "dead":
+            departures.job_left(job, f"dead: {errors.safe_str(exc, 500)}")
+        stats.counters.incr("failed")
+        self._file(work, failures.filing_for(work, job, target, score), job)

@@ -86,31 +86,39 @@ class WorkBoard:
 
 
 class Record:
+    """Runs are tracked by identity (the :class:`Work` object a fetch made), so that two
+    copies of one payload are two runs, and every step is idempotent per run: a run the
+    watchdog abandoned (worker/timeouts.py) may come back from its job much later and
+    call any of these again without touching another run."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: dict[str, list[Work]] = {}
-        self._performing: dict[str, int] = {}
+        self._running: dict[int, Work] = {}  # id(work) -> fetched, not yet settled
+        self._performing: dict[int, Work] = {}  # the subset still inside the job
         self._guards: dict[str, threading.Lock] = {}  # raw -> guard (while_performing)
         self._pending: dict[str, str | Filing] = {}
         self._handing_over = False
         self._settling: dict[int, Work] = {}  # id(work) -> a claimed run not yet settled
+        self._claimed: dict[int, Work] = {}  # claimed runs, until they finish
+        self._abandoned: dict[int, Work] = {}  # runs settled for them (never by their thread)
         self._settled_claims = threading.Condition(self._lock)
 
     def started(self, work: Work) -> None:
         with self._lock:
-            self._running.setdefault(work.raw, []).append(work)
-            self._performing[work.raw] = self._performing.get(work.raw, 0) + 1
+            self._running[id(work)] = work
+            self._performing[id(work)] = work
 
     def performed(self, work: Work) -> None:
         # Waits for a heartbeat refresh of this run's locks in flight (while_performing).
         with self._guard(work.raw):
             with self._lock:
-                n = self._performing.get(work.raw, 0) - 1
-                if n > 0:
-                    self._performing[work.raw] = n
-                else:
-                    self._performing.pop(work.raw, None)
-                    self._guards.pop(work.raw, None)
+                self._leave_performing(work)
+
+    def _leave_performing(self, work: Work) -> None:
+        if _pop(self._performing, work) is None:
+            return
+        if not any(w.raw == work.raw for w in self._performing.values()):
+            self._guards.pop(work.raw, None)
 
     @contextlib.contextmanager
     def while_performing(self, raw: str) -> Iterator[bool]:
@@ -121,7 +129,7 @@ class Record:
         right after, and a refresh landing later would cut them back."""
         with self._guard(raw):
             with self._lock:
-                still = raw in self._performing
+                still = any(w.raw == raw for w in self._performing.values())
             yield still
 
     def _guard(self, raw: str) -> threading.Lock:
@@ -130,11 +138,10 @@ class Record:
 
     def finished(self, work: Work) -> None:
         with self._lock:
-            works = self._running.get(work.raw)
-            if works:
-                works.pop()
-                if not works:
-                    del self._running[work.raw]
+            if id(work) in self._abandoned:
+                return  # its settlement was made for it (release_abandoned)
+            if _pop(self._running, work) is not None:
+                self._claimed.pop(id(work), None)
 
     def settle_later(self, raw: str, how: str | Filing) -> None:
         with self._lock:
@@ -147,15 +154,15 @@ class Record:
 
     def running(self) -> list[Work]:
         with self._lock:
-            return [w for works in self._running.values() for w in works]
+            return list(self._running.values())
 
     def running_raws(self) -> set[str]:
         with self._lock:
-            return set(self._running)
+            return {w.raw for w in self._running.values()}
 
     def performing(self) -> list[str]:
         with self._lock:
-            return list(self._performing)
+            return list(dict.fromkeys(w.raw for w in self._performing.values()))
 
     def pending(self) -> dict[str, str | Filing]:
         with self._lock:
@@ -165,13 +172,17 @@ class Record:
 
     def claim_settlement(self, work: Work) -> bool:
         """True when this run's processor is to settle it; False once the hand-over has
-        begun (the run is abandoned to its requeued copy). Idempotent per run."""
+        begun (the run is abandoned to its requeued copy), and for a run the watchdog
+        abandoned (settled for it). Idempotent per run."""
         with self._lock:
+            if id(work) in self._abandoned:
+                return False
             if id(work) in self._settling:
                 return True
             if self._handing_over:
                 return False
             self._settling[id(work)] = work
+            self._claimed[id(work)] = work
             return True
 
     def settlement_done(self, work: Work) -> None:
@@ -192,3 +203,57 @@ class Record:
     def handing_over(self) -> bool:
         with self._lock:
             return self._handing_over
+
+    # Abandonment (worker/timeouts.py) ----------------------------------------------------
+
+    def abandon(self, work: Work) -> bool:
+        """Claim the settlement of a run still inside its job *for* it: True when the
+        caller is now the one to settle it (then :meth:`settlement_done` and
+        :meth:`release_abandoned`). From then on the run's own thread is refused its
+        claim (it settles nothing, releases no lock) and its record calls are no-ops.
+        False when the run has claimed already (it is settling itself), has finished,
+        or the hand-over has begun (which requeues it)."""
+        with self._lock:
+            key = id(work)
+            if (
+                self._handing_over
+                or key in self._claimed
+                or key in self._abandoned
+                or self._running.get(key) is not work
+            ):
+                return False
+            self._abandoned[key] = work
+            self._settling[key] = work
+            self._claimed[key] = work
+        with self._guard(work.raw):  # after a heartbeat refresh in flight
+            with self._lock:
+                self._leave_performing(work)
+        return True
+
+    def release_abandoned(self, work: Work) -> None:
+        """The abandoned run is settled (or pending): it is no longer running."""
+        with self._lock:
+            if id(work) in self._abandoned:
+                self._running.pop(id(work), None)
+                self._claimed.pop(id(work), None)
+
+    def left(self, work: Work) -> None:
+        """The abandoned run's thread came back from the job and is leaving."""
+        with self._lock:
+            self._abandoned.pop(id(work), None)
+
+    def is_abandoned(self, work: Work) -> bool:
+        with self._lock:
+            return id(work) in self._abandoned
+
+
+def _pop(runs: dict[int, Work], work: Work) -> Work | None:
+    """Remove the run ``work`` from ``runs``: that very object, else (a caller holding an
+    equal copy, as tests do) the latest equal one."""
+    found = runs.pop(id(work), None)
+    if found is not None:
+        return found
+    for key in reversed(list(runs)):
+        if runs[key] == work:
+            return runs.pop(key)
+    return None

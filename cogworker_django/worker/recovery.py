@@ -4,7 +4,8 @@ Each of a dead process's jobs is moved back to its queue with ``orphan_count`` +
 one script per job that removes it from the dead process's list and pushes it only if
 it was still there, so two recoverers never requeue it twice. Past ``MAX_ORPHANINGS``
 the job goes to dead instead (a job that kills its worker must not kill the fleet
-forever). Then the identity is forgotten. A process never recovers its own list: it
+forever). Its limiter leases are freed (controls/limits.py: a dead process's concurrency
+slots are never wedged). Then the identity is forgotten. A process never recovers its own list: it
 trusts its own record (the heartbeat's reconcile handles lost fetch replies).
 
 Who is dead (rule 13: nobody is an orphan because Redis was away or the machine was
@@ -42,6 +43,7 @@ import redis
 
 from .. import conf, errors, keys
 from ..codec import raw_text as text
+from ..controls import limits
 from .heartbeat import redis_seconds
 from .requeue import requeue_from_list
 
@@ -128,6 +130,15 @@ class OrphanRecovery:
         )
         if moved:
             log.warning("recovered %d job(s) from dead process %s", moved, ident)
+        try:
+            freed = limits.free_leases_of(conn, ident)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                raise
+            log.error("leases of dead process %s not freed: %s", ident, errors.describe(exc))
+            freed = 0
+        if freed:
+            log.warning("freed %d limiter lease(s) of dead process %s", freed, ident)
         if conn.llen(keys.inprogress(ident)) == 0:
             # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)

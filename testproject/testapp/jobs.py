@@ -389,3 +389,86 @@ def logs_lines(token, fail=False):
 def bench_incr():
     """One round trip to Redis, as a real job does some I/O: counts itself done."""
     connection.get_client().incr(f"{keys.prefix()}:bench:done")
+
+
+# Job controls (tests/test_controls_*.py) -------------------------------------------------
+
+
+@job(timeout=1, retry=False)
+def spin_forever():
+    """Pure Python that never returns: stopped by its timeout."""
+    _count()
+    while True:
+        pass
+
+
+@job(timeout=1, retry=False)
+def sleep_in_c(seconds=60):
+    """Stuck in a C call the timeout's exception can't reach: abandoned after the grace."""
+    _count()
+    time.sleep(seconds)
+    _count("sleep_in_c-returned")
+
+
+@job(timeout=1, retry=False)
+async def async_forever():
+    _count()
+    await asyncio.sleep(3600)
+
+
+@job(timeout=30)
+def quick_with_timeout(token=None):
+    _count(token)
+
+
+@job(expires_in=2)
+def expiring(token=None):
+    _count(token)
+
+
+@job(limits=["test-pair"])
+def limited_pair(seconds, token=None):
+    """Stamps its start and end like ``timed``, inside the test-pair concurrency limiter."""
+    conn = connection.get_client()
+    jid = current_job()["jid"]
+    conn.hset(timeline_key(), f"{jid}:start", time.time())
+    time.sleep(seconds)
+    conn.hset(timeline_key(), f"{jid}:end", time.time())
+    _count(token)
+
+
+@job(limits=["test-rate"])
+def limited_rate(token=None):
+    connection.get_client().hset(timeline_key(), f"{current_job()['jid']}:start", time.time())
+    _count(token)
+
+
+@job(limits=["test-pair"])
+def limited_kill_self():
+    """Takes a test-pair lease, then kills its own worker process."""
+    _count()
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(10)
+
+
+@job(retry=False)
+def cooperative_cancel(token=None):
+    """Runs until cancelled, checking cancelled() (and check_cancelled()) as it goes."""
+    from cogworker_django import cancelled, check_cancelled
+
+    _count(token)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if cancelled():
+            _count(f"{token}-saw-cancel")
+            check_cancelled()
+        time.sleep(0.05)
+
+
+@job(retry=False)
+def ignores_cancel(token=None):
+    """Never checks: the worker interrupts it after CANCEL_GRACE."""
+    _count(token)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        time.sleep(0.05)

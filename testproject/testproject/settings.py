@@ -109,6 +109,8 @@ STATIC_URL = "static/"
 COGWORKER = {
     "REDIS_URL": os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("COGWORKER_PREFIX", "cogworker"),
+    # The limiters testapp's jobs name (tests/test_controls_limits.py).
+    "LIMITS": {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}},
 }
 _overrides = _json_object_from_env("COGWORKER_SETTINGS_JSON")
 if _overrides is None:

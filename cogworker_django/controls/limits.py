@@ -1,0 +1,292 @@
+"""Fleet-wide limiters (``COGWORKER["LIMITS"]``): concurrency leases and rate windows in
+Redis, each decision one script (lua/limit_take.lua) for every limiter a run names.
+
+- ``{"concurrency": N}``: a run takes a *lease* in ``P:limit:<name>:leases`` (a zset;
+  member ``<token>|<jid>|<job>|<identity>``, unique to the run, so every write is
+  owner-checked by construction; score = when it lapses, on Redis's clock). At most N
+  leases exist at once. The lease is released when the run ends, refreshed by its
+  process's heartbeat while the run goes on (:class:`LeaseRefresher`), freed when orphan
+  recovery finds its process dead (:func:`free_leases_of`), and otherwise lapses
+  :func:`lease_ttl` after its last refresh (a backstop for processes recovery never
+  looks at: basic fetch's).
+- ``{"rate": N, "per": S}``: a sliding-window log in ``P:limit:<name>:starts``: a start
+  is allowed when fewer than N starts lie in the last S seconds. Exactly the promise
+  "at most N starts in any S seconds" (a token bucket allows up to 2N across a window
+  boundary), for N entries of memory; a refusal says when the oldest start leaves the
+  window, so the job comes back when it can run.
+
+``@job(limits=[...])``: :class:`LimitsMiddleware` takes room before the run; a job over
+a limit is rescheduled (``Reschedule``: not a failure, no retry counted, nothing
+logged) after the wait the script suggests plus jitter, so its queue keeps flowing.
+``with limit(name, wait=S)`` takes the same room inside any code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .. import conf, connection, errors, keys, scripts
+from ..middleware import Reschedule
+from . import runtime
+from .errors import JobCancelled, OverLimit
+from .options import LimitSpec
+
+log = logging.getLogger("cogworker_django")
+
+COMPONENT = "Limiter"
+# A job refused by a full concurrency limiter comes back after this, plus jitter (no
+# one can say when a lease will end); a rate refusal waits for its window instead.
+RETRY_DELAY = 1.0
+# Spreads the jobs refused together, so they do not all come back at the same instant.
+JITTER = 1.0
+# The longest a blocked limit() sleeps between tries (it also watches cancellation).
+BLOCK_SLICE = 0.25
+
+# Set by the worker at boot (the process identity written in its leases).
+identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
+
+
+def lease_ttl() -> float:
+    """How long a lease outlives its last refresh: twice ORPHAN_THRESHOLD, so a live
+    process loses none before recovery could judge it dead (rule 13), and at least a
+    dozen beats."""
+    s = conf.get()
+    return max(2 * s.ORPHAN_THRESHOLD, 12 * s.HEARTBEAT_INTERVAL)
+
+
+def spec(name: str) -> LimitSpec:
+    specs = conf.get().LIMITS
+    if name not in specs:
+        raise ImproperlyConfigured(
+            f"unknown limiter {name!r}; COGWORKER['LIMITS'] defines {sorted(specs) or 'none'}"
+        )
+    return specs[name]
+
+
+@dataclass
+class Lease:
+    """Room taken in some limiters by one run (or one ``limit()`` block)."""
+
+    names: tuple[str, ...]
+    lease_keys: tuple[str, ...]  # the concurrency limiters' lease zsets
+    member: str
+    run_key: int | None  # id() of the job dict of the run holding it (None: no run)
+    lock: threading.Lock
+    released: bool = False
+
+
+class Held:
+    """This process's leases, for the heartbeat's refresh and the watchdog."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[lease.member] = lease
+
+    def discard(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(lease.member, None)
+
+    def all(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases.values())
+
+    def of_run(self, run_key: int) -> list[Lease]:
+        with self._lock:
+            return [lease for lease in self._leases.values() if lease.run_key == run_key]
+
+
+held = Held()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    name: str
+    wait: float  # seconds until it may have room (0: unknown)
+
+
+def take(names: list[str] | tuple[str, ...], job: dict[str, Any] | None) -> Lease | Refusal:
+    """One decision for every limiter named; raises on Redis errors (callers decide)."""
+    specs = [spec(n) for n in dict.fromkeys(names)]
+    token = secrets.token_hex(8)
+    jid = str((job or {}).get("jid") or "-")
+    func = str((job or {}).get("func") or "-").replace("|", "/")
+    member = f"{token}|{jid}|{func}|{identity}"
+    key_list: list[str] = []
+    args: list[Any] = [member, token, repr(lease_ttl())]
+    for s in specs:
+        key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
+        args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
+    reply = scripts.run("limit_take", connection.get_client(), key_list, args)
+    if int(reply[0]) != 1:
+        full = specs[int(reply[1]) - 1]
+        wait = _float(reply[2])
+        return Refusal(full.name, wait)
+    lease = Lease(
+        tuple(s.name for s in specs),
+        tuple(keys.limit_leases(s.name) for s in specs if s.concurrency),
+        member,
+        id(job) if job is not None else None,
+        threading.Lock(),
+    )
+    if lease.lease_keys:
+        held.add(lease)
+    return lease
+
+
+def _float(value: Any) -> float:
+    try:
+        number = float(value.decode() if isinstance(value, bytes) else value)
+    except (TypeError, ValueError):
+        return 0.0
+    return number if math.isfinite(number) and number > 0 else 0.0
+
+
+def release(lease: Lease) -> None:
+    """Give the room back (never raises: a lease that can't be released now lapses by
+    its TTL, since nothing refreshes it any more)."""
+    with lease.lock:  # waits for a refresh in flight: none lands after this
+        if lease.released:
+            return
+        lease.released = True
+    held.discard(lease)
+    if not lease.lease_keys:
+        return
+    conn = connection.get_client()
+
+    def zrem() -> None:
+        pipe = conn.pipeline(transaction=False)
+        for key in lease.lease_keys:
+            pipe.zrem(key, lease.member)
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, Exception):
+                raise reply
+
+    errors.best_effort(COMPONENT, zrem, f"lease of {', '.join(lease.names)} left to lapse")
+
+
+def release_run(run_key: int) -> None:
+    """Release every lease of one run (the watchdog, abandoning it)."""
+    for lease in held.of_run(run_key):
+        release(lease)
+
+
+def release_all() -> None:
+    """At shutdown: this process's leases, once its runs are settled or handed over."""
+    for lease in held.all():
+        release(lease)
+
+
+def delay(refusal: Refusal) -> float:
+    """When a refused job comes back: the window's wait (or RETRY_DELAY), plus jitter."""
+    base = refusal.wait if refusal.wait > 0 else RETRY_DELAY
+    return base + random.uniform(0, JITTER)
+
+
+class LimitsMiddleware:
+    """Built-in server middleware: the limiters of ``@job(limits=[...])`` around the run.
+    A no-op for a job that names none."""
+
+    def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
+        names = job.get("limits")
+        if not names:
+            return run()
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ImproperlyConfigured(f"{job.get('func')}: limits must be a list of names")
+        try:
+            taken = take(names, job)
+        except ImproperlyConfigured:
+            raise
+        except Exception as exc:
+            if not errors.is_unavailable(exc):
+                raise
+            # Redis away: try later rather than count a failure (or run unlimited).
+            raise Reschedule(RETRY_DELAY + random.uniform(0, JITTER), "Redis unavailable") from exc
+        if isinstance(taken, Refusal):
+            raise Reschedule(delay(taken), f"over limit {taken.name!r}")
+        try:
+            return run()
+        finally:
+            release(taken)
+
+
+@contextlib.contextmanager
+def limit(name: str, wait: float | None = None) -> Iterator[None]:
+    """Take room in limiter ``name`` for the block: blocks until there is some, or raises
+    ``OverLimit`` after ``wait`` seconds (None: waits as long as it takes). Inside a
+    worker run the lease is refreshed by the heartbeat and the wait ends early with
+    ``JobCancelled`` if the job is cancelled."""
+    spec(name)  # ImproperlyConfigured now, before any wait
+    if wait is not None and (isinstance(wait, bool) or not wait >= 0):
+        raise ValueError(f"limit({name!r}): wait must be seconds >= 0 or None, got {wait!r}")
+    from .. import jobs
+
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        taken = take([name], jobs.current_job())
+        if isinstance(taken, Lease):
+            break
+        if runtime.cancelled():
+            raise JobCancelled()
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise OverLimit(name, wait)
+        pause = min(taken.wait or BLOCK_SLICE, BLOCK_SLICE) * random.uniform(0.5, 1.0)
+        if deadline is not None:
+            pause = min(pause, max(0.0, deadline - now))
+        time.sleep(pause)
+    try:
+        yield
+    finally:
+        release(taken)
+
+
+class LeaseRefresher:
+    """Heartbeat hook: keep this process's leases alive while their runs go on (a lease
+    being released waits for a refresh in flight, so none is put back after it)."""
+
+    def __call__(self, heartbeat: Any, conn: Any, recovering: bool) -> None:
+        ttl = repr(lease_ttl())
+        for lease in held.all():
+            with lease.lock:
+                if lease.released:
+                    continue
+                try:
+                    back = scripts.run(
+                        "limit_refresh", conn, list(lease.lease_keys), [lease.member, ttl]
+                    )
+                except Exception as exc:
+                    if errors.is_unavailable(exc):
+                        raise
+                    log.error("lease %s not refreshed: %s", lease.member, errors.describe(exc))
+                    continue
+            if back:
+                log.warning(
+                    "lease of %s put back (it had lapsed or been freed while its run went on)",
+                    ", ".join(lease.names),
+                )
+
+
+def free_leases_of(conn: Any, dead_identity: str) -> int:
+    """Orphan recovery found ``dead_identity`` dead: free its leases in every limiter."""
+    names = list(conf.get().LIMITS)
+    if not names:
+        return 0
+    lease_keys = [keys.limit_leases(n) for n in names]
+    return int(scripts.run("limit_free", conn, lease_keys, [dead_identity]) or 0)

@@ -1,0 +1,159 @@
+"""Checking the job controls' options and settings, and writing them into payloads.
+
+Job options (``@job(...)`` and ``using(...)``): ``timeout`` (seconds > 0, or ``False``
+for none whatever ``DEFAULT_TIMEOUT`` says), ``expires_in`` (seconds > 0) and
+``limits`` (a list of names from ``COGWORKER["LIMITS"]``). The setting: ``LIMITS``
+maps a name to ``{"concurrency": N}``, ``{"rate": N, "per": S}`` or both.
+
+Payload fields: ``timeout`` (seconds, 0 for none), ``expires_at`` (epoch seconds:
+the enqueue, or the scheduled time, plus ``expires_in``) and ``limits``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+OPTION_NAMES = ("timeout", "expires_in", "limits")
+LIMIT_FIELDS = ("concurrency", "rate", "per")
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """One limiter of ``COGWORKER["LIMITS"]``: at most ``concurrency`` runs at once and
+    at most ``rate`` starts in any ``per`` seconds (None: no such bound)."""
+
+    name: str
+    concurrency: int | None = None
+    rate: int | None = None
+    per: float | None = None
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _count(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+
+
+def parse_limits(value: Any) -> dict[str, LimitSpec]:
+    """``COGWORKER["LIMITS"]`` validated; ImproperlyConfigured naming what is wrong."""
+
+    def bad(what: str, shown: Any, why: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(f"COGWORKER['LIMITS']{what} = {shown!r} is invalid: {why}.")
+
+    if not isinstance(value, dict):
+        raise bad(
+            "", value, 'expected a dict of name -> {"concurrency": N} / {"rate": N, "per": S}'
+        )
+    from ..conf import valid_name
+
+    specs = {}
+    for name, spec in value.items():
+        if not valid_name(name):
+            raise bad("", name, "a limiter name must be a non-empty string without whitespace")
+        where = f"[{name!r}]"
+        if not isinstance(spec, dict) or not spec:
+            raise bad(where, spec, 'expected {"concurrency": N} or {"rate": N, "per": S}')
+        unknown = sorted(set(spec) - set(LIMIT_FIELDS), key=str)
+        if unknown:
+            raise bad(where, spec, f"unknown field(s) {unknown}; allowed: {list(LIMIT_FIELDS)}")
+        concurrency, rate, per = spec.get("concurrency"), spec.get("rate"), spec.get("per")
+        if concurrency is not None and not _count(concurrency):
+            raise bad(f"{where}['concurrency']", concurrency, "expected an integer >= 1")
+        if (rate is None) != (per is None):
+            raise bad(where, spec, '"rate" and "per" go together (N starts per S seconds)')
+        if rate is not None and not _count(rate):
+            raise bad(f"{where}['rate']", rate, "expected an integer >= 1")
+        if per is not None and not _seconds(per):
+            raise bad(f"{where}['per']", per, "expected a number of seconds > 0")
+        if concurrency is None and rate is None:
+            raise bad(where, spec, 'expected "concurrency", or "rate" with "per"')
+        specs[name] = LimitSpec(name, concurrency, rate, float(per) if per is not None else None)
+    return specs
+
+
+def check_default_timeout(value: Any) -> None:
+    if value is not None and not _seconds(value):
+        raise ImproperlyConfigured(
+            f"COGWORKER['DEFAULT_TIMEOUT'] = {value!r} is invalid: expected a number of "
+            "seconds > 0, or None (no time limit)."
+        )
+
+
+def check_options(where: str, opts: dict[str, Any]) -> None:
+    """Check the controls' job options (ValueError for a bad number or shape, as for
+    the other options; ImproperlyConfigured for a limiter ``LIMITS`` does not define)."""
+    timeout = opts.get("timeout")
+    if timeout is not None and timeout is not False and not _seconds(timeout):
+        raise ValueError(
+            f"{where}: timeout must be a number of seconds > 0 (or False for none), got {timeout!r}"
+        )
+    expires_in = opts.get("expires_in")
+    if expires_in is not None and not _seconds(expires_in):
+        raise ValueError(f"{where}: expires_in must be a number of seconds > 0, got {expires_in!r}")
+    limits = opts.get("limits")
+    if limits is None:
+        return
+    if isinstance(limits, str) or not isinstance(limits, (list, tuple)):
+        raise ValueError(f"{where}: limits must be a list of limiter names, got {limits!r}")
+    if not all(isinstance(n, str) and n for n in limits):
+        raise ValueError(f"{where}: limits must be a list of limiter names, got {limits!r}")
+    check_names(where, limits)
+
+
+def check_names(where: str, names: Any) -> None:
+    """ImproperlyConfigured naming the limiters ``COGWORKER["LIMITS"]`` lacks. Skipped
+    while Django's settings are not configured yet (the worker checks at boot)."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return
+    from .. import conf
+
+    unknown = [n for n in dict.fromkeys(names) if n not in conf.get().LIMITS]
+    if unknown:
+        known = sorted(conf.get().LIMITS)
+        raise ImproperlyConfigured(
+            f"{where}: unknown limiter(s) {', '.join(map(repr, unknown))}; "
+            f"COGWORKER['LIMITS'] defines {known or 'none'}."
+        )
+
+
+def payload_fields(opts: dict[str, Any], now: float, at: float | None) -> dict[str, Any]:
+    """The payload fields of these options for a job enqueued at ``now`` to run at
+    ``at`` (None: now)."""
+    fields: dict[str, Any] = {}
+    timeout = opts.get("timeout")
+    if timeout is False:
+        fields["timeout"] = 0
+    elif timeout is not None:
+        fields["timeout"] = timeout
+    expires_in = opts.get("expires_in")
+    if expires_in is not None:
+        # From when it may first run: a job scheduled for later expires that long after.
+        fields["expires_at"] = max(now, at or now) + expires_in
+    limits = opts.get("limits")
+    if limits:
+        fields["limits"] = list(dict.fromkeys(limits))
+    return fields
+
+
+def run_timeout(job: dict[str, Any], default: float | None) -> float | None:
+    """The time limit of a run of ``job``: its own, else ``DEFAULT_TIMEOUT``; None for
+    none. A payload's odd value (hand-made) falls back to the default."""
+    value = job.get("timeout")
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if value == 0:
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else default

@@ -1,0 +1,49 @@
+"""The controls of the run in progress on this thread: what ``cancelled()`` reads.
+
+The worker binds a :class:`RunState` to the processor thread for the job function's
+duration (worker/timeouts.py); outside a worker run (a plain call, the test modes, a
+web request) there is none, and ``cancelled()`` is False.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class RunState:
+    """One run: shared by its thread, the worker's watchdog and the heartbeat."""
+
+    def __init__(self, jid: str, func: str, timeout: float | None) -> None:
+        self.jid = jid
+        self.func = func
+        self.timeout = timeout
+        self.cancel_requested = threading.Event()
+        self.thread_id = threading.get_ident()
+
+
+_local = threading.local()
+
+
+def current() -> RunState | None:
+    return getattr(_local, "state", None)
+
+
+def bind(state: RunState | None) -> RunState | None:
+    """Make ``state`` this thread's run; returns the previous one."""
+    previous = getattr(_local, "state", None)
+    _local.state = state
+    return previous
+
+
+def cancelled() -> bool:
+    """Inside a worker run: True once the job has been cancelled (``api.cancel``)."""
+    state = current()
+    return state is not None and state.cancel_requested.is_set()
+
+
+def check_cancelled() -> None:
+    """Raise ``JobCancelled`` if the running job has been cancelled."""
+    if cancelled():
+        from .errors import JobCancelled
+
+        raise JobCancelled()
