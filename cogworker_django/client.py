@@ -100,11 +100,26 @@ def push(job: dict[str, Any]) -> str | None:
         raise named from exc
 
 
+# Batch members are pushed and counted in one step by the pushers the workflows package
+# installs when it is imported (cogworker_django imports it): this module never imports
+# workflows, which pushes through this one.
+_member_pushers: dict[str, Callable[..., Any]] = {}
+
+
+def install_member_pushers(one: Callable[..., Any], many: Callable[..., Any]) -> None:
+    _member_pushers["one"], _member_pushers["many"] = one, many
+
+
+def _member_pusher(which: str) -> Callable[..., Any]:
+    pusher = _member_pushers.get(which)
+    if pusher is None:
+        raise RuntimeError("a batch member needs cogworker_django.workflows imported")
+    return pusher
+
+
 def _push_one(job: dict[str, Any]) -> str | None:
     if job.get("bid"):
-        from .workflows import batch  # a batch member: pushed and counted in one step
-
-        return batch.push_member(job)
+        return _member_pusher("one")(job)  # a batch member: pushed and counted in one step
     divert = active_sink()
     if divert is not None:
         return divert(job)
@@ -233,9 +248,8 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     else:
         prepared = list(jobs)
     if any(j is not None and j.get("bid") for j in prepared):
-        from .workflows import batch  # batch members: pushed and counted in one step
-
-        return batch.push_members(prepared, _push_prepared)
+        # batch members: pushed and counted in one step
+        return _member_pusher("many")(prepared, _push_prepared)
     return _push_prepared(prepared)
 
 

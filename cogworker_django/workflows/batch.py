@@ -264,3 +264,7 @@ class Batch:
         from ..api.batches import Batches
 
         return Batches().get(self._bid)
+
+
+# client pushes batch members through these (it never imports this package).
+client.install_member_pushers(push_member, push_members)
