@@ -327,7 +327,7 @@ class _Collapsed(tb.StackSummary):
 
 def _collapse_chain(te: tb.TracebackException) -> None:
     seen: set[int] = set()
-    todo = [te]
+    todo: list[tb.TracebackException | None] = [te]
     while todo:
         current = todo.pop()
         if current is None or id(current) in seen:

@@ -66,6 +66,11 @@ def _push_ttl(job: dict[str, Any], now: float) -> int:
 
 
 def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    lock = lock_key(job)
+    if lock is None:  # only a payload built by hand: jobs._build always sets the digest
+        raise ValueError(
+            f"job {job.get('jid')!r}: unique={job.get('unique')!r} without a unique_digest"
+        )
     now = time.time()
     scheduled = job.get("at") is not None and float(job["at"]) > now
     if not scheduled:
@@ -77,7 +82,7 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
         where = priority.route(job, now)  # the list, or a django.tasks priority's zset
         target, data, score = where.key, where.value, where.score_arg
     return (
-        [lock_key(job), target, keys.queues()],
+        [lock, target, keys.queues()],
         [job["jid"], _push_ttl(job, now), data, score, job["queue"]],
     )
 

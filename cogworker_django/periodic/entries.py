@@ -178,6 +178,7 @@ def parse_entry(name: Any, raw: Any) -> Entry:
             raise problems[0]
         raise ImproperlyConfigured("\n".join(str(p) for p in problems))
     assert schedule is not None and function is not None and isinstance(zone, str)
+    assert isinstance(path, str) and isinstance(queue, str)
 
     return Entry(
         name=name,

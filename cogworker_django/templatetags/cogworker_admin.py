@@ -76,6 +76,8 @@ def kilobytes(value: int | None) -> str:
 
 @register.filter
 def percent(value: float | None) -> str:
+    if value is None:
+        return "–"
     try:
         return f"{float(value) * 100:.1f} %"
     except (TypeError, ValueError):
