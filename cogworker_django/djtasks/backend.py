@@ -110,7 +110,7 @@ class CogworkerBackend(BaseTaskBackend):
         self.validate_task(task)
         # TaskResult normalises the arguments to JSON types as Django does (a TypeError
         # "Unsupported type" for anything else).
-        result = TaskResult(
+        result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=payload.new_jid(),
             status=TaskResultStatus.READY,

@@ -104,7 +104,7 @@ def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
     else:
         result = results.build(task, job["jid"], data)
     _local.result = result
-    end = {"job": job, "token": token, "worker_id": worker_id, "started": started}
+    end: dict[str, Any] = {"job": job, "token": token, "worker_id": worker_id, "started": started}
     try:
         _send(task_started, result)
         try:

@@ -68,7 +68,7 @@ def build(task: Task, task_id: str, data: dict[str, str]) -> TaskResult:
         for e in _list(data.get("errors"))
         if isinstance(e, dict)
     ]
-    result = TaskResult(
+    result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=task_id,
         status=status,

@@ -33,7 +33,7 @@ def resolver(job: dict[str, Any]) -> Callable[[], Any] | None:
             lifecycle.unrunnable(job, why)
         return None
     runner = functools.partial(run, task, job)
-    runner.task = task  # type: ignore[attr-defined] - read by lifecycle.run (no re-resolve)
+    runner.task = task  # type: ignore[attr-defined]  # read by lifecycle.run (no re-resolve)
     return runner
 
 

@@ -168,11 +168,11 @@ class Command(BaseCommand):
             log.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
         if logfile:
             try:
-                handler = logging.FileHandler(logfile)
+                file_handler = logging.FileHandler(logfile)
             except OSError as exc:
                 raise CommandError(f"--logfile {logfile!r} can't be opened: {exc}") from None
-            handler.setFormatter(logging.Formatter(LOG_FORMAT))
-            log.addHandler(handler)
+            file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            log.addHandler(file_handler)
 
 
 def serving_metrics(start, metrics: tuple[int, str]):
@@ -244,8 +244,8 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
         signal.signal(sig, forward)
     connection.reset()  # the children build their own pools
-    for slot in range(count):
-        spawn(slot)
+    for first in range(count):
+        spawn(first)
     log.info("supervising %d worker processes (pid %d)", count, os.getpid())
     worst = 0
     while children:
