@@ -5,6 +5,7 @@ filed by a live process, and a hand-over that meets an outage is retried."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -13,7 +14,6 @@ from testapp import jobs as tj
 
 from cogworker_django import connection, keys, payload
 from cogworker_django.conf import QueueSpec
-from cogworker_django.worker import settlement
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 from cogworker_django.worker.record import ACK, Filing
@@ -181,22 +181,52 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
     assert m.record.pending() == {}
 
 
-def test_hand_over_keeps_the_list_when_redis_is_away(redis_server, configure, prefix):
-    server = redis_server()
+def test_hand_over_keeps_the_list_when_redis_is_away(worker, redis_server, configure, prefix):
+    """Redis is away for the whole of a stopping worker's shutdown (persistent, so it
+    comes back with what it had): the hand-over is retried, gives up, and the worker
+    exits with its list as it was. A worker started afterwards recovers both jobs (the
+    one that finished, whose ack never went, and the unfinished one) by orphan recovery
+    after ORPHAN_THRESHOLD, and runs them again."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
     configure(REDIS_URL=server.url)
-    ident = "handover:2:x"
-    m = _manager(ident)
-    raw = _raw("u")
-    connection.get_client().rpush(keys.inprogress(ident), raw)
-    m.record.started(Work("default", raw))
+    client = server.client()
+    settings = {"CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1}
+    tj.count_then_sleep.enqueue_many([(1.0, "finished"), (30, "unfinished")])
+    w = worker(redis_url=server.url, settings=settings)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("finished", "unfinished")),
+        10,
+        message="both started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
     server.stop()
-    force = threading.Event()
-    force.set()  # no retries: fail at once
-    assert settlement.hand_over(m.record, m.fetcher, force) is False
+    # "finished" ends while Redis is away: its ack (with the next fetch) fails.
+    w.wait_for_log(r"Fetch: Redis unavailable", timeout=10)
+    w.signal(signal.SIGTERM)
+    w.wait(30)
+    log = w.log()
+    assert "Shutdown hand-over: Redis unavailable" in log, log
+    assert "shutdown hand-over failed" in log and "recovered after ORPHAN_THRESHOLD" in log, log
     server.start()
-    # The server lost its data (no persistence): what matters is the record, intact
-    # for orphan recovery, and no exception.
-    assert [w.raw for w in m.record.running()] == [raw]
+    client = server.client()
+    listed = [
+        json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:inprogress:{ident}", 0, -1)
+    ]
+    assert sorted(listed) == ["finished", "unfinished"]
+    assert client.llen(f"{prefix}:queue:default") == 0
+    w2 = worker(redis_url=server.url, settings=settings)
+    w2.wait_for_log(rf"recovered 2 job\(s\) from dead process {re.escape(ident)}", timeout=20)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 2 for t in ("finished", "unfinished")),
+        10,
+        message="both run again",
+    )
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+    ident2 = re.search(r"identity=(\S+)", w2.log()).group(1)
+    mine = [json.loads(x) for x in client.lrange(f"{prefix}:inprogress:{ident2}", 0, -1)]
+    (running,) = [j for j in mine if j["args"][1] == "unfinished"]
+    assert running["orphan_count"] == 1  # requeued by orphan recovery, not the hand-over
+    w2.kill()
 
 
 def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, prefix):
