@@ -163,7 +163,8 @@ class ReliableFetch(FetchStrategy):
         return [Work(text(result[i]), text(result[i + 1])) for i in range(0, len(result), 2)]
 
     def ack(self, conn: redis.Redis, raw: str) -> None:
-        conn.lrem(self.inprogress, 1, wire(raw))
+        # redis-py types LREM's value as str; it sends bytes as they are (the exact payload).
+        conn.lrem(self.inprogress, 1, wire(raw))  # type: ignore[arg-type]
 
     # Shutdown ----------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ recovery judges nobody by time this process could not watch (rule 13, recovery.p
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -79,7 +80,9 @@ def watch_cancels(heartbeat: Any, conn: Any, _recovering: bool) -> None:
     ``P:cancels`` (the admin's signal says so at once; this catches a missed signal and a
     run that entered its job after the signal came)."""
     watchdog = getattr(heartbeat.manager, "watchdog", None)
-    jids = sorted(watchdog.running_jids()) if watchdog is not None else []
+    if watchdog is None:
+        return
+    jids = sorted(watchdog.running_jids())
     if not jids:
         return
     pipe = conn.pipeline(transaction=False)
@@ -333,7 +336,7 @@ class Heartbeat:
             # Same component as the processors' own filing: one outage line, one recovery.
             errors.best_effort("Settle", lambda: settle_pending(pool.record, pool.fetcher, conn))
         for hook in list(beat_hooks):
-            errors.best_effort("Lock refresh", lambda hook=hook: hook(self, conn, recovering))
+            errors.best_effort("Lock refresh", functools.partial(hook, self, conn, recovering))
         locks.retry_deferred()
         errors.best_effort(
             "Reconcile", lambda: pool.fetcher.after_beat(conn, pool.record, pool.source)

@@ -171,9 +171,9 @@ class Launcher:
             if signum in (signal.SIGTERM, signal.SIGINT, ADMIN_STOP):
                 log.info(
                     "%s: stopping (waiting up to %ss for running jobs)",
-                    "stop requested from the admin"
-                    if signum == ADMIN_STOP
-                    else f"{signal.Signals(signum).name} received",
+                    f"{signal.Signals(signum).name} received"
+                    if isinstance(signum, int)
+                    else "stop requested from the admin",
                     self.shutdown_timeout,
                 )
                 self._stopping = True

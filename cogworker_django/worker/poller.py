@@ -10,6 +10,7 @@ about every ``POLL_INTERVAL`` in total and never in lockstep.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -125,7 +126,7 @@ class Poller:
         # next poll.
         self._next_run["orphans"] = now
         for name, _interval, fn in self.timers:
-            errors.best_effort(name, lambda fn=fn: fn(conn))
+            errors.best_effort(name, functools.partial(fn, conn))
             self._next_run[name] = now + _interval
         self.poll_once()
 
@@ -148,5 +149,5 @@ class Poller:
                 self._next_run["orphans"] = now + self.orphan_interval
         for name, interval, fn in self.timers:
             if now >= self._next_run.get(name, 0):
-                errors.best_effort(name, lambda fn=fn: fn(conn))
+                errors.best_effort(name, functools.partial(fn, conn))
                 self._next_run[name] = now + interval

@@ -31,11 +31,9 @@ def requeue_from_list(
     moved = 0
     for raw in raws:
         job = payload.decode(wire(raw))
-        queue = (
-            job.get("queue")
-            if isinstance(job.get("queue"), str) and job.get("queue")
-            else fallback_queue
-        )
+        queue = job.get("queue")
+        if not isinstance(queue, str) or not queue:
+            queue = fallback_queue
         to_dead = job["func"] == payload.UNPARSEABLE
         if count_orphaning and not to_dead:
             try:
