@@ -444,11 +444,11 @@ def limited_rate(token=None):
 
 
 @job(limits=["test-pair"])
-def limited_kill_self():
-    """Takes a test-pair lease, then kills its own worker process."""
-    _count()
-    os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(10)
+def limited_kill_first_run(token):
+    """Holding a test-pair lease, kills its own worker process on its first run only."""
+    if connection.get_client().hincrby(runs_key(), token, 1) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
 
 
 @job(retry=False)

@@ -1,0 +1,182 @@
+"""Fleet-wide limiters across real workers: a concurrency limit of 2 held by 2 processes
+of 4 threads (overlap measured from the jobs' own stamps), a rate limit of 3 starts per
+2 s, a lease of a SIGKILLed worker freed by orphan recovery; limit() in any code; the
+settings and options checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from testapp import jobs as tj
+
+from cogworker_django import OverLimit, api, conf, job, limit
+from cogworker_django.controls import limits
+
+from .helpers import wait_until
+
+LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
+
+
+def runs(r, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
+
+
+def stamps(r, prefix) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for field, value in r.hgetall(f"{prefix}:test:timeline").items():
+        jid, _, kind = field.rpartition(":")
+        out.setdefault(jid, {})[kind] = float(value)
+    return out
+
+
+def max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = now = 0
+    for _t, step in events:  # an end sorts before a start at the same instant
+        now += step
+        best = max(best, now)
+    return best
+
+
+def test_concurrency_2_across_two_processes_of_four_threads(worker, r, prefix):
+    tj.limited_pair.enqueue_many([(1.0, f"c{i}") for i in range(8)])
+    settings = {"CONCURRENCY": 4, "LIMITS": LIMITS}
+    a, b = worker(settings=settings), worker(settings=settings)
+    wait_until(lambda: len(runs(r, prefix)) == 8, 60, message="all 8 limited jobs")
+    timeline = stamps(r, prefix)
+    intervals = [(t["start"], t["end"]) for t in timeline.values()]
+    assert len(intervals) == 8
+    assert max_overlap(intervals) <= 2, sorted(intervals)
+    assert max_overlap(intervals) == 2  # the limit was used, not just respected
+    assert set(runs(r, prefix).values()) == {1}
+    # Over the limit is not a failure: nothing in retry or dead, no error logged.
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+    assert "failed" not in a.log() + b.log()
+    assert a.stop() == 0 and b.stop() == 0
+    assert r.zcard(f"{prefix}:limit:test-pair:leases") == 0
+
+
+def test_rate_3_per_2s_spreads_9_starts(worker, r, prefix):
+    tj.limited_rate.enqueue_many([(f"r{i}",) for i in range(9)])
+    w = worker(settings={"CONCURRENCY": 4, "LIMITS": LIMITS})
+    wait_until(lambda: len(runs(r, prefix)) == 9, 60, message="all 9 rate-limited jobs")
+    starts = sorted(t["start"] for t in stamps(r, prefix).values())
+    assert len(starts) == 9
+    # At most 3 in any 2 s: the 4th start after any start is 2 s later (the stamps are
+    # taken just after the script's decision, on this host's clock: a little slack).
+    slack = 0.25
+    gaps = [starts[i + 3] - starts[i] for i in range(len(starts) - 3)]
+    assert min(gaps) >= 2 - slack, gaps
+    assert starts[-1] - starts[0] >= 4 - slack
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+    assert w.stop() == 0
+
+
+def test_a_killed_workers_lease_is_freed_by_orphan_recovery(worker, r, prefix):
+    leases = f"{prefix}:limit:test-pair:leases"
+    tj.limited_kill_first_run.enqueue("k")
+    first = worker(settings={"CONCURRENCY": 2, "LIMITS": LIMITS})
+    first.proc.wait(30)  # the job SIGKILLs it, holding its lease
+    assert r.zcard(leases) == 1
+    [member] = r.zrange(leases, 0, -1)
+    survivor = worker(settings={"CONCURRENCY": 2, "LIMITS": LIMITS})
+    survivor.wait_for_log(r"freed 1 limiter lease\(s\) of dead process", timeout=30)
+    assert member not in r.zrange(leases, 0, -1)
+    # The recovered job runs again (taking a lease of its own) and finishes.
+    wait_until(lambda: runs(r, prefix).get("k") == 2, 20, message="the recovered run")
+    wait_until(lambda: r.zcard(leases) == 0, 10, message="its lease released")
+    assert survivor.stop() == 0
+
+
+def test_limit_blocks_then_raises_over_limit(configure, r, prefix):
+    configure(LIMITS={"one": {"concurrency": 1}, "two-per-min": {"rate": 2, "per": 60}})
+    with limit("one"):
+        info = api.Limits().get("one")
+        assert info is not None and info.in_use == 1 and info.holders[0].jid == "-"
+        with pytest.raises(OverLimit, match="'one' is full within 0.3 s"):
+            with limit("one", wait=0.3):
+                pass
+    with limit("one", wait=0):  # free again
+        pass
+    assert api.Limits().get("one").in_use == 0
+    for _ in range(2):
+        with limit("two-per-min", wait=0):
+            pass
+    with pytest.raises(OverLimit):
+        with limit("two-per-min", wait=0.2):
+            pass
+    assert api.Limits().get("two-per-min").recent_starts == 2
+
+
+def test_take_is_one_decision_for_every_limiter(configure):
+    configure(LIMITS={"a": {"concurrency": 1}, "b": {"concurrency": 1}})
+    held = limits.take(["b"], None)
+    assert isinstance(held, limits.Lease)
+    refused = limits.take(["a", "b"], None)
+    assert isinstance(refused, limits.Refusal) and refused.name == "b"
+    # Nothing was taken in "a" by the refused decision.
+    assert api.Limits().get("a").in_use == 0
+    limits.release(held)
+    both = limits.take(["a", "b"], None)
+    assert isinstance(both, limits.Lease)
+    limits.release(both)
+    assert [i.in_use for i in api.Limits().all()] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ([], "expected a dict"),
+        ({"bad name": {"concurrency": 1}}, "non-empty string without whitespace"),
+        ({"x": {"concurrency": 0}}, "integer >= 1"),
+        ({"x": {"concurrency": True}}, "integer >= 1"),
+        ({"x": {"rate": 5}}, "go together"),
+        ({"x": {"rate": 5, "per": 0}}, "seconds > 0"),
+        ({"x": {"rate": 1.5, "per": 1}}, "integer >= 1"),
+        ({"x": {"burst": 3}}, "unknown field"),
+        ({"x": {}}, "expected"),
+    ],
+)
+def test_bad_limits_settings_are_refused(configure, value, message):
+    configure(LIMITS=value)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        conf.get()
+
+
+def charge():  # pragma: no cover - never registered: its limiter is unknown
+    pass
+
+
+def test_unknown_limiter_names_are_refused_at_job_and_using(configure):
+    with pytest.raises(ImproperlyConfigured, match="unknown limiter\\(s\\) 'nope'"):
+        job(limits=["nope"])(charge)
+
+    configure(LIMITS=LIMITS)
+    assert tj.noop.using(limits=["test-pair"])._build((), {})["limits"] == ["test-pair"]
+    with pytest.raises(ImproperlyConfigured, match="'missing'"):
+        tj.noop.using(limits=["test-pair", "missing"])
+    with pytest.raises(ValueError, match="list of limiter names"):
+        tj.noop.using(limits="test-pair")
+    with pytest.raises(ImproperlyConfigured):
+        with limit("missing"):
+            pass
+
+
+def test_limits_page_data_names_the_holders(configure, r, prefix):
+    configure(LIMITS=LIMITS)
+    lease = limits.take(["test-pair"], {"jid": "abc", "func": "app.jobs.charge"})
+    try:
+        [pair] = [i for i in api.Limits().all() if i.name == "test-pair"]
+        assert pair.in_use == 1 and pair.concurrency == 2
+        [holder] = pair.holders
+        assert (holder.jid, holder.job, holder.identity) == (
+            "abc",
+            "app.jobs.charge",
+            limits.identity,
+        )
+        assert "at most 2 at once" in pair.describe
+    finally:
+        limits.release(lease)
+    assert json.dumps([i.name for i in api.Limits().all()]) == '["test-pair", "test-rate"]'
