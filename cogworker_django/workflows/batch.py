@@ -14,6 +14,7 @@ the whole story.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -41,11 +42,12 @@ def push_member(job: dict[str, Any]) -> str | None:
     return job["jid"]
 
 
-def push_members(prepared: list[dict | None], push_others: Any) -> list[str | None]:
+def push_members(prepared: list[dict[str, Any] | None], push_others: Any) -> list[str | None]:
     """client.push_many's path when some of the jobs are batch members: the others go
     through ``push_others`` as before, the members one script per batch (a chunk at a
     time). A refused write is reported for exactly the jobs it carried (BulkPushError)."""
-    members = [i for i, j in enumerate(prepared) if j is not None and j.get("bid")]
+    member_jobs = {i: j for i, j in enumerate(prepared) if j is not None and j.get("bid")}
+    members = list(member_jobs)
     out: list[str | None] = [None] * len(prepared)
     refused: list[Exception] = []
     chosen = set(members)
@@ -62,24 +64,24 @@ def push_members(prepared: list[dict | None], push_others: Any) -> list[str | No
     sink = client.active_sink()
     by_batch: dict[str, list[int]] = {}
     for i in members:
-        by_batch.setdefault(prepared[i]["bid"], []).append(i)
+        by_batch.setdefault(member_jobs[i]["bid"], []).append(i)
     for bid, indices in by_batch.items():
         for start in range(0, len(indices), client.BULK_CHUNK):
             chunk = indices[start : start + client.BULK_CHUNK]
             try:
                 if sink is not None:
                     for i in chunk:
-                        local.register(prepared[i])
-                        out[i] = sink(prepared[i])
+                        local.register(member_jobs[i])
+                        out[i] = sink(member_jobs[i])
                     continue
-                store.push(bid, [prepared[i] for i in chunk])
+                store.push(bid, [member_jobs[i] for i in chunk])
             except Exception as exc:
                 if sink is not None:
                     raise  # a test mode: as a push to it would (an inline job's error)
                 refused.append(exc)
                 continue
             for i in chunk:
-                out[i] = prepared[i]["jid"]
+                out[i] = member_jobs[i]["jid"]
     if refused:
         if len(refused) == 1 and not any(out):
             raise refused[0]  # nothing went in: the one reason, as a single push says it
@@ -234,7 +236,7 @@ class Batch:
                 self._close(block)
 
         for using in block.deferred:
-            transaction.on_commit(lambda using=using: committed(using), using=using)
+            transaction.on_commit(functools.partial(committed, using), using=using)
 
     def close(self) -> None:
         """Close the blocks of this handle that could not be closed when they ended
