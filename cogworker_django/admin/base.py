@@ -52,7 +52,9 @@ class PageAdmin(admin.ModelAdmin):
             return False  # a read-only page: even a superuser can't act on it
         if kind == "view":
             return self.has_view_permission(request)
-        return request.user.has_perm(f"{opts.app_label}.{kind}_{opts.model_name}")
+        # django-stubs types request.user as AbstractBaseUser | AnonymousUser without its
+        # plugin (the user model unknown); an admin user model has has_perm.
+        return request.user.has_perm(f"{opts.app_label}.{kind}_{opts.model_name}")  # type: ignore[union-attr]
 
     def get_model_perms(self, request: HttpRequest) -> dict[str, bool]:
         # The admin index labels an entry "Change" when this says change: there is no

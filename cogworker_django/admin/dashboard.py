@@ -63,7 +63,9 @@ class DashboardAdmin(PageAdmin):
                     found, error = [], str(exc)
                 for place in found:
                     model, label = PLACES[place.where]
-                    if not request.user.has_perm(f"{self.model._meta.app_label}.view_{model}"):
+                    # (request.user: as in PageAdmin.has_perm, base.py)
+                    perm = f"{self.model._meta.app_label}.view_{model}"
+                    if not request.user.has_perm(perm):  # type: ignore[union-attr]
                         hidden += 1
                         continue
                     results.append((place, label, self._link(place, model)))
