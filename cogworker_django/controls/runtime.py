@@ -17,7 +17,7 @@ class RunState:
         self.jid = jid
         self.func = func
         self.timeout = timeout
-        self.cancel_requested = threading.Event()
+        self.cancel_requested = False  # set once by the watchdog (a plain store: atomic)
         self.thread_id = threading.get_ident()
 
 
@@ -38,7 +38,7 @@ def bind(state: RunState | None) -> RunState | None:
 def cancelled() -> bool:
     """Inside a worker run: True once the job has been cancelled (``api.cancel``)."""
     state = current()
-    return state is not None and state.cancel_requested.is_set()
+    return state is not None and state.cancel_requested
 
 
 def check_cancelled() -> None:

@@ -31,7 +31,7 @@ from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 
-from .. import jobs, middleware, unique
+from .. import jobs, locks, middleware, unique
 from ..errors import describe
 from ..worker import failures
 from . import resolve, results, store, worker_setup
@@ -114,10 +114,15 @@ def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
             _set(result, status=TaskResultStatus.READY)
             raise
         except BaseException as exc:  # noqa: BLE001 - the processor files every failure
-            _failed(result, end, exc)
+            if not locks.run_abandoned():  # (settled without it: its result too)
+                _failed(result, end, exc)
             raise
     finally:
         _local.result = None
+    if locks.run_abandoned():
+        # Back from a job the worker abandoned (a timeout's grace, or the shutdown
+        # hand-over): the job was settled without this run; its result is not ours.
+        return value
     finished = time.time()
     store.finish(
         **end, status=store.SUCCESSFUL, finished=finished, return_json=_json(value, result)

@@ -160,9 +160,9 @@ class Watchdog:
         n = 0
         for w in list(self._runs.values()):
             if w.state.jid == jid and w.armed:
-                if not w.state.cancel_requested.is_set():
+                if not w.state.cancel_requested:
                     log.info("%s (jid %s): cancel requested", w.state.func, jid)
-                    w.state.cancel_requested.set()
+                    w.state.cancel_requested = True
                     w.cancel_at = time.monotonic() + grace
                 n += 1
         return n
