@@ -34,7 +34,7 @@ help:
 	@echo "make runserver  serve the test project (admin at http://127.0.0.1:\$$PORT/admin/, PORT=8000)"
 	@echo "make test       run the whole test suite (PYTEST_ARGS='-k name -x' to narrow it)"
 	@echo "make test-loaded  fault, recovery and worker tests LOAD_RUNS times beside two CPU-bound processes"
-	@echo "make lint       ruff check + ruff format --check"
+	@echo "make lint       ruff check + ruff format --check + mypy (the package; strict on the public modules)"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
 	@echo "make soak       run the chaos soak (SOAK_ARGS='--seconds 3600')"
 	@echo "make docs       build the documentation site into site/ (DOCS_ARGS=--strict as in CI)"
@@ -106,6 +106,7 @@ runserver: $(BASE_STAMP) redis migrate
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
 
 # The peers (RQ, Dramatiq, Huey, Celery) are installed only for the benchmark.
 bench: venv redis
@@ -143,7 +144,7 @@ dist: | $(VPY)
 
 clean:
 	find . -path ./$(VENV) -prune -o -path ./.tox -prune -o -name __pycache__ -type d -exec rm -rf {} +
-	rm -rf .pytest_cache .ruff_cache build dist site *.egg-info testproject/db.sqlite3 test-results
+	rm -rf .pytest_cache .ruff_cache .mypy_cache build dist site *.egg-info testproject/db.sqlite3 test-results
 
 distclean: clean
 	rm -rf $(VENV) .tox
