@@ -298,3 +298,27 @@ def test_the_first_tick_waits_for_the_first_orphan_recovery(r, configure):
     finally:
         t.stop()
     assert not t._thread.is_alive()
+
+
+def test_a_claim_whose_push_never_happens_blocks_the_entry_briefly_not_for_a_day(r):
+    """A process killed between the claim and the push (or a push a Redis restart lost)
+    leaves the running lock with the claim TTL; the push confirms it with the queued TTL,
+    unless the run already started (then it keeps the run's active TTL)."""
+    from cogworker_django.periodic import running_lock
+
+    e = entry(unique="until_executed")
+    lock = keys.periodic_running("e")
+    result = ticker.claim(r, e, T0, "never-pushed", T0 + 0.1)  # ... and then the process died
+    assert result.code == "claimed"
+    assert running_lock.active_ttl() < r.ttl(lock) <= running_lock.claim_ttl()
+
+    r.delete(lock)
+    Ticker([e]).tick(now=T0 + 60.1)  # claim, push, confirm
+    (job,) = queued(r)
+    assert r.get(lock) == job["jid"] and 86000 < r.ttl(lock) <= 86400
+
+    # A run that started before the confirmation keeps its active TTL.
+    r.set(lock, "fast-run", ex=running_lock.active_ttl())
+    assert running_lock.confirm(r, lock, "fast-run") is False
+    assert r.ttl(lock) <= running_lock.active_ttl()
+    assert running_lock.confirm(r, lock, "someone-else") is False

@@ -5,7 +5,8 @@
 -- ARGV[1] = entry name, ARGV[2] = slot (epoch, whole seconds),
 -- ARGV[3] = slot lock TTL (whole seconds), ARGV[4] = "1" for until_executed else "",
 -- ARGV[5] = jid the caller will push this slot's job under,
--- ARGV[6] = running lock TTL while queued (whole seconds)
+-- ARGV[6] = running lock TTL until the job is pushed and the lock confirmed (whole
+-- seconds; lua/owned_confirm.lua then gives it the queued TTL)
 -- Returns {code, detail, disabled_unreadable}:
 --   {"claimed", previous last_slot or ""}: push the job (roll back with
 --     periodic_rollback.lua and that previous value if the push fails);

@@ -4,8 +4,11 @@ so runs never overlap.
 
 Lifecycle (every write owner-checked, rule 8, so a stray older run can never shorten,
 extend or release a newer run's lock):
-- taken by the claim script with the slot, before the job exists, for the queued TTL
-  (``UNIQUE_LOCK_TTL``, whole seconds: it goes into ``SET ... EX``);
+- taken by the claim script with the slot, before the job exists, for the short claim
+  TTL (:func:`claim_ttl`); once the job is pushed, confirmed with the queued TTL
+  (``UNIQUE_LOCK_TTL``, whole seconds: it goes into ``EXPIRE``) unless its run has
+  already started. A process that dies between claim and push, or a push a Redis
+  restart lost, so blocks the entry for the claim TTL, never for a day;
 - shortened to the active TTL (``PERIODIC_ACTIVE_TTL``) when the run starts
   (:class:`RunningLockMiddleware`), or re-taken if it lapsed meanwhile (a run recovered
   from a dead worker); a run that finds another run holding it waits (rescheduled)
@@ -29,7 +32,7 @@ import logging
 import math
 from typing import Any
 
-from .. import conf, errors, keys, locks, payload
+from .. import conf, errors, keys, locks, payload, scripts
 from ..middleware import Reschedule, ServerMiddleware
 from ..unique import is_last_attempt
 
@@ -46,6 +49,25 @@ def queued_ttl() -> int:
 def active_ttl() -> int:
     """TTL while the run runs, refreshed every beat: ``PERIODIC_ACTIVE_TTL``."""
     return max(1, math.ceil(conf.get().PERIODIC_ACTIVE_TTL))
+
+
+# The claim's TTL exceeds the active TTL by this much, so that a lock a run's start has
+# shortened is told apart from one only claimed (lua/owned_confirm.lua).
+CLAIM_MARGIN = 30
+
+
+def claim_ttl() -> int:
+    """TTL of the lock the claim takes, until the job is pushed and the lock confirmed
+    with the queued TTL: a process that dies between claim and push (or a push Redis
+    lost in a restart) leaves the entry blocked for this long, not ``UNIQUE_LOCK_TTL``."""
+    return active_ttl() + CLAIM_MARGIN
+
+
+def confirm(conn: Any, key: str, jid: str) -> bool:
+    """After the push: the claimed lock gets the queued TTL (lua/owned_confirm.lua)."""
+    return bool(
+        scripts.run("owned_confirm", conn, [key], [jid, queued_ttl(), active_ttl() * 1000])
+    )
 
 
 def held_lock(job: dict[str, Any]) -> tuple[str, str] | None:

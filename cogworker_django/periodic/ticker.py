@@ -96,7 +96,7 @@ def claim(conn: Any, entry: Entry, slot: int, jid: str, now: float) -> Claim:
             lock_ttl,
             "1" if entry.until_executed else "",
             jid,
-            running_lock.queued_ttl(),
+            running_lock.claim_ttl(),
         ],
     )
     return Claim(connection.text(code), connection.text(detail), connection.text(unreadable) == "1")
@@ -258,6 +258,14 @@ class Ticker:
                 locks.release(keys.periodic_running(entry.name), jid, "Periodic lock")
             log.info("periodic %s: slot %s not enqueued (refused at push)", entry.name, slot)
             return
+        if entry.until_executed:
+            # Only now that the job exists does its lock get the queued TTL; if this
+            # write fails the lock lapses after the claim TTL while the job waits, and
+            # the run takes it back when it starts (RunningLockMiddleware).
+            key = keys.periodic_running(entry.name)
+            errors.best_effort(
+                "Periodic lock", lambda: running_lock.confirm(conn, key, jid), f"{key} TTL"
+            )
         log.debug("periodic %s: slot %s enqueued as %s", entry.name, _iso(slot), jid)
 
     def _in_grace(self, name: str, slot: int) -> bool:
