@@ -332,6 +332,8 @@ class JobFunction(_Enqueuer):
         self.__name__ = getattr(func, "__name__", self.path)
         self.__qualname__ = getattr(func, "__qualname__", self.path)
         self.__module__ = func.__module__
+        # Modules being imported when it was registered (innermost first; see job()).
+        self.imported_by: tuple[str, ...] = ()
 
     @property
     def options(self) -> dict[str, Any]:
