@@ -1,0 +1,134 @@
+"""Each periodic slot once per fleet, under real faults: three worker processes ticking
+an every-second entry while one is SIGKILLed between claiming a slot and pushing its
+run (testapp.faults.KillOnPeriodicPush), one is SIGSTOPped across slots, and Redis is
+paused (CLIENT PAUSE, a private redis-server). Pushes are counted by jid: a run
+recovered from a killed worker is the same push run again, a second jid for one slot is
+a second push."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import defaultdict
+
+from .helpers import wait_until
+from .test_periodic_fleet import spans
+
+KILLER = {"MIDDLEWARE": {"client": ["testapp.faults.KillOnPeriodicPush"], "server": []}}
+EVERY_SECOND = {
+    "every-second": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_span", "args": [0]}
+}
+
+
+def pushes(c, prefix) -> dict[int, set[str]]:
+    """Slot -> the jids pushed for it (each seen running at least once)."""
+    by_slot: dict[int, set[str]] = defaultdict(set)
+    for run in spans(c, prefix):
+        by_slot[run["slot"]].add(run["jid"])
+    return dict(by_slot)
+
+
+def killed(c, prefix) -> list[tuple[int, int]]:
+    return [tuple(map(int, x.split())) for x in c.lrange(f"{prefix}:test:killed_slots", 0, -1)]
+
+
+def _fired_past(c, prefix, slot: int) -> bool:
+    return max(pushes(c, prefix), default=0) >= slot
+
+
+def test_every_slot_pushed_once_through_a_kill_a_stop_and_a_pause(
+    worker, redis_server, configure, prefix
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+
+    def start(wait: bool = True):
+        return worker(redis_url=server.url, periodic=EVERY_SECOND, settings=KILLER, wait=wait)
+
+    workers = [start(wait=False) for _ in range(3)]
+    for w in workers:
+        w.wait_for_log(r"cogworker \S+ started", timeout=30)
+    first = min(wait_until(lambda: pushes(c, prefix), 15, message="a first slot"))
+
+    # 1. A worker killed between the claim and the push of a slot.
+    c.set(f"{prefix}:test:kill_on_periodic_push", 1)
+    ((killed_slot, killed_pid),) = wait_until(lambda: killed(c, prefix), 10, message="a kill")
+    (victim,) = [w for w in workers if w.pid == killed_pid]
+    assert victim.proc.wait(10) == -signal.SIGKILL
+    workers = [w for w in workers if w is not victim] + [start()]
+    wait_until(lambda: _fired_past(c, prefix, killed_slot + 2), 10, message="slots after it")
+
+    # 2. A worker stopped across slots (shorter than ORPHAN_THRESHOLD: not taken for dead).
+    stopped = workers[0]
+    stopped.signal(signal.SIGSTOP)
+    try:
+        now = int(time.time())
+        wait_until(lambda: _fired_past(c, prefix, now + 2), 10, message="slots while stopped")
+    finally:
+        stopped.signal(signal.SIGCONT)
+
+    # 3. Redis paused for 2 s: every process's tick waits; only the latest slot fires.
+    paused_at = time.time()
+    c.execute_command("CLIENT", "PAUSE", 2000, "ALL")
+    resumed_at = paused_at + 2.0
+    wait_until(lambda: _fired_past(c, prefix, int(resumed_at) + 4), 20, message="after pause")
+    last = int(resumed_at) + 4
+    time.sleep(0.5)  # a second push of the last slots, if any, would have run by now
+
+    seen = pushes(c, prefix)
+    assert {s: j for s, j in seen.items() if len(j) != 1} == {}, "slots pushed twice"
+    assert killed(c, prefix) == [(killed_slot, killed_pid)]
+    # The killed process's claim stands and its run never existed: that slot alone is
+    # lost (the others found it taken); the next slot fires as usual.
+    assert killed_slot not in seen
+    assert killed_slot + 1 in seen
+    in_pause = set(range(int(paused_at), int(resumed_at) + 2))
+    missing = [s for s in range(first, last + 1) if s not in seen and s != killed_slot]
+    assert [s for s in missing if s not in in_pause] == [], (missing, paused_at)
+    for w in workers:
+        assert w.proc.poll() is None, w.log()[-3000:]
+        assert "Traceback" not in w.log(), w.log()[-3000:]
+
+
+def test_an_until_executed_entry_fires_again_after_a_kill_between_claim_and_push(
+    worker, redis_server, configure, prefix
+):
+    """The claim takes the entry's running lock before the job exists, for the claim
+    TTL only (PERIODIC_ACTIVE_TTL + 30 s, periodic/running_lock.py); the push confirms
+    it for UNIQUE_LOCK_TTL. A process killed in between leaves a lock whose jid never
+    runs: the entry is blocked for the claim TTL, then fires again, not after a day."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    periodic = {
+        "exclusive": {
+            "cron": "* * * * * *",
+            "job": "testapp.jobs.periodic_span",
+            "args": [0],
+            "unique": "until_executed",
+        }
+    }
+    settings = {**KILLER, "PERIODIC_ACTIVE_TTL": 1}
+    claim_ttl = 1 + 30
+    running = f"{prefix}:periodic:running:exclusive"
+    workers = [
+        worker(redis_url=server.url, periodic=periodic, settings=settings, wait=False)
+        for _ in range(2)
+    ]
+    for w in workers:
+        w.wait_for_log(r"cogworker \S+ started", timeout=30)
+    wait_until(lambda: pushes(c, prefix), 15, message="a first slot")
+    c.set(f"{prefix}:test:kill_on_periodic_push", 1)
+    ((killed_slot, _pid),) = wait_until(lambda: killed(c, prefix), 10, message="a kill")
+    killed_at = time.time()
+    holder = c.get(running)
+    assert holder and holder not in {j for js in pushes(c, prefix).values() for j in js}
+    assert 0 < c.ttl(running) <= claim_ttl  # the claim TTL, not UNIQUE_LOCK_TTL
+    run = wait_until(
+        lambda: [r for r in spans(c, prefix) if r["slot"] > killed_slot],
+        claim_ttl + 10,
+        message=f"a run after the kill (lock {c.get(running)}, ttl {c.ttl(running)} s)",
+    )[0]
+    assert run["start"] - killed_at >= claim_ttl - 3  # blocked meanwhile, as documented
+    assert c.get(running) in (None, run["jid"])
