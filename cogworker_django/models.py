@@ -39,21 +39,21 @@ class BusyJob(_Page):
     class Meta(_Page.Meta):
         verbose_name = "busy job"
         verbose_name_plural = "Busy"
-        default_permissions = ("view",)
+        default_permissions = ("view", "change")  # change: cancel
 
 
 class ScheduledJob(_Page):
     class Meta(_Page.Meta):
         verbose_name = "scheduled job"
         verbose_name_plural = "Scheduled"
-        default_permissions = ("view", "change", "delete")  # change: enqueue now
+        default_permissions = ("view", "change", "delete")  # change: enqueue now, cancel
 
 
 class RetryJob(_Page):
     class Meta(_Page.Meta):
         verbose_name = "retry"
         verbose_name_plural = "Retries"
-        default_permissions = ("view", "change", "delete")  # change: retry now, kill
+        default_permissions = ("view", "change", "delete")  # change: retry now, kill, cancel
 
 
 class DeadJob(_Page):
@@ -88,4 +88,11 @@ class Batch(_Page):
     class Meta(_Page.Meta):
         verbose_name = "batch"
         verbose_name_plural = "Batches"
+        default_permissions = ("view",)
+
+
+class Limiter(_Page):
+    class Meta(_Page.Meta):
+        verbose_name = "limiter"
+        verbose_name_plural = "Limits"
         default_permissions = ("view",)

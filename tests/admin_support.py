@@ -17,6 +17,7 @@ PAGES = (
     "retryjob",
     "deadjob",
     "periodicentry",
+    "limiter",
     "batch",
     "jobrun",
     "quarantinedkey",

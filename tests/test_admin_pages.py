@@ -31,6 +31,7 @@ def test_cogworker_section_in_admin_index(admin_client):
         "Retries",
         "Dead",
         "Periodic schedule",
+        "Limits",
         "Batches",
         "History",
         "Quarantined keys",
@@ -38,7 +39,7 @@ def test_cogworker_section_in_admin_index(admin_client):
         assert f">{label}</a>" in html
     app_index = admin_client.get("/admin/cogworker_django/").content.decode()
     # No change forms here: every entry is a "View" link, none "Change" or "Add".
-    assert app_index.count('class="viewlink"') == 11
+    assert app_index.count('class="viewlink"') == 12
     assert 'class="changelink"' not in app_index and 'class="addlink"' not in app_index
 
 

@@ -13,6 +13,7 @@ from .batches import BatchAdmin
 from .dashboard import DashboardAdmin
 from .history import HistoryAdmin
 from .jobsets import DeadAdmin, RetryAdmin, ScheduledAdmin
+from .limits import LimitsAdmin
 from .periodic import PeriodicAdmin
 from .processes import BusyAdmin, ProcessAdmin
 from .quarantine import QuarantineAdmin
@@ -27,6 +28,7 @@ PAGES = (
     (models.RetryJob, RetryAdmin),
     (models.DeadJob, DeadAdmin),
     (models.PeriodicEntry, PeriodicAdmin),
+    (models.Limiter, LimitsAdmin),
     (models.Batch, BatchAdmin),
     (models.JobRun, HistoryAdmin),
     (models.QuarantinedKey, QuarantineAdmin),

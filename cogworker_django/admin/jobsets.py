@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import path
 
 from ..api import DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
+from ..api.controls import cancel_entry
 from ..api.records import SHOWN_CHARS
 from .base import Action, PageAdmin, plural
 from .pagination import PER_PAGE, Pager, with_params
@@ -71,6 +72,8 @@ class JobSetAdmin(PageAdmin):
             out.append(("retry", self.retry_label))
             if "kill" in self.actions_map:
                 out.append(("kill", "Kill (move to dead)"))
+            if "cancel" in self.actions_map:
+                out.append(("cancel", "Cancel (remove, never run)"))
         if self.has_perm(request, "delete"):
             out.append(("delete", "Delete"))
         return out
@@ -133,7 +136,10 @@ class JobSetAdmin(PageAdmin):
             return messages.WARNING, "No job selected."
         done = invalid = 0
         for record in records:
-            outcome = getattr(jobs, method)(record)
+            if method == "cancel":
+                outcome = cancel_entry(jobs, record)
+            else:
+                outcome = getattr(jobs, method)(record)
             if outcome == Outcome.DONE:
                 done += 1
             elif outcome == Outcome.INVALID:
@@ -163,16 +169,28 @@ def _agree(verb: str, n: int) -> str:
     return verb if n == 1 else verb.replace("its queue", "their queues")
 
 
-class ScheduledAdmin(JobSetAdmin):
+class CancelMixin:
+    """Cancel (job controls): the selected jobs removed, never run (api.cancel_entry)."""
+
+    def do_cancel(self, request: HttpRequest):
+        return self._apply(request, "cancel", "cancelled")  # type: ignore[attr-defined]
+
+
+class ScheduledAdmin(CancelMixin, JobSetAdmin):
     job_set = ScheduledSet
     score_label = "Run at"
     retry_label = "Enqueue now"
+    actions_map = {**JobSetAdmin.actions_map, "cancel": Action("change", "do_cancel")}
 
 
-class RetryAdmin(JobSetAdmin):
+class RetryAdmin(CancelMixin, JobSetAdmin):
     job_set = RetrySet
     score_label = "Next retry"
-    actions_map = {**JobSetAdmin.actions_map, "kill": Action("change", "do_kill")}
+    actions_map = {
+        **JobSetAdmin.actions_map,
+        "kill": Action("change", "do_kill"),
+        "cancel": Action("change", "do_cancel"),
+    }
 
     def do_kill(self, request: HttpRequest):
         return self._apply(request, "kill", "moved to dead")

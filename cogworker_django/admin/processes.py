@@ -7,7 +7,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
 from .. import conf
-from ..api import AwaitingRecovery, ProcessSet, Workers
+from ..api import AwaitingRecovery, ProcessSet, Workers, cancel
 from .base import Action, PageAdmin
 
 
@@ -45,5 +45,23 @@ class ProcessAdmin(PageAdmin):
 
 
 class BusyAdmin(PageAdmin):
+    actions_map = {"cancel": Action("change", "do_cancel")}
+
     def page(self, request: HttpRequest) -> HttpResponse:
         return self.render(request, "busy.html", busy=Workers().list())
+
+    def do_cancel(self, request: HttpRequest):
+        """Cancel a running job (job controls): flagged, its process told at once."""
+        jid = request.POST.get("jid", "")
+        try:
+            where = cancel(jid)
+        except ValueError as exc:
+            return messages.ERROR, str(exc)
+        if where is None:
+            return messages.WARNING, f"Job {jid} is no longer running: it finished meanwhile."
+        if where != "running":
+            return f"Job {jid} was no longer running but waiting ({where}): it was removed."
+        return (
+            f"Job {jid} cancelled: cancelled() is True inside it now, and the worker "
+            f"interrupts it in {conf.get().CANCEL_GRACE:g} s if it is still running."
+        )

@@ -20,8 +20,9 @@ from .. import conf, departures, keys, locks
 from ..controls.options import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
-from .jobs import RetrySet, ScheduledSet
+from .jobs import JobSet, Outcome, RetrySet, ScheduledSet
 from .queues import Queue
+from .records import JobRecord
 
 # A cancel flag outlives its run by at most this (a run that never saw it, say).
 CANCEL_FLAG_TTL = 86400
@@ -40,8 +41,7 @@ def cancel(jid: str) -> str | None:
             return "queue"
     for where, job_set in (("scheduled", ScheduledSet()), ("retry", RetrySet())):
         record = job_set.find(jid)
-        if record is not None and conn.zrem(job_set.key, record.raw):
-            departures.job_left(record.job, f"cancelled by an operator while in {job_set.name}")
+        if record is not None and cancel_entry(job_set, record) == Outcome.DONE:
             return where
     holders = running_on(jid)
     if not holders:
@@ -56,6 +56,16 @@ def cancel(jid: str) -> str | None:
     if isinstance(replies[0], Exception):
         raise replies[0]  # the flag is what counts; the signals only make it quicker
     return "running"
+
+
+def cancel_entry(job_set: JobSet, record: JobRecord) -> Outcome:
+    """Cancel one entry of the schedule or the retries (the admin's Cancel): removed,
+    its locks released, its listeners told; GONE when it had left already."""
+    locks.retry_deferred()
+    if not client().zrem(job_set.key, record.raw):
+        return Outcome.GONE
+    departures.job_left(record.job, f"cancelled by an operator while in {job_set.name}")
+    return Outcome.DONE
 
 
 def running_on(jid: str) -> list[str]:

@@ -22,7 +22,9 @@ from .. import connection, errors, keys, scripts
 from ..history import dumps
 from ._util import as_datetime, epoch, text
 
-STATUSES = ("success", "failed")
+# "timeout", "cancelled" and "expired" come from the job controls (a timeout is a
+# failure: counted as failed in the summaries).
+STATUSES = ("success", "failed", "timeout", "cancelled", "expired")
 # Stream ids come from the Redis clock, started_at from the worker's: time filters
 # allow this much skew before skipping entries by id.
 CLOCK_SKEW_MARGIN = 300.0

@@ -23,7 +23,8 @@ for _, entry in ipairs(entries) do
   if (job == "" or string.find(run, job, 1, true))
       and (status == "" or string.find(run, status, 1, true)) then
     matched = matched + 1
-    if string.find(run, ',"status":"failed",', 1, true) then
+    if string.find(run, ',"status":"failed",', 1, true)
+        or string.find(run, ',"status":"timeout",', 1, true) then
       failed = failed + 1
     end
     if stats then
