@@ -66,7 +66,7 @@ def test_rate_3_per_2s_spreads_9_starts(worker, r, prefix):
     assert len(starts) == 9
     # At most 3 in any 2 s: the 4th start after any start is 2 s later (the stamps are
     # taken just after the script's decision, on this host's clock: a little slack).
-    slack = 0.25
+    slack = 0.5
     gaps = [starts[i + 3] - starts[i] for i in range(len(starts) - 3)]
     assert min(gaps) >= 2 - slack, gaps
     assert starts[-1] - starts[0] >= 4 - slack
@@ -75,18 +75,21 @@ def test_rate_3_per_2s_spreads_9_starts(worker, r, prefix):
 
 
 def test_a_killed_workers_lease_is_freed_by_orphan_recovery(worker, r, prefix):
+    """The survivor runs first (on another queue, so it never takes the killing job): it
+    judges the dead process ORPHAN_THRESHOLD after its last beat, well before the lease
+    would lapse on its own (twice the threshold), so the freeing seen is recovery's."""
     leases = f"{prefix}:limit:test-pair:leases"
-    tj.limited_kill_first_run.enqueue("k")
-    first = worker(settings={"CONCURRENCY": 2, "LIMITS": LIMITS})
-    first.proc.wait(30)  # the job SIGKILLs it, holding its lease
-    assert r.zcard(leases) == 1
+    settings = {"CONCURRENCY": 2, "LIMITS": LIMITS, "ORPHAN_THRESHOLD": 6}
+    survivor = worker(settings=settings, args=["-q", "default"])
+    tj.limited_kill_first_run.using(queue="doom").enqueue("k")
+    doomed = worker(settings=settings, args=["-q", "doom"], wait=False)
+    doomed.proc.wait(60)  # the job SIGKILLs its worker while holding its lease
     [member] = r.zrange(leases, 0, -1)
-    survivor = worker(settings={"CONCURRENCY": 2, "LIMITS": LIMITS})
-    survivor.wait_for_log(r"freed 1 limiter lease\(s\) of dead process", timeout=30)
+    survivor.wait_for_log(r"freed 1 limiter lease\(s\) of dead process", timeout=40)
     assert member not in r.zrange(leases, 0, -1)
-    # The recovered job runs again (taking a lease of its own) and finishes.
-    wait_until(lambda: runs(r, prefix).get("k") == 2, 20, message="the recovered run")
-    wait_until(lambda: r.zcard(leases) == 0, 10, message="its lease released")
+    # The job itself went back to its queue (recovered, one orphaning counted).
+    [raw] = r.lrange(f"{prefix}:queue:doom", 0, -1)
+    assert json.loads(raw)["orphan_count"] == 1
     assert survivor.stop() == 0
 
 
