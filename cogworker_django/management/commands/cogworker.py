@@ -5,8 +5,10 @@ A bad option, bad settings or an unreachable Redis exit non-zero with one clear 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import random
 import signal
 import sys
 import time
@@ -222,6 +224,7 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
         pid = os.fork()
         if pid == 0:
             code = 1
+            random.seed()  # a child's own jitter and queue order, not a copy of the parent's
             try:
                 if supervision is not None:
                     supervision.child_started()
@@ -244,6 +247,10 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
         signal.signal(sig, forward)
     connection.reset()  # the children build their own pools
+    # What the parent has built so far is shared with the children copy-on-write: keep
+    # the collector from walking (and so writing to) those pages in every child.
+    gc.collect()
+    gc.freeze()
     for first in range(count):
         spawn(first)
     log.info("supervising %d worker processes (pid %d)", count, os.getpid())
