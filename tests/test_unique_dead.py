@@ -3,6 +3,8 @@ worker killed mid-run leaves the lock to orphan recovery (or to its TTL), and a 
 that fails while Redis is away goes through on the first heartbeat after it returns."""
 
 import json
+import re
+import signal
 import time
 
 from testapp import jobs as tj
@@ -152,17 +154,97 @@ def test_release_while_redis_is_away_goes_through_within_a_beat_of_its_return(
     job = tj.sleeper.using(unique="until_executed")
     key = lock_of(1.0, func=tj.sleeper.path)
     w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": beat})
+    ident = re.search(r"identity=(\S+)", w.log()).group(1)
     jid = job.enqueue(1.0)
     wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
     stop_keeping_data(server)  # Redis away (connection refused), its data kept
     # The job returns while Redis is away: its release fails and is deferred.
     w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
+    back = time.time()
     server.start()
-    back = time.monotonic()
     c = server.client()
     assert c.get(key) == jid  # still held: nothing released it while Redis was away
-    wait_until(lambda: not c.exists(key), 5, 0.02, message="the deferred release")
-    took = time.monotonic() - back
-    # Within one heartbeat of Redis returning (plus the time to reconnect).
-    assert took < beat + 0.5, f"released {took:.2f}s after Redis returned"
+    # Counted in the worker's beats, not in seconds: the release rides on the first
+    # beat after Redis returned (presence written, then the deferred releases), so by
+    # the time a second beat shows, the lock is gone however slow the machine.
+    beats_while_held: set[str] = set()
+
+    def released() -> bool:
+        beat_at = c.hget(keys.process(ident), "beat")
+        held = c.exists(key)
+        if held and beat_at and float(beat_at) > back:
+            beats_while_held.add(beat_at)
+        return not held
+
+    wait_until(released, 15, 0.01, message="the deferred release")
+    assert len(beats_while_held) <= 1, f"held through beats {sorted(beats_while_held)}"
     assert w.proc.poll() is None
+
+
+def test_a_release_waiting_for_redis_goes_through_at_shutdown(
+    worker, redis_server, configure, prefix
+):
+    """A worker told to stop while a release waits for Redis: Redis back within the
+    hand-over's retries, the release goes through before the process exits."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    job = tj.sleeper.using(unique="until_executed", unique_for=600)
+    key = lock_of(1.0, func=tj.sleeper.path)
+    w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": 5})
+    jid = job.enqueue(1.0)
+    wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
+    stop_keeping_data(server)
+    w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
+    w.signal(signal.SIGTERM)
+    w.wait_for_log(r"Shutdown hand-over: Redis unavailable", timeout=10)
+    server.start()
+    assert w.wait(20) == 0
+    c = server.client()
+    assert not c.exists(key), (c.get(key), c.ttl(key), w.log()[-3000:])
+    assert job.enqueue(1.0) is not None
+
+
+def test_a_release_lost_with_its_process_lapses_at_the_ttl(worker, redis_server, configure, prefix):
+    """Redis away for the whole shutdown: the deferred release dies with the process
+    (memory only) and the lock lapses at its TTL (unique_for), never later."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    job = tj.sleeper.using(unique="until_executed", unique_for=4)
+    key = lock_of(1.0, func=tj.sleeper.path)
+    w = worker(redis_url=server.url)
+    jid = job.enqueue(1.0)
+    wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
+    stop_keeping_data(server)
+    w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0
+    server.start()
+    c = server.client()
+    ttl = c.ttl(key)
+    assert c.get(key) in (None, jid) and ttl <= 4, ttl
+    wait_until(lambda: not c.exists(key), 6, message="the lock's TTL to lapse")
+    assert job.enqueue(1.0) is not None
+
+
+def test_a_killed_while_executing_run_takes_its_lock_back_and_releases_it(worker, r, prefix):
+    """A while_executing run whose worker is SIGKILLed mid-run (kill_first_run): its
+    lock stays held for it, a duplicate that comes to run meanwhile is rescheduled, the
+    run recovered under the same jid takes its own lock back, and the lock is gone once
+    both have run, never together."""
+    job = tj.kill_first_run.using(unique="while_executing", unique_for=60)
+    key = lock_of("we", func=tj.kill_first_run.path)
+    settings = {"UNIQUE_RESCHEDULE_DELAY": 0.3}
+    workers = [worker(settings=settings), worker(settings=settings)]
+    jid = job.enqueue("we")
+    wait_until(lambda: any(w.proc.poll() is not None for w in workers), message="a worker to die")
+    assert r.get(key) == jid  # the killed run's lock stays
+    dup = job.enqueue("we")
+    assert dup not in (None, jid)  # while_executing: no lock at push
+    wait_until(lambda: r.hget(f"{prefix}:test:runs", "we") == "3", 20, message="all runs")
+    jids = r.lrange(f"{prefix}:test:runs:we:jids", 0, -1)
+    # The recovered run took its lock back before the duplicate could run.
+    assert jids == [jid, jid, dup], jids
+    wait_until(lambda: not r.exists(key), message="the lock to be released")
+    assert r.zcard(keys.dead()) == 0 and r.zcard(keys.retry()) == 0

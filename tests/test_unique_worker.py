@@ -56,20 +56,25 @@ def test_until_executed_scheduled_job_holds_its_lock_until_it_has_run(worker, r,
 
 def test_until_started_is_released_when_a_processor_takes_the_job(worker, r, prefix):
     job = tj.timed.using(unique="until_started")
-    key = lock_of(1.5, "us", func=tj.timed.path)
-    jid = job.enqueue(1.5, "us")
-    assert job.enqueue(1.5, "us") is None  # while queued
+    key = lock_of(3.0, "us", func=tj.timed.path)
+    jid = job.enqueue(3.0, "us")
+    assert job.enqueue(3.0, "us") is None  # while queued
     assert r.get(key) == jid
-    worker()
+    worker(settings={"CONCURRENCY": 2})
     wait_until(lambda: started(r, prefix, jid), message="the run to start")
     assert not r.exists(key)  # released before the job function was called
-    jid2 = job.enqueue(1.5, "us")  # accepted while the first still runs
+    # The queue paused, the next one waits queued (holding its lock) however slow the
+    # machine: no race with a processor taking it.
+    r.sadd(keys.paused(), "default")
+    jid2 = job.enqueue(3.0, "us")  # accepted while the first still runs
+    accepted_at = time.time()
     assert jid2 is not None
-    assert not r.hexists(f"{prefix}:test:timeline", f"{jid}:end")
-    assert job.enqueue(1.5, "us") is None  # the new one is queued (or just taken)
-    wait_until(lambda: runs(r, prefix, "us") == 2, message="both runs")
-    # The two runs overlapped: until_started never keeps a second run waiting.
+    assert job.enqueue(3.0, "us") is None  # the new one is queued
+    r.srem(keys.paused(), "default")
+    wait_until(lambda: runs(r, prefix, "us") == 2, 20, message="both runs")
     s = stamps(r, prefix)
+    assert float(s[f"{jid}:end"]) > accepted_at  # the first was still running then
+    # The two runs overlapped: until_started never keeps a second run waiting.
     assert float(s[f"{jid2}:start"]) < float(s[f"{jid}:end"])
 
 
