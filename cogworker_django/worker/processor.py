@@ -350,8 +350,8 @@ class Processor:
     # Abandonment (called on the watchdog's side, never on this thread) --------------------
 
     def abandon_run(self, work: Work, exc: BaseException) -> bool:
-        """Settle the run this thread is stuck in, for it: False when the run claimed its
-        own settlement first (it is not stuck after all). From True on, this thread is
+        """Settle the run this thread is stuck in, for it (rule 15): False when the run
+        claimed its own settlement first (it is not stuck after all). From True on, this thread is
         refused its claim: it acks, files and releases nothing if the job returns."""
         if not self.record.abandon(work):
             return False

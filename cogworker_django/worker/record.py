@@ -207,7 +207,7 @@ class Record:
     # Abandonment (worker/timeouts.py) ----------------------------------------------------
 
     def abandon(self, work: Work) -> bool:
-        """Claim the settlement of a run still inside its job *for* it: True when the
+        """Claim the settlement of a run still inside its job *for* it (rule 15): True when the
         caller is now the one to settle it (then :meth:`settlement_done` and
         :meth:`release_abandoned`). From then on the run's own thread is refused its
         claim (it settles nothing, releases no lock) and its record calls are no-ops.
