@@ -468,10 +468,10 @@ def _validate(user: Any) -> Settings:
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
         raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
     _check_observability(v)
-    from .controls import options as controls
+    from .controls import spec
 
-    limits = controls.parse_limits(v["LIMITS"])
-    controls.check_default_timeout(v["DEFAULT_TIMEOUT"])
+    limits = spec.parse_limits(v["LIMITS"], valid_name)
+    spec.check_default_timeout(v["DEFAULT_TIMEOUT"])
 
     values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
     values.update(

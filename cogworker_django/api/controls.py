@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import conf, departures, keys, locks
-from ..controls.options import LimitSpec
+from ..controls.spec import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
 from .jobs import JobSet, Outcome, RetrySet, ScheduledSet

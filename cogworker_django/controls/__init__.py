@@ -8,9 +8,9 @@ is ``worker/timeouts.py``; the operator's (``api.cancel``, ``api.Limits``) is
 ``api/controls.py``. The guarantees are in docs/controls.md.
 """
 
+from .cancel import cancelled, check_cancelled
 from .errors import JobCancelled, JobExpired, JobTimeout, OverLimit
 from .limits import limit
-from .runtime import cancelled, check_cancelled
 
 __all__ = [
     "JobCancelled",

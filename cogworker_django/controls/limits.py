@@ -42,7 +42,7 @@ from .. import conf, connection, errors, keys, scripts
 from ..middleware import Reschedule
 from . import runtime
 from .errors import JobCancelled, OverLimit
-from .options import LimitSpec
+from .spec import LimitSpec
 
 log = logging.getLogger("cogworker_django")
 

@@ -5,101 +5,34 @@ for none whatever ``DEFAULT_TIMEOUT`` says), ``expires_in`` (seconds > 0) and
 ``limits`` (a list of names from ``COGWORKER["LIMITS"]``). The setting: ``LIMITS``
 maps a name to ``{"concurrency": N}``, ``{"rate": N, "per": S}`` or both.
 
+(``LIMITS`` and ``DEFAULT_TIMEOUT`` themselves are checked by conf, through spec.py.)
+
 Payload fields: ``timeout`` (seconds, 0 for none), ``expires_at`` (epoch seconds:
 the enqueue, or the scheduled time, plus ``expires_in``) and ``limits``.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .spec import LimitSpec, positive_seconds
+
 OPTION_NAMES = ("timeout", "expires_in", "limits")
-LIMIT_FIELDS = ("concurrency", "rate", "per")
-
-
-@dataclass(frozen=True)
-class LimitSpec:
-    """One limiter of ``COGWORKER["LIMITS"]``: at most ``concurrency`` runs at once and
-    at most ``rate`` starts in any ``per`` seconds (None: no such bound)."""
-
-    name: str
-    concurrency: int | None = None
-    rate: int | None = None
-    per: float | None = None
-
-
-def _seconds(value: Any) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value > 0
-
-
-def parse_limits(value: Any) -> dict[str, LimitSpec]:
-    """``COGWORKER["LIMITS"]`` validated; ImproperlyConfigured naming what is wrong."""
-
-    def bad(what: str, shown: Any, why: str) -> ImproperlyConfigured:
-        return ImproperlyConfigured(f"COGWORKER['LIMITS']{what} = {shown!r} is invalid: {why}.")
-
-    if not isinstance(value, dict):
-        raise bad(
-            "", value, 'expected a dict of name -> {"concurrency": N} / {"rate": N, "per": S}'
-        )
-    from ..conf import valid_name
-
-    specs = {}
-    for name, spec in value.items():
-        if not valid_name(name):
-            raise bad("", name, "a limiter name must be a non-empty string without whitespace")
-        where = f"[{name!r}]"
-        if not isinstance(spec, dict) or not spec:
-            raise bad(where, spec, 'expected {"concurrency": N} or {"rate": N, "per": S}')
-        unknown = sorted(set(spec) - set(LIMIT_FIELDS), key=str)
-        if unknown:
-            raise bad(where, spec, f"unknown field(s) {unknown}; allowed: {list(LIMIT_FIELDS)}")
-        concurrency, rate, per = spec.get("concurrency"), spec.get("rate"), spec.get("per")
-        if concurrency is not None and not _count(concurrency):
-            raise bad(f"{where}['concurrency']", concurrency, "expected an integer >= 1")
-        if (rate is None) != (per is None):
-            raise bad(where, spec, '"rate" and "per" go together (N starts per S seconds)')
-        if rate is not None and not _count(rate):
-            raise bad(f"{where}['rate']", rate, "expected an integer >= 1")
-        if per is not None and not _seconds(per):
-            raise bad(f"{where}['per']", per, "expected a number of seconds > 0")
-        if concurrency is None and rate is None:
-            raise bad(where, spec, 'expected "concurrency", or "rate" with "per"')
-        specs[name] = LimitSpec(name, concurrency, rate, float(per) if per is not None else None)
-    return specs
-
-
-def check_default_timeout(value: Any) -> None:
-    if value is not None and not _seconds(value):
-        raise ImproperlyConfigured(
-            f"COGWORKER['DEFAULT_TIMEOUT'] = {value!r} is invalid: expected a number of "
-            "seconds > 0, or None (no time limit)."
-        )
+__all__ = ["OPTION_NAMES", "LimitSpec", "check_names", "check_options", "payload_fields"]
 
 
 def check_options(where: str, opts: dict[str, Any]) -> None:
     """Check the controls' job options (ValueError for a bad number or shape, as for
     the other options; ImproperlyConfigured for a limiter ``LIMITS`` does not define)."""
     timeout = opts.get("timeout")
-    if timeout is not None and timeout is not False and not _seconds(timeout):
+    if timeout is not None and timeout is not False and not positive_seconds(timeout):
         raise ValueError(
             f"{where}: timeout must be a number of seconds > 0 (or False for none), got {timeout!r}"
         )
     expires_in = opts.get("expires_in")
-    if expires_in is not None and not _seconds(expires_in):
+    if expires_in is not None and not positive_seconds(expires_in):
         raise ValueError(f"{where}: expires_in must be a number of seconds > 0, got {expires_in!r}")
     limits = opts.get("limits")
     if limits is None:
@@ -156,4 +89,4 @@ def run_timeout(job: dict[str, Any], default: float | None) -> float | None:
         return default
     if value == 0:
         return None
-    return float(value) if math.isfinite(value) and value > 0 else default
+    return float(value) if positive_seconds(value) else default

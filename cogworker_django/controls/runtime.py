@@ -39,11 +39,3 @@ def cancelled() -> bool:
     """Inside a worker run: True once the job has been cancelled (``api.cancel``)."""
     state = current()
     return state is not None and state.cancel_requested
-
-
-def check_cancelled() -> None:
-    """Raise ``JobCancelled`` if the running job has been cancelled."""
-    if cancelled():
-        from .errors import JobCancelled
-
-        raise JobCancelled()
