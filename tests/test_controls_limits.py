@@ -183,3 +183,9 @@ def test_limits_page_data_names_the_holders(configure, r, prefix):
     finally:
         limits.release(lease)
     assert json.dumps([i.name for i in api.Limits().all()]) == '["test-pair", "test-rate"]'
+
+
+def test_a_worker_refuses_to_start_when_a_job_names_an_unknown_limiter(worker):
+    w = worker(settings={"LIMITS": {"test-rate": {"rate": 3, "per": 2}}}, wait=False)
+    assert w.wait(60) != 0
+    assert "unknown limiter(s) 'test-pair'" in w.log()

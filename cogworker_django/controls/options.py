@@ -20,7 +20,14 @@ from django.core.exceptions import ImproperlyConfigured
 from .spec import LimitSpec, positive_seconds
 
 OPTION_NAMES = ("timeout", "expires_in", "limits")
-__all__ = ["OPTION_NAMES", "LimitSpec", "check_names", "check_options", "payload_fields"]
+__all__ = [
+    "OPTION_NAMES",
+    "LimitSpec",
+    "check_names",
+    "check_options",
+    "check_registered_jobs",
+    "payload_fields",
+]
 
 
 def check_options(where: str, opts: dict[str, Any]) -> None:
@@ -60,6 +67,15 @@ def check_names(where: str, names: Any) -> None:
             f"{where}: unknown limiter(s) {', '.join(map(repr, unknown))}; "
             f"COGWORKER['LIMITS'] defines {known or 'none'}."
         )
+
+
+def check_registered_jobs(registered: Any) -> None:
+    """At worker start: the ``limits`` of every registered job (``jobs.registered_jobs()``)
+    name defined limiters."""
+    for fn in registered:
+        names = fn.options.get("limits")
+        if names:
+            check_names(f"@job on {fn.path}", names)
 
 
 def payload_fields(opts: dict[str, Any], now: float, at: float | None) -> dict[str, Any]:

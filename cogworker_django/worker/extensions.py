@@ -45,3 +45,9 @@ def validate() -> None:
 
     # django.tasks backend, when TASKS uses it: its "task" kind, the apps' tasks modules.
     worker_setup.validate()
+    from .. import jobs
+    from ..controls import options
+
+    # Job controls: every registered job's limiters exist in COGWORKER["LIMITS"] (a job
+    # module imported before the settings were configured was not checked then).
+    options.check_registered_jobs(jobs.registered_jobs())
