@@ -76,6 +76,26 @@ class OrphanRecovery:
         self.completed_once = False
         # Identity -> when (Redis clock) this checker first saw it without a stamp.
         self._unstamped: dict[str, float] = {}
+        # Identities logged as missing (no presence, not yet recoverable): logged once.
+        self._missing: set[str] = set()
+
+    def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
+        """Log once when a process with an in-progress list has stopped beating (its
+        presence key is gone) but is not yet recoverable: until then its jobs show
+        nowhere else (the admin's Processes page lists them as awaiting recovery)."""
+        if ident in self._missing or now - last < 4 * conf.get().HEARTBEAT_INTERVAL:
+            return  # logged already, or beating recently (no need to ask Redis)
+        if conn.exists(keys.process(ident)):
+            return
+        self._missing.add(ident)
+        log.warning(
+            "process %s is missing (no beat for %.0fs): its %d job(s) are recovered from "
+            "about %.0fs from now, once it has missed ORPHAN_THRESHOLD",
+            ident,
+            now - last,
+            conn.llen(keys.inprogress(ident)),
+            max(0.0, due - now),
+        )
 
     def run(self, conn: Any) -> int | None:
         """One pass; returns how many jobs it moved, or None when it did not judge: this
@@ -96,6 +116,7 @@ class OrphanRecovery:
         beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
         for gone in set(self._unstamped) - set(ids):
             del self._unstamped[gone]
+        self._missing &= set(ids)
         moved = 0
         for ident in ids:
             if ident == self.identity:
@@ -107,7 +128,9 @@ class OrphanRecovery:
                 self._unstamped.pop(ident, None)
                 last += 1.0  # whole seconds, floored: the beat may be up to 1 s later
             if now - max(last, clear_since) < threshold:
+                self._note_missing(conn, ident, last, max(last, clear_since) + threshold, now)
                 continue
+            self._missing.discard(ident)
             try:
                 moved += self._recover(conn, ident)
             except Exception as exc:  # noqa: BLE001 - one identity never stops the others
