@@ -33,7 +33,9 @@ def test_term_during_long_job_requeues_it_and_a_new_worker_runs_it(worker, r, pr
     assert not r.keys(f"{prefix}:inprogress:*")
     assert r.scard(f"{prefix}:processes") == 0
     log = w.log()
-    assert "shutdown timeout: 1 job(s) still running" in log
+    assert re.search(
+        r"shutdown timeout: 1 job\(s\) still running \(testapp\.jobs\.\w+ \(jid \w+\)\)", log
+    )
     assert "requeued 1 job(s) unfinished at shutdown" in log
     # A new worker picks it up.
     w2 = worker()
@@ -72,6 +74,10 @@ def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
     assert time.monotonic() - started < 20
     assert r.llen(f"{prefix}:queue:default") == 1
     assert "requeued 1 job(s) unfinished at shutdown" in w.log()
+    # Said as what it is, naming the job (not the thread) left running.
+    assert re.search(
+        r"second TERM: 1 job\(s\) still running \(testapp\.jobs\.count_then_sleep \(jid", w.log()
+    )
 
 
 def test_finished_jobs_are_not_requeued_at_term(worker, r, prefix):

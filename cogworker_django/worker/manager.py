@@ -159,10 +159,11 @@ class Manager:
         # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
         self._join_fetchers(connection.longest_call())
-        still = [p.name for p in self.processors if p.busy and p.alive()]
+        still = [self.board.describe(p.name) for p in self.processors if p.busy and p.alive()]
         if still:
             log.warning(
-                "shutdown timeout: %d job(s) still running (%s) will be requeued",
+                "%s: %d job(s) still running (%s) will be requeued",
+                "second TERM" if force.is_set() else "shutdown timeout",
                 len(still),
                 ", ".join(still),
             )

@@ -84,6 +84,17 @@ class WorkBoard:
         with self._lock:
             return {t: json.dumps(w) for t, w in self._work.items()}
 
+    def describe(self, thread: str) -> str:
+        """The job ``thread`` runs, for a log line: ``func (jid …)`` (the thread's name
+        when it runs nothing, or its payload can't be read)."""
+        with self._lock:
+            work = self._work.get(thread)
+        try:
+            job = json.loads(work["payload"]) if work else None
+            return f"{job['func']} (jid {job['jid']})" if isinstance(job, dict) else thread
+        except (ValueError, KeyError, TypeError):
+            return thread
+
 
 class Record:
     """Runs are tracked by identity (the :class:`Work` object a fetch made), so that two
