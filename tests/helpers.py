@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -266,3 +267,79 @@ def run_command(
         timeout=timeout,
         cwd=str(ROOT),
     )
+
+
+class ReplyCutter:
+    """A TCP proxy in front of a redis-server that can lose one reply for real: once
+    armed with a byte pattern, the first reply from the server containing it is thrown
+    away and that connection closed both ways, so the command ran in Redis and its
+    client only sees a dropped connection (a lost reply)."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.port = free_port()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._pattern: bytes | None = None
+        self._lock = threading.Lock()
+        self.cut = threading.Event()
+        self._closing = False
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def arm(self, pattern: bytes) -> None:
+        with self._lock:
+            self.cut.clear()
+            self._pattern = pattern
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server.port))
+            except OSError:
+                client.close()
+                continue
+            self._socks += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if replies:
+                    with self._lock:
+                        hit = self._pattern is not None and self._pattern in data
+                        if hit:
+                            self._pattern = None
+                    if hit:
+                        self.cut.set()
+                        break  # the reply is dropped with the connection
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self._closing = True
+        self._listener.close()
+        for s in self._socks:
+            try:
+                s.close()
+            except OSError:
+                pass
