@@ -48,11 +48,11 @@ def test_redis_stopped_for_10s_mid_run(worker, redis_server, configure, prefix):
     ends = [c[f"{t}:end"] for t in tokens]
     starts = [c.get(f"{t}:start", 0) for t in tokens]
     # A job cut by the outage fails (its own Redis writes fail), is filed in retry once
-    # Redis is back, and runs again: at least once, and never more than twice.
-    assert max(ends) <= 2, c
-    assert max(starts) <= 3, c
-    twice = sum(1 for e in ends if e == 2)
-    assert twice <= 8, f"{twice} jobs ended twice"
+    # Redis is back, and runs again: it may start twice, but none runs to its end twice
+    # (a job that ended has its ack retried, never a second run).
+    assert ends == [1] * n, {t: e for t, e in zip(tokens, ends, strict=True) if e != 1}
+    assert max(starts) <= 2, c
+    assert sum(1 for s in starts if s == 2) >= 1, "no job was cut by the outage"
     assert client.zcard(f"{prefix}:dead") == 0
     assert client.zcard(f"{prefix}:retry") == 0
     assert client.llen(f"{prefix}:queue:default") == 0
