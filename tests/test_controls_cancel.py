@@ -53,6 +53,12 @@ def test_cancel_of_an_unknown_or_finished_job_is_none(worker, r, prefix):
     jid = tj.record.enqueue("done")
     w = worker()
     wait_until(lambda: runs(r, prefix).get("done") == 1, 15, message="the job to run")
+    # Its ack rides with the worker's next fetch: until then it is still listed.
+    wait_until(
+        lambda: not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*")),
+        10,
+        message="the job acked",
+    )
     assert api.cancel(jid) is None
     assert w.stop() == 0
     with pytest.raises(ValueError):
