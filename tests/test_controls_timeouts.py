@@ -138,3 +138,54 @@ def test_job_timeout_is_a_cogworker_error():
     assert issubclass(JobTimeout, Exception)
     assert "timeout" in str(JobTimeout())
     assert job  # (the decorator is what the options go through)
+
+
+def test_with_basic_fetch_a_stuck_job_is_filed_once_and_not_handed_over(worker, r, prefix):
+    jid = tj.sleep_in_c.enqueue(60)
+    w = worker(settings={"CONCURRENCY": 1, "TIMEOUT_GRACE": 1.0}, args=["--fetch", "basic"])
+    wait_until(lambda: r.zcard(f"{prefix}:dead") == 1, 30, message="the stuck job filed")
+    w.wait_for_log(r"processor-0 abandoned and the job filed")
+    assert w.stop(30) == 0
+    assert [j["jid"] for j in map(json.loads, r.zrange(f"{prefix}:dead", 0, -1))] == [jid]
+    assert r.llen(f"{prefix}:queue:default") == 0  # not requeued at shutdown
+    assert r.llen(f"{prefix}:unsettled") == 0
+
+
+def test_the_settlement_is_claimed_once_between_a_run_and_the_watchdog():
+    """Rule 15, on the record alone: whoever claims first settles; the other is refused."""
+    from cogworker_django.worker.record import Record, Work
+
+    record = Record()
+    stuck, other = Work("default", "same"), Work("default", "same")  # two copies of one payload
+    record.started(stuck)
+    record.started(other)
+    assert record.abandon(stuck)
+    assert not record.abandon(stuck)
+    assert not record.claim_settlement(stuck)  # the stuck thread, back from its job
+    record.performed(stuck)
+    record.finished(stuck)  # no-ops for it: the other copy is untouched
+    assert record.performing() == ["same"] and len(record.running()) == 2
+    record.settlement_done(stuck)
+    record.release_abandoned(stuck)
+    assert record.running() == [other]
+    assert record.claim_settlement(other)  # the other copy settles itself
+    assert not record.abandon(other)  # claimed: not the watchdog's any more
+    record.settlement_done(other)
+    record.finished(other)
+    assert record.running() == []
+    record.left(stuck)
+    late = Work("default", "late")
+    record.started(late)
+    assert record.begin_hand_over(0.1) == 0
+    assert not record.abandon(late)  # the hand-over requeues it instead
+
+
+def test_timeouts_and_cancels_have_their_own_metric_outcomes():
+    from cogworker_django import JobCancelled, telemetry
+    from cogworker_django.worker import processor  # registers them, as in every worker
+
+    assert processor.Dropped
+
+    assert telemetry.failed_outcome({"retry": True}, JobTimeout()) == "timeout"
+    assert telemetry.failed_outcome({"retry": True}, JobCancelled("x")) == "cancelled"
+    assert telemetry.failed_outcome({"retry": True}, ValueError()) == "retry"

@@ -123,10 +123,13 @@ class Record:
         # Waits for a heartbeat refresh of this run's locks in flight (while_performing).
         with self._guard(work.raw):
             with self._lock:
-                self._leave_performing(work)
+                if id(work) not in self._abandoned:  # (abandon took it out already)
+                    self._leave_performing(work)
 
-    def _leave_performing(self, work: Work) -> None:
-        if _pop(self._performing, work) is None:
+    def _leave_performing(self, work: Work, exact: bool = False) -> None:
+        # ``exact``: that very run or nothing (never an equal copy still performing).
+        found = self._performing.pop(id(work), None) if exact else _pop(self._performing, work)
+        if found is None:
             return
         if not any(w.raw == work.raw for w in self._performing.values()):
             self._guards.pop(work.raw, None)
@@ -238,7 +241,7 @@ class Record:
             self._claimed[key] = work
         with self._guard(work.raw):  # after a heartbeat refresh in flight
             with self._lock:
-                self._leave_performing(work)
+                self._leave_performing(work, exact=True)
         return True
 
     def release_abandoned(self, work: Work) -> None:
