@@ -9,11 +9,15 @@ import signal
 import threading
 import time
 
+import pytest
 from testapp import jobs as tj
 
 from cogworker_django import connection, keys, payload
-from cogworker_django.worker.heartbeat import Clearance
-from cogworker_django.worker.recovery import OrphanRecovery, requeue_from_list
+from cogworker_django.conf import QueueSpec
+from cogworker_django.worker.fetch import ReliableFetch
+from cogworker_django.worker.heartbeat import Heartbeat
+from cogworker_django.worker.manager import Manager
+from cogworker_django.worker.recovery import OrphanRecovery, redis_now, requeue_from_list
 
 from .helpers import wait_until
 
@@ -143,16 +147,47 @@ def _fabricate_dead_process(r, prefix, ident: str, n: int) -> list[str]:
     return raws
 
 
-class _Healthy:
-    """Stands in for a heartbeat that has seen Redis answer for an hour."""
-
-    def __init__(self) -> None:
-        self.clearance = Clearance(10.0, since=time.time() - 3600)
+CHECK_THRESHOLD = 1.0  # ORPHAN_THRESHOLD of the in-process checkers below
 
 
-def test_two_recoverers_at_once_requeue_each_job_exactly_once(r, prefix):
+def _heartbeat(identity: str) -> Heartbeat:
+    """A real heartbeat of an in-process checker (its pool built, no thread started)."""
+    fetcher = ReliableFetch(identity, (QueueSpec("default", 1),))
+    return Heartbeat(Manager(identity, fetcher, 1), on_stop_signal=lambda: None)
+
+
+def _healthy(*identities: str) -> list[Heartbeat]:
+    """Heartbeats that beat against Redis for a whole ORPHAN_THRESHOLD (Redis's clock):
+    checkers that may judge others dead."""
+    beats = [_heartbeat(i) for i in identities]
+    for hb in beats:
+        hb.beat()
+    since = min(hb.clearance.since for hb in beats)
+    conn = connection.get_client()
+    wait_until(
+        lambda: redis_now(conn) - since >= CHECK_THRESHOLD + 0.05, 10, message="a clear stretch"
+    )
+    for hb in beats:
+        hb.beat()
+    return beats
+
+
+@pytest.fixture
+def checkers(configure):
+    configure(ORPHAN_THRESHOLD=CHECK_THRESHOLD)
+    return _healthy
+
+
+def test_two_recoverers_at_once_requeue_each_job_exactly_once(r, prefix, checkers):
     n = 300
     raws = _fabricate_dead_process(r, prefix, "ghost:1:dead", n)
+    beats = dict(
+        zip(
+            [f"living{i}" for i in range(4)],
+            checkers(*(f"living{i}" for i in range(4))),
+            strict=True,
+        )
+    )
     barrier = threading.Barrier(4)
     moved: list[int] = []
     errors: list[BaseException] = []
@@ -161,7 +196,7 @@ def test_two_recoverers_at_once_requeue_each_job_exactly_once(r, prefix):
         conn = connection.new_client()
         try:
             barrier.wait()
-            moved.append(OrphanRecovery(name, _Healthy(), "default").run(conn))
+            moved.append(OrphanRecovery(name, beats[name], "default").run(conn))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -225,46 +260,45 @@ def test_two_processes_requeue_the_same_list_exactly_once(r, prefix):
     assert r.llen(f"{prefix}:inprogress:{ident}") == 0
 
 
-def test_a_live_process_is_never_recovered(r, prefix):
+def test_a_live_process_is_never_recovered(r, prefix, checkers):
     """A process whose presence key exists is alive, even with an old last-beat stamp
     (its stamp may be failing while its presence works)."""
     ident = "alive:1:x"
     _fabricate_dead_process(r, prefix, ident, 3)
     r.hset(f"{prefix}:process:{ident}", "busy", 0)
+    (me,) = checkers("me")
     conn = connection.get_client()
-    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 0
+    assert OrphanRecovery("me", me, "default").run(conn) == 0
     assert r.llen(f"{prefix}:inprogress:{ident}") == 3
     # A recent beat without presence: not yet dead either.
     ident2 = "recent:1:x"
     _fabricate_dead_process(r, prefix, ident2, 2)
-    r.hset(f"{prefix}:last_beat", ident2, int(time.time()))
-    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 0
+    r.hset(f"{prefix}:last_beat", ident2, int(redis_now(conn)))
+    assert OrphanRecovery("me", me, "default").run(conn) == 0
     assert r.llen(f"{prefix}:inprogress:{ident2}") == 2
 
 
-def test_recovery_waits_for_healthy_beats_after_an_outage(r, prefix):
+def test_recovery_waits_for_healthy_beats_after_an_outage(r, prefix, checkers):
     """Rule 13: a process whose own beats only just recovered does not declare others
     dead (they have not had their chance to beat yet)."""
     _fabricate_dead_process(r, prefix, "ghost:3:dead", 2)
-
-    class JustRecovered:
-        def __init__(self) -> None:
-            self.clearance = Clearance(10.0)
-            self.clearance.beat(time.time())
-
-    class Failing:
-        clearance = Clearance(10.0)  # no beat has gone through
-
     conn = connection.get_client()
-    assert OrphanRecovery("me", JustRecovered(), "default").run(conn) == 0
-    assert OrphanRecovery("me", Failing(), "default").run(conn) is None
+    never_beat = _heartbeat("me")  # no beat has gone through: judges nobody
+    assert OrphanRecovery("me", never_beat, "default").run(conn) is None
+    just_beat = _heartbeat("me")
+    just_beat.beat()  # its first beat: a stretch shorter than the threshold
+    assert OrphanRecovery("me", just_beat, "default").run(conn) == 0
     assert r.llen(f"{prefix}:inprogress:ghost:3:dead") == 2
     # Once Redis has answered it for a whole threshold, it recovers.
-    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
+    (healthy,) = checkers("me")
+    assert OrphanRecovery("me", healthy, "default").run(conn) == 2
 
 
-def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, configure):
+def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(
+    r, prefix, configure, checkers
+):
     configure(MAX_ORPHANINGS=2)
+    (me,) = checkers("me")
     ident = "ghost:4:dead"
     worn = payload.build("testapp.jobs.record", ["w"], jid="worn")
     worn["orphan_count"] = 2
@@ -272,7 +306,7 @@ def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(r, prefix, 
     r.sadd(f"{prefix}:inprogress_ids", ident)
     r.hset(f"{prefix}:last_beat", ident, int(time.time()) - 3600)
     conn = connection.get_client()
-    assert OrphanRecovery("me", _Healthy(), "default").run(conn) == 2
+    assert OrphanRecovery("me", me, "default").run(conn) == 2
     dead = {json.loads(m)["func"]: json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)}
     assert dead["(unparseable)"]["raw_payload"] == "\\xff garbage"
     assert dead["testapp.jobs.record"]["error_class"] == "OrphanedTooOften"

@@ -58,11 +58,15 @@ class _NoRecovery:
         return 0
 
 
-def test_poll_interval_is_jittered_and_scaled_to_the_fleet(configure):
+def test_poll_interval_is_jittered_and_scaled_to_the_fleet(configure, r, prefix):
+    """The fleet's size is what a poll reads from P:processes (not set by hand); the
+    pause itself has no other observer than the poller's loop."""
     configure(POLL_INTERVAL=2.0)
     p = poller.Poller(_NoRecovery())
     for count, scale in ((1, 1), (4, 4), (50, poller.MAX_SCALE)):
-        p._process_count = count
-        pauses = [p._pause() for _ in range(500)]
+        r.delete(f"{prefix}:processes")
+        r.sadd(f"{prefix}:processes", *(f"host:{i}:x" for i in range(count)))
+        p.poll_once()
+        pauses = [p._pause() for _ in range(500)]  # noqa: SLF001 - see the docstring
         assert all(2.0 * scale * 0.5 <= x <= 2.0 * scale * 1.5 for x in pauses), count
         assert len(set(pauses)) > 1
