@@ -6,18 +6,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 import redis
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
 
 from cogworker_django import connection, keys, locks, payload
+from cogworker_django.conf import QueueSpec
 from cogworker_django.middleware import Reschedule
 from cogworker_django.periodic import entries, running_lock
 from cogworker_django.periodic.running_lock import LockRefresher, RunningLockMiddleware
-from cogworker_django.worker.fetch import Work
-from cogworker_django.worker.record import Record
+from cogworker_django.worker.fetch import ReliableFetch, Work
+from cogworker_django.worker.heartbeat import Heartbeat
+from cogworker_django.worker.manager import Manager
 
 T0 = 1_800_000_000
 DURABLE = ["--appendonly", "yes", "--appendfsync", "always"]
@@ -141,11 +142,14 @@ def test_a_release_while_redis_is_away_is_deferred_then_done(redis_server, confi
 
 
 def beat_of(*jobs):
-    """What the hook reads: heartbeat.manager.record, with ``jobs`` performing."""
-    record = Record()
+    """A real heartbeat (its pool built, no thread started) whose record has ``jobs``
+    performing: what the hook is handed on each beat."""
+    fetcher = ReliableFetch("me", (QueueSpec("default", 1),))
+    heartbeat = Heartbeat(Manager("me", fetcher, 1), on_stop_signal=lambda: None)
+    record = heartbeat.manager.record
     for job in jobs:
         record.started(Work("default", payload.encode(job)))
-    return SimpleNamespace(manager=SimpleNamespace(record=record)), record
+    return heartbeat, record
 
 
 def test_the_heartbeat_refreshes_only_performing_runs(r, short_active):
