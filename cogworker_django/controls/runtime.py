@@ -13,6 +13,8 @@ import threading
 class RunState:
     """One run: shared by its thread, the worker's watchdog and the heartbeat."""
 
+    __slots__ = ("jid", "func", "timeout", "cancel_requested", "thread_id")
+
     def __init__(self, jid: str, func: str, timeout: float | None) -> None:
         self.jid = jid
         self.func = func

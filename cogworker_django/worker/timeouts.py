@@ -57,6 +57,22 @@ def raise_in(thread_id: int, exc_class: type[BaseException] | None) -> int:
 class Watched:
     """One run inside its job, as the watchdog sees it."""
 
+    __slots__ = (
+        "processor",
+        "work",
+        "job",
+        "state",
+        "deadline",
+        "cancel_at",
+        "armed",
+        "firing",
+        "fired",
+        "fired_at",
+        "abandoned",
+        "loop",
+        "task",
+    )
+
     def __init__(self, processor: Any, work: Any, job: dict[str, Any], state: Any) -> None:
         self.processor = processor
         self.work = work
