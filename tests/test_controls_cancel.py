@@ -106,3 +106,13 @@ def test_cancelling_a_queued_task_fails_its_result(r, prefix):
     result = tt.add.enqueue(1, 2)
     assert api.cancel(result.id) == "queue"
     assert tt.add.get_result(result.id).status == TaskResultStatus.FAILED
+
+
+def test_cancel_a_job_waiting_with_a_priority(r, prefix):
+    from cogworker_django import client
+
+    job = payload.build("testapp.jobs.noop", [], queue="default", priority=5)
+    client.push(job)
+    assert r.zcard(f"{prefix}:pqueue:default") == 1
+    assert api.cancel(job["jid"]) == "queue"
+    assert r.zcard(f"{prefix}:pqueue:default") == 0

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, departures, keys, locks
+from .. import conf, departures, keys, locks, payload, priority
 from ..controls.spec import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
@@ -39,6 +39,8 @@ def cancel(jid: str) -> str | None:
         if record is not None and conn.lrem(keys.queue(name), 1, record.raw):
             departures.job_left(record.job, f"cancelled by an operator while queued in {name}")
             return "queue"
+        if _cancel_prioritised(conn, name, jid):
+            return "queue"
     for where, job_set in (("scheduled", ScheduledSet()), ("retry", RetrySet())):
         record = job_set.find(jid)
         if record is not None and cancel_entry(job_set, record) == Outcome.DONE:
@@ -56,6 +58,17 @@ def cancel(jid: str) -> str | None:
     if isinstance(replies[0], Exception):
         raise replies[0]  # the flag is what counts; the signals only make it quicker
     return "running"
+
+
+def _cancel_prioritised(conn: Any, queue: str, jid: str) -> bool:
+    """A django.tasks task waiting with a priority (``P:pqueue:<q>``, priority.py)."""
+    key = keys.priority_queue(queue)
+    for member, _score in conn.zscan_iter(key, match=f'*"jid":"{jid}"*', count=500):
+        job = payload.decode(priority.payload_of(member), queue)
+        if job.get("jid") == jid and conn.zrem(key, member):
+            departures.job_left(job, f"cancelled by an operator while queued in {queue}")
+            return True
+    return False
 
 
 def cancel_entry(job_set: JobSet, record: JobRecord) -> Outcome:
