@@ -36,8 +36,9 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
     wait_until(lambda: runs(c, prefix).get("short") == 1, 10, message="the job started")
     (listed,) = c.lrange(inprogress, 0, -1)
     # "short" finishes inside the pause: the fetch carrying its ack times out and Redis
-    # drops it with the client's connection (never applied).
-    c.execute_command("CLIENT", "PAUSE", 3500, "WRITE")
+    # drops it with the client's connection (never applied). The pause outlasts the
+    # socket timeout by far, so the list is read while writes are still held.
+    c.execute_command("CLIENT", "PAUSE", 6000, "WRITE")
     w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
     assert c.lrange(inprogress, 0, -1) == [listed]  # the ack did not go through
     # No stop: the worker acks it by itself once writes work again.
