@@ -11,6 +11,8 @@ import time
 
 from testapp import jobs as tj
 
+from cogworker_django.worker.launcher import DUPLICATE_SIGNAL_WINDOW
+
 from .helpers import wait_until
 
 
@@ -54,18 +56,30 @@ def test_int_stops_like_term(worker, r, prefix):
 
 
 def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
-    tj.count_then_sleep.enqueue(30, "long")
-    w = worker(settings={"SHUTDOWN_TIMEOUT": 60})
-    wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the job started")
     # Within a second, the same TERM delivered twice (a process group or cgroup-wide
-    # kill plus the supervisor's forward) is not a second request: sent back to back,
-    # however long the worker takes to log the first.
-    w.signal(signal.SIGTERM)
-    w.signal(signal.SIGTERM)
-    sent = time.monotonic()
-    w.wait_for_log("SIGTERM received: stopping")
-    # Past the one-second window, measured from the TERMs (the window is the design's).
-    time.sleep(max(0.0, sent + 1.5 - time.monotonic()))
+    # kill plus the supervisor's forward) is not a second request. The duplicate must
+    # reach the worker after its handler ran for the first (two signals sent back to back
+    # may be merged before Python sees them, proving nothing) and within the window: on
+    # a machine too busy for that, the attempt is made again with a new worker.
+    for _attempt in range(3):
+        tj.count_then_sleep.enqueue(30, "long")
+        w = worker(settings={"SHUTDOWN_TIMEOUT": 60})
+        wait_until(lambda: runs(r, prefix).get("long", 0) >= 1, 10, message="the job started")
+        w.signal(signal.SIGTERM)
+        sent = time.monotonic()
+        w.wait_for_log("SIGTERM received: stopping")
+        w.signal(signal.SIGTERM)
+        if time.monotonic() - sent < DUPLICATE_SIGNAL_WINDOW / 2:
+            break
+        w.kill()  # and its job forgotten, so no recovery brings it back
+        for key in [f"{prefix}:queue:default", f"{prefix}:test:runs"]:
+            r.delete(key)
+        for key in r.scan_iter(f"{prefix}:inprogress*"):
+            r.delete(key)
+    else:
+        raise AssertionError("could not deliver two TERMs within the duplicate window")
+    # Past the window, measured from the first TERM (the window is the design's).
+    time.sleep(max(0.0, sent + DUPLICATE_SIGNAL_WINDOW + 0.5 - time.monotonic()))
     assert w.proc.poll() is None, "still waiting for the job (SHUTDOWN_TIMEOUT=60)"
     started = time.monotonic()
     w.signal(signal.SIGTERM)
