@@ -43,6 +43,9 @@ def test_every_key_is_under_the_prefix(prefix):
         keys.quarantine("k", 1, "ab"),
         keys.batches(),
         *keys.batch_keys("b"),
+        keys.cancels(),
+        keys.priority_queue("q"),
+        *keys.limit_keys("l"),
     ]
     assert all(k.startswith(prefix + ":") for k in built)
     assert len(set(built)) == len(built)
