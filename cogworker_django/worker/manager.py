@@ -103,11 +103,12 @@ class Manager:
         )
         stuck: Processor = w.processor
         try:
-            if not stuck.abandon_run(w.work, exc):
-                return  # it came back and claimed its own settlement just now
-        except Exception as err:  # noqa: BLE001 - logged; the run stays to the hand-over
+            settled = stuck.abandon_run(w.work, exc)
+        except Exception as err:  # noqa: BLE001 - logged; the slot still gets its thread
             log.error("abandoning %s failed: %s", stuck.name, errors.describe(err), exc_info=err)
-            return
+            settled = stuck.abandoned
+        if not settled:
+            return  # it came back and claimed its own settlement just now
         if stuck.thread is not None:
             stuck.thread.name = f"{stuck.name}-abandoned"
         log.error(
