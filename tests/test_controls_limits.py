@@ -189,3 +189,17 @@ def test_a_worker_refuses_to_start_when_a_job_names_an_unknown_limiter(worker):
     w = worker(settings={"LIMITS": {"test-rate": {"rate": 3, "per": 2}}}, wait=False)
     assert w.wait(60) != 0
     assert "unknown limiter(s) 'test-pair'" in w.log()
+
+
+def test_a_lease_lost_while_its_run_goes_on_is_put_back_by_the_heartbeat(worker, r, prefix):
+    """As after a failover that lost the write, or an outage longer than its lifetime."""
+    leases = f"{prefix}:limit:test-pair:leases"
+    tj.limited_pair.enqueue(3.0, "long")
+    w = worker(settings={"CONCURRENCY": 1, "LIMITS": LIMITS})
+    [member] = wait_until(lambda: r.zrange(leases, 0, -1), 15, message="the run's lease")
+    r.zrem(leases, member)
+    w.wait_for_log(r"lease of test-pair put back", timeout=15)
+    assert r.zrange(leases, 0, -1) == [member]
+    wait_until(lambda: runs(r, prefix).get("long") == 1, 15, message="the run to end")
+    wait_until(lambda: r.zcard(leases) == 0, 10, message="its lease released")
+    assert w.stop() == 0
