@@ -33,7 +33,7 @@ import time
 from collections import deque
 from typing import Any
 
-from .. import conf, errors, payload
+from .. import conf, errors, locks, payload
 from ..middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
@@ -192,6 +192,10 @@ class HistoryMiddleware:
 
     @staticmethod
     def _record(job, queue, started_at, duration, exc) -> None:
+        if locks.run_abandoned():
+            # The run was abandoned (requeued at shutdown, or filed by the watchdog):
+            # whoever settled it recorded it; a thread coming back later records nothing.
+            return
         try:
             buffer.add(capture(job, queue, started_at, duration, exc))
         except Exception as err:  # noqa: BLE001 - rule 4: history never fails a job
