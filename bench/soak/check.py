@@ -31,6 +31,9 @@ STOP_AFTER = 5.0
 REDIS_GRACE = 3.0
 # A per-entry key of the wrong type: the entry backs off 5 s after its first failure.
 CORRUPT_GRACE = 6.0
+# An until_executed entry's claim takes its running lock for PERIODIC_ACTIVE_TTL plus
+# this (docs/periodic.md), until the push confirms it.
+CLAIM_MARGIN = 30.0
 
 JID = re.compile(rb'"jid":\s*"([^"]+)"')
 ENQUEUED = re.compile(rb"periodic (\S+): slot (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) enqueued as (\S+)")
@@ -523,20 +526,42 @@ def _periodic(ctx: Context) -> list[Invariant]:
             else:
                 once.failures.append(text)
         first, last = min(fired) + 1, int(ctx.disabled_at) - 2
-        unexplained: list[int] = []
-        for slot in range(first, last + 1):
-            if slot in fired:
-                continue
-            figures["skipped"] += 1
-            why = _skip_reason(ctx, entry, slot, holders)
-            if why:
-                figures["explained"] += 1
-                none_skipped.info.append(f"{entry}: slot {clock(slot)} skipped: {why}")
-            else:
-                unexplained.append(slot)
-        for group in _consecutive(unexplained):
-            none_skipped.failures.append(_skipped_text(ctx, entry, group, blocked, fired))
+        skipped = [slot for slot in range(first, last + 1) if slot not in fired]
+        figures["skipped"] = len(skipped)
+        # A gap of consecutive skipped slots: each slot may have its own reason; the
+        # slots left without one may still be a claim cut at the gap's start.
+        for gap in _consecutive(skipped):
+            cut = _claim_cut(ctx, gap) if until_executed else None
+            unexplained = []
+            for slot in gap:
+                why = _skip_reason(ctx, entry, slot, holders)
+                if not why and cut is not None:
+                    why = f"a claim cut by {cut.describe()} held the lock until its claim TTL"
+                if why:
+                    figures["explained"] += 1
+                    none_skipped.info.append(f"{entry}: slot {clock(slot)} skipped: {why}")
+                else:
+                    unexplained.append(slot)
+            for group in _consecutive(unexplained):
+                none_skipped.failures.append(_skipped_text(ctx, entry, group, blocked, fired))
     return [once, none_skipped]
+
+
+def _claim_cut(ctx: Context, group: list[int]) -> Fault | None:
+    """A Redis restart or a SIGKILL can cut an ``until_executed`` claim from its push
+    (the claim written, its reply or the push lost): the entry's running lock then has
+    a job that never comes, and lapses after the claim TTL (docs/periodic.md). A gap
+    that begins with such a fault and ends within the claim TTL is that."""
+    claim_ttl = ctx.active_ttl + CLAIM_MARGIN
+    for x in ctx.journal.faults:
+        if x.kind not in ("redis_restart", "kill"):
+            continue
+        if (
+            x.start - 1.0 <= group[0] <= x.stop_time + REDIS_GRACE + 1.0
+            and group[-1] <= x.stop_time + claim_ttl + 2.0
+        ):
+            return x
+    return None
 
 
 def _consecutive(slots: list[int]) -> list[list[int]]:
