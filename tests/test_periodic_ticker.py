@@ -324,3 +324,53 @@ def test_a_claim_whose_push_never_happens_blocks_the_entry_briefly_not_for_a_day
     assert running_lock.confirm(r, lock, "fast-run") is False
     assert r.ttl(lock) <= running_lock.active_ttl()
     assert running_lock.confirm(r, lock, "someone-else") is False
+
+
+def test_a_claim_whose_reply_is_lost_is_pushed_once_redis_answers(r, monkeypatch):
+    """The claim script ran but its reply never came (a connection cut by a restart):
+    the per-slot lock names this claim's jid, so the next tick pushes that very job (the
+    slot fires once, the until_executed lock is confirmed), instead of the slot being
+    skipped and the entry blocked by a lock whose job never existed."""
+    import redis as redis_lib
+
+    real_claim = ticker.claim
+    cut = {"once": True}
+
+    def claim_then_lose_the_reply(*args, **kwargs):
+        result = real_claim(*args, **kwargs)
+        if cut.pop("once", False):
+            raise redis_lib.ConnectionError("Connection closed by server.")
+        return result
+
+    monkeypatch.setattr(ticker, "claim", claim_then_lose_the_reply)
+    e = entry(unique="until_executed")
+    t = Ticker([e], started_at=T0)
+    t.tick(now=T0 + 0.1)  # claimed in Redis, the reply lost: nothing pushed yet
+    assert queued(r) == []
+    t.tick(now=T0 + 1.1)
+    (job,) = queued(r)
+    assert job["periodic_slot"] == T0
+    assert (
+        r.get(keys.periodic_running("e")) == job["jid"]
+        and r.ttl(keys.periodic_running("e")) > 86000
+    )
+    t.tick(now=T0 + 2.1)
+    assert len(queued(r)) == 1  # once
+
+
+def test_a_claim_that_never_ran_leaves_nothing_to_push(r, monkeypatch):
+    import redis as redis_lib
+
+    real_claim = ticker.claim
+    cut = {"once": True}
+
+    def refused_before_running(*args, **kwargs):
+        if cut.pop("once", False):
+            raise redis_lib.ConnectionError("Connection refused.")
+        return real_claim(*args, **kwargs)
+
+    monkeypatch.setattr(ticker, "claim", refused_before_running)
+    t = Ticker([entry()], started_at=T0)
+    t.tick(now=T0 + 0.1)
+    t.tick(now=T0 + 1.1)  # claims and pushes normally
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]

@@ -147,6 +147,8 @@ class Ticker:
         self._seen: set[str] = set()  # entries looked at once (catch-up)
         self._blocked: dict[str, tuple[int, float]] = {}  # entry -> (slot, first seen)
         self._rollbacks: dict[str, Rollback] = {}  # entry -> its pending rollback
+        # entry -> (slot, job) of a claim whose reply was lost: pushed if it had run
+        self._unconfirmed: dict[str, tuple[int, dict]] = {}
         # Entries (and "rollback:<entry>") failing deterministically; ``clock`` is for
         # tests that let a backoff run out without waiting for it.
         self._backoff = errors.Backoff(BACKOFF_FIRST, BACKOFF_MAX, clock)
@@ -194,6 +196,8 @@ class Ticker:
             if name in self._rollbacks or self._backing_off(name):
                 continue
             try:
+                if name in self._unconfirmed:
+                    self._settle_unconfirmed(conn, entry)
                 talked = self._tick_entry(conn, entry, time.time() if now is None else now)
             except Exception as exc:  # noqa: BLE001 - rule 6: one entry never stops the others
                 if errors.is_unavailable(exc):
@@ -225,7 +229,15 @@ class Ticker:
             )
             return False
         job = entry.build_job(slot=slot)
-        result = claim(conn, entry, slot, job["jid"], now)
+        try:
+            result = claim(conn, entry, slot, job["jid"], now)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                # The script may have run and only its reply been lost (a connection cut
+                # by a restart or failover): if it did, this slot is this process's to
+                # push, with this job, once Redis answers (_settle_unconfirmed).
+                self._unconfirmed[name] = (slot, job)
+            raise
         self._note_disabled_readable(not result.disabled_unreadable)
         if result.code == "claimed":
             self._push(conn, entry, slot, job, result.detail)
@@ -242,6 +254,26 @@ class Ticker:
         self._done[name] = slot
         self._blocked.pop(name, None)
         return True
+
+    def _settle_unconfirmed(self, conn: Any, entry: Entry) -> None:
+        """A claim whose reply never came: the per-slot lock holds the jid of the claim
+        that won the slot, so it tells whether this process's claim ran. If it did, the
+        slot is this process's: push its job now (and confirm the running lock), as the
+        claim's caller would have; if it did not, nothing was claimed and the entry is
+        looked at as usual. Raises while Redis is still away (kept for the next tick)."""
+        slot, job = self._unconfirmed[entry.name]
+        holder = conn.get(keys.periodic_lock(entry.name, slot))
+        del self._unconfirmed[entry.name]
+        if holder is None or connection.text(holder) != job["jid"]:
+            return  # the claim did not run (or another process's won the slot)
+        log.warning(
+            "periodic %s: the claim of slot %s went through though its reply was lost: "
+            "pushing its job now",
+            entry.name,
+            _iso(slot),
+        )
+        self._done[entry.name] = slot
+        self._push(conn, entry, slot, job, "")
 
     def _push(self, conn: Any, entry: Entry, slot: int, job: dict, previous: str) -> None:
         jid = job["jid"]
