@@ -496,9 +496,7 @@ def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
 def _check_observability(v: dict) -> None:
     check_metrics_port(v["METRICS_PORT"])
     token = v["METRICS_TOKEN"]
-    if token is not None and (
-        not valid_name(token)
-    ):
+    if token is not None and (not valid_name(token)):
         raise _bad(
             "METRICS_TOKEN",
             "<hidden>" if isinstance(token, str) else token,

@@ -40,7 +40,5 @@ class RunLogMiddleware:
                 type(exc).__name__,
             )
             raise
-        log.debug(
-            "done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started
-        )
+        log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started)
         return result

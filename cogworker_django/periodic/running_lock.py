@@ -65,9 +65,7 @@ def claim_ttl() -> int:
 
 def confirm(conn: Any, key: str, jid: str) -> bool:
     """After the push: the claimed lock gets the queued TTL (lua/owned_confirm.lua)."""
-    return bool(
-        scripts.run("owned_confirm", conn, [key], [jid, queued_ttl(), active_ttl() * 1000])
-    )
+    return bool(scripts.run("owned_confirm", conn, [key], [jid, queued_ttl(), active_ttl() * 1000]))
 
 
 def held_lock(job: dict[str, Any]) -> tuple[str, str] | None:
