@@ -29,6 +29,13 @@ def _delete_prefix(client: redis.Redis, prefix: str) -> None:
         client.delete(*batch)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_project_jobs():
+    """The test project's job modules, registered under its own settings (their
+    ``limits`` name its COGWORKER["LIMITS"]) before any test narrows COGWORKER."""
+    import testapp.jobs  # noqa: F401
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"t{secrets.token_hex(5)}"
