@@ -12,6 +12,7 @@ Three ways, each for its own kind of value:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -28,6 +29,19 @@ def wire(raw: str | bytes) -> bytes:
 def reply_text(value: Any, errors: str = "replace") -> str:
     """A Redis reply as text; not for raw payloads (see :func:`raw_text`)."""
     return value.decode("utf-8", errors) if isinstance(value, bytes) else str(value)
+
+
+def number(value: Any) -> float | None:
+    """A finite number read from anywhere (a Redis reply, a payload field, what a user's
+    hook returned), or None: missing, not a number, NaN, infinite, or a bool. Never
+    raises: the failure paths that read numbers must not."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return result if math.isfinite(result) else None
 
 
 def shown(value: Any) -> str:

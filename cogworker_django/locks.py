@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from . import connection, errors, scripts
+from . import codec, connection, errors, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -219,10 +219,5 @@ MAX_LOCK_TTL = 10 * 365 * 86400
 def _seconds(value: object, default: float) -> float:
     """``value`` as finite seconds > 0, else ``default`` (payloads and hooks may hold
     anything: a failure path must not raise on them)."""
-    if isinstance(value, bool):
-        return default
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return seconds if math.isfinite(seconds) and seconds > 0 else default
+    seconds = codec.number(value)
+    return seconds if seconds is not None and seconds > 0 else default

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from .. import codec, connection
@@ -26,16 +25,9 @@ as_bytes = codec.wire
 def epoch(value: Any) -> float | None:
     """A payload timestamp as a float, or None when it is missing or not a number (a
     hand-edited payload must not break a page)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (bytes, str)):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
+    if not isinstance(value, (bytes, str, int, float)):
+        return None  # (codec.number would read a Decimal, say: a payload holds none)
+    return codec.number(value)
 
 
 def as_datetime(value: Any) -> dt.datetime | None:

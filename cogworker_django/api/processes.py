@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -345,5 +344,4 @@ def _redis_seconds(reply: Any) -> float:
 
 
 def _stamp(value: Any) -> float | None:
-    seconds = epoch(value)
-    return seconds if seconds is not None and math.isfinite(seconds) else None
+    return epoch(value)  # finite or None already

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import random
 import secrets
@@ -38,7 +37,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import conf, connection, errors, keys, scripts
+from .. import codec, conf, connection, errors, keys, scripts
 from ..middleware import Reschedule
 from . import runtime
 from .errors import JobCancelled, OverLimit
@@ -151,11 +150,8 @@ def take(names: list[str] | tuple[str, ...], job: dict[str, Any] | None) -> Leas
 
 
 def _float(value: Any) -> float:
-    try:
-        number = float(value.decode() if isinstance(value, bytes) else value)
-    except (TypeError, ValueError):
-        return 0.0
-    return number if math.isfinite(number) and number > 0 else 0.0
+    number = codec.number(value)
+    return number if number is not None and number > 0 else 0.0
 
 
 def release(lease: Lease) -> None:

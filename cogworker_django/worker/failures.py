@@ -13,7 +13,6 @@ job keeps trying for about 25 days (table in docs/retries.md). ``COGWORKER["RETR
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import conf, errors, middleware, payload
+from .. import codec, conf, errors, middleware, payload
 from ..codec import wire
 from .record import Filing, Work
 
@@ -57,13 +56,8 @@ def backoff(retry_count: int) -> float:
 
 
 def _checked_seconds(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    seconds = codec.number(value)
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def _hook_failed(path: str, problem: str) -> None:
@@ -114,11 +108,8 @@ def to_dead(job: dict[str, Any], error_class: str, message: str) -> tuple[str, f
 def reschedule_delay(r: middleware.Reschedule) -> float:
     """A middleware's Reschedule delay, or UNIQUE_RESCHEDULE_DELAY when it is not a finite
     number >= 0 (a NaN score can't be filed; an infinite one would never come due)."""
-    try:
-        delay = float(r.delay)
-    except (TypeError, ValueError, OverflowError):
-        delay = math.nan
-    if math.isfinite(delay) and delay >= 0:
+    delay = _checked_seconds(r.delay)
+    if delay is not None:
         return delay
     log.error("Reschedule(delay=%r) is not a usable delay: rescheduled with the default", r.delay)
     return conf.get().UNIQUE_RESCHEDULE_DELAY

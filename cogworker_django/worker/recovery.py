@@ -35,13 +35,12 @@ break just seen) judges nobody and is retried at the next poll.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
 import redis
 
-from .. import conf, errors, keys
+from .. import codec, conf, errors, keys
 from ..codec import raw_text as text
 from ..controls import limits
 from .heartbeat import redis_seconds
@@ -61,11 +60,7 @@ def redis_now(conn: Any) -> float:
 
 def stamp_of(beat: Any) -> float | None:
     """A last-beat stamp, or None when missing or unreadable."""
-    try:
-        last = float(beat) if beat is not None else None
-    except (TypeError, ValueError):
-        return None
-    return last if last is not None and math.isfinite(last) else None
+    return codec.number(beat)
 
 
 class OrphanRecovery:

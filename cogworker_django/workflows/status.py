@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from .. import codec
 from .signatures import Signature
 
 STATES = ("open", "running", "complete", "stopped", "succeeded")
@@ -27,11 +27,7 @@ def _int(value: Any) -> int:
 
 
 def _epoch(value: Any) -> float | None:
-    try:
-        seconds = float(_text(value))
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) else None
+    return codec.number(_text(value))
 
 
 def aware(seconds: float | None) -> dt.datetime | None:
