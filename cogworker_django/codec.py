@@ -12,6 +12,7 @@ Three ways, each for its own kind of value:
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -42,6 +43,17 @@ def number(value: Any) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return result if math.isfinite(result) else None
+
+
+def utc(seconds: float | None) -> dt.datetime | None:
+    """An epoch as an aware UTC datetime (templates show it in the current zone), or None
+    for one no datetime can hold."""
+    if seconds is None:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(seconds, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def shown(value: Any) -> str:

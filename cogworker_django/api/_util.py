@@ -32,10 +32,4 @@ def epoch(value: Any) -> float | None:
 
 def as_datetime(value: Any) -> dt.datetime | None:
     """An aware UTC datetime for an epoch value (templates format it in the current zone)."""
-    seconds = epoch(value)
-    if seconds is None:
-        return None
-    try:
-        return dt.datetime.fromtimestamp(seconds, dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
+    return codec.utc(epoch(value))

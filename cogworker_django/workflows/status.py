@@ -30,14 +30,8 @@ def _epoch(value: Any) -> float | None:
     return codec.number(_text(value))
 
 
-def aware(seconds: float | None) -> dt.datetime | None:
-    """An epoch as an aware UTC datetime (templates show it in the current zone)."""
-    if seconds is None:
-        return None
-    try:
-        return dt.datetime.fromtimestamp(seconds, dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
+# An epoch as an aware UTC datetime (templates show it in the current zone).
+aware = codec.utc
 
 
 def _callback(spec: Any) -> str:
