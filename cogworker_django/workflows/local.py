@@ -17,6 +17,7 @@ from .. import client, errors, payload
 from . import context
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 from .status import BatchRecord, Failure
+from .store import callback_payload, result_text
 
 _lock = threading.RLock()
 
@@ -112,26 +113,17 @@ def _due(state: State) -> list[dict[str, Any]]:
         return due
     if not state.waiting and state.complete_at is None:
         state.complete_at = time.time()
-        job = _callback(state.on_complete, state.bid, "complete")
+        job = callback_payload(state.on_complete, state.bid, "complete")
         if job is not None:
             state.complete_jid = job["jid"]
             due.append(job)
     if not state.pending and state.success_at is None:
         state.success_at = time.time()
-        job = _callback(state.on_success, state.bid, "success")
+        job = callback_payload(state.on_success, state.bid, "success")
         if job is not None:
             state.success_jid = job["jid"]
             due.append(job)
     return due
-
-
-def _callback(sig: Signature | None, bid: str, event: str) -> dict[str, Any] | None:
-    if sig is None:
-        return None
-    extra: dict[str, Any] = {"callback_of": bid, "callback_event": event}
-    if sig.wants_results:
-        extra["results_of"] = bid
-    return sig.build(**extra)
 
 
 def _push(due: list[dict[str, Any]]) -> None:
@@ -193,8 +185,6 @@ def _failed(state: State, job: dict[str, Any], exc: BaseException) -> None:
 
 
 def _succeeded(state: State, job: dict[str, Any], result: Any) -> None:
-    from .store import result_text
-
     jid = job["jid"]
     steps = job.get("chain")
     next_step = None
