@@ -69,10 +69,13 @@ def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
     assert failed["error_message"] == "it broke"
     assert periodic["periodic"] == "nightly-report"
     assert history_api.query(status="failed") == [failed]
-    assert history_api.query(job="testapp.jobs.record", status="success", count=10) == [
-        periodic,
-        ok,
-    ]
+    # Both, newest first (which finished first depends on the threads: compare by id).
+    successes = history_api.query(job="testapp.jobs.record", status="success", count=10)
+    assert sorted(successes, key=lambda run: run["jid"]) == sorted(
+        [periodic, ok], key=lambda run: run["jid"]
+    )
+    ids = [tuple(map(int, run["id"].split("-"))) for run in successes]
+    assert ids == sorted(ids, reverse=True)
     s = history_api.summary("testapp.jobs.fails_once_dead")
     assert s["count"] == 1 and s["failure_rate"] == 1.0
     w.stop()

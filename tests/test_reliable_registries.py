@@ -4,8 +4,11 @@ must succeed; every other write is its own best-effort step. Jobs still run."""
 from __future__ import annotations
 
 import json
+import time
 
 from testapp import jobs as tj
+
+from cogworker_django import payload
 
 from .helpers import wait_until
 
@@ -15,6 +18,12 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
     # heartbeat itself is what is tested.
     w = worker(settings={"KEYGUARD_INTERVAL": 3600})
     (ident,) = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
+    # Its boot pass runs at the end of the poller's first poll: wait for two polls (each
+    # moves a due job) so it is done before the keys are broken.
+    for token in ("poll1", "poll2"):
+        due = payload.build("testapp.jobs.record", [token], queue="default")
+        r.zadd(f"{prefix}:schedule", {payload.encode(due): time.time() - 1})
+        wait_until(lambda t=token: r.hget(f"{prefix}:test:runs", t) == "1", 10, message=token)
     wrong = ("processes", "queues", "last_beat", "inprogress_ids", "live_queues", "paused")
     for name in wrong:
         r.delete(f"{prefix}:{name}")
@@ -25,7 +34,7 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
     wait_until(lambda: float(r.hget(presence, "beat")) > first + 1.0, 5, message="beats")
     assert r.ttl(presence) > 0
     tj.record.enqueue_many([(f"w{i}",) for i in range(20)])
-    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 20, 10, message="jobs still run")
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2 + 20, 10, message="jobs still run")
     # Each refused write is logged by the beat that met it (wait for that beat).
     for what in ("process registry", "queue registry", "in-progress registry", "live queue"):
         w.wait_for_log(rf"Heartbeat: {what}.*WRONGTYPE", 10)
