@@ -16,7 +16,7 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from . import conf, connection, errors
+from . import cluster, conf, connection, errors
 
 
 @checks.register("cogworker")
@@ -193,10 +193,17 @@ def redis_messages() -> list[checks.CheckMessage]:
     try:
         version = connection.server_version(client)
         policy = connection.maxmemory_policy(client)
+        shape = cluster.describe(client) if cluster.is_cluster(client) else None
+    except ImproperlyConfigured as exc:  # CLUSTER on, the server a plain Redis
+        return [checks.Error(str(exc), id="cogworker.E005")]
     except Exception as exc:  # noqa: BLE001 - any failure here is the message
         message, hint = redis_failure(exc)
         return [checks.Error(message, hint=hint, id="cogworker.E002")]
     found: list[checks.CheckMessage] = []
+    if shape is not None:
+        found.append(
+            checks.Info(f"Redis Cluster at {target} answers: {shape}.", id="cogworker.I001")
+        )
     if version < connection.MIN_REDIS_VERSION:
         found.append(
             checks.Warning(

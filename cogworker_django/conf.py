@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "SENTINEL_MASTER": None,
     "SENTINEL_OPTIONS": {},
     "PREFIX": "cogworker",
+    # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
+    "CLUSTER": False,
     "CONCURRENCY": 10,
     "QUEUES": ["default"],
     "FETCH": "reliable",
@@ -103,6 +105,7 @@ class Settings:
     SENTINEL_MASTER: str | None
     SENTINEL_OPTIONS: dict
     PREFIX: str
+    CLUSTER: bool
     CONCURRENCY: int
     QUEUES: tuple[QueueSpec, ...]
     FETCH: str
@@ -360,6 +363,45 @@ def _with_suggestion(key: Any) -> str:
 URL_SCHEMES = ("redis", "rediss", "unix")
 
 
+def _check_cluster(v: dict) -> None:
+    """CLUSTER is a bool, and with it on: no Sentinel or cache alias (each names a client
+    of its own kind), a TCP URL on database 0 (a cluster has no other), and a PREFIX whose
+    braces, if any, are one well-formed hash tag (keys.root: the tag is the prefix)."""
+    if not isinstance(v["CLUSTER"], bool):
+        raise _bad("CLUSTER", v["CLUSTER"], "expected True or False")
+    if not v["CLUSTER"]:
+        return
+    if v["SENTINELS"] is not None:
+        raise ImproperlyConfigured(
+            "COGWORKER['CLUSTER'] = True cannot be combined with COGWORKER['SENTINELS']: a "
+            "Redis Cluster fails over by itself (its replicas are promoted without Sentinel). "
+            "Remove SENTINELS and SENTINEL_MASTER and point REDIS_URL at any node of the cluster."
+        )
+    if v["CACHE_ALIAS"] is not None:
+        raise ImproperlyConfigured(
+            "COGWORKER['CLUSTER'] = True cannot be combined with COGWORKER['CACHE_ALIAS']: the "
+            "cache's client is not a cluster client. Remove CACHE_ALIAS and set REDIS_URL to "
+            "any node of the cluster."
+        )
+    url = v["REDIS_URL"]
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("redis", "rediss"):
+        raise _bad("REDIS_URL", url, "a Redis Cluster is reached over TCP (redis:// or rediss://)")
+    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+    if db not in ("", "0"):
+        raise _bad("REDIS_URL", url, "a Redis Cluster has database 0 only (end the URL with /0)")
+    prefix = v["PREFIX"]
+    if isinstance(prefix, str) and ("{" in prefix or "}" in prefix):
+        opened, closed = prefix.find("{"), prefix.find("}")
+        if not (prefix.count("{") == prefix.count("}") == 1 and opened + 1 < closed):
+            raise _bad(
+                "PREFIX",
+                prefix,
+                "with CLUSTER on, a PREFIX may hold one hash tag such as '{cogworker}' (then "
+                "used as it is) or no braces at all (then wrapped in braces)",
+            )
+
+
 def _validate(user: Any) -> Settings:
     if user is None:
         user = {}
@@ -415,6 +457,7 @@ def _validate(user: Any) -> Settings:
     prefix = v["PREFIX"]
     if not valid_name(prefix):
         raise _bad("PREFIX", prefix, "expected a non-empty string without whitespace")
+    _check_cluster(v)
     _number("CONCURRENCY", v["CONCURRENCY"], integer=True)
     queues = parse_queues(v["QUEUES"])
     if v["FETCH"] not in FETCH_MODES:

@@ -1,4 +1,5 @@
-"""The Redis client: from ``REDIS_URL``, a django-redis cache alias, or Sentinel.
+"""The Redis client: from ``REDIS_URL``, a django-redis cache alias, Sentinel, or a
+Redis Cluster (``CLUSTER``: ``cluster.LazyCluster``, built on its first command).
 
 One client (and so one connection pool) per process, rebuilt in a forked child.
 Every connection has connect and socket timeouts, so no call hangs forever, and
@@ -21,7 +22,7 @@ from django.core.signals import setting_changed
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import codec, conf, errors
+from . import cluster, codec, conf, errors
 
 # The timeouts (defined in conf, which validates settings against them).
 from .conf import (
@@ -62,6 +63,8 @@ def unsafe_options(client: Any) -> list[str]:
     settings, so redis-py's defaults and any URL query options count exactly as they
     would on a real connection.
     """
+    if isinstance(client, cluster.LazyCluster):
+        client = client.probe  # the same URL and options, never connected
     pool = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if pool is None or not isinstance(kwargs, dict):
@@ -126,7 +129,7 @@ def _cache_client(alias: str) -> redis.Redis:
     return client
 
 
-def _build() -> redis.Redis:
+def _build() -> Any:  # a redis.Redis, or a cluster.LazyCluster
     s = conf.get()
     if s.CACHE_ALIAS:
         return _cache_client(s.CACHE_ALIAS)
@@ -136,7 +139,7 @@ def _build() -> redis.Redis:
     return client
 
 
-def _build_own() -> redis.Redis:
+def _build_own() -> Any:
     s = conf.get()
     if s.SENTINELS:
         from redis.sentinel import Sentinel
@@ -148,7 +151,18 @@ def _build_own() -> redis.Redis:
         }
         sentinel = Sentinel(s.SENTINELS, sentinel_kwargs=sentinel_opts, **_sentinel_conn_opts())
         return sentinel.master_for(s.SENTINEL_MASTER, **_client_options())
+    if s.CLUSTER:
+        return _cluster_client()
     return redis.Redis.from_url(s.REDIS_URL, **_client_options())
+
+
+def _cluster_client(extra: dict | None = None) -> cluster.LazyCluster:
+    url, opts, where = conf.get().REDIS_URL, _client_options(extra), describe_target()
+    # The probe: a plain client of the same URL and options, never connected, for
+    # unsafe_options and longest_call to read (a node's connections get these options;
+    # the cluster client's own retry is opts["retry"], no retries: rule 11).
+    probe = redis.Redis.from_url(url, **opts)
+    return cluster.LazyCluster(lambda: cluster.build(url, opts, where), probe)
 
 
 def _sentinel_conn_opts() -> dict[str, Any]:
@@ -176,7 +190,11 @@ def new_client(**overrides: Any) -> Any:
     s = conf.get()
     if s.CACHE_ALIAS or s.SENTINELS:
         return _build()
-    client = redis.Redis.from_url(s.REDIS_URL, **_client_options(overrides))
+    client = (
+        _cluster_client(overrides)
+        if s.CLUSTER
+        else redis.Redis.from_url(s.REDIS_URL, **_client_options(overrides))
+    )
     _refuse_unsafe(client, describe_target(), _OWN_FIX)
     return client
 
@@ -206,7 +224,10 @@ def longest_call() -> float:
     """The longest one call can take (a fetch at shutdown, say): the client's socket
     timeout (a reply that never comes) plus a connect, plus a second;
     FETCH_BLOCK_SECONDS + 1 at least."""
-    pool: Any = getattr(get_client(), "connection_pool", None)
+    client = get_client()
+    if isinstance(client, cluster.LazyCluster):
+        client = client.probe  # the nodes' options, without connecting
+    pool: Any = getattr(client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", {})
     total = 1.0
     for key, default in (
@@ -246,6 +267,8 @@ def describe_target() -> str:
     if s.SENTINELS:
         hosts = ",".join(f"{h}:{p}" for h, p in s.SENTINELS)
         return f"sentinel {s.SENTINEL_MASTER}@{hosts}"
+    if s.CLUSTER:
+        return f"cluster {mask_url(s.REDIS_URL)}"
     return mask_url(s.REDIS_URL)
 
 

@@ -2,6 +2,13 @@
 
 All keys live under ``COGWORKER["PREFIX"]`` (``P`` below), so two prefixes on one
 Redis never see each other's keys. Nothing else in the package builds a key name.
+
+With ``COGWORKER["CLUSTER"]`` on, the root of every name is the prefix as a Redis
+Cluster hash tag, ``{P}`` (a PREFIX that already is one, ``{P}``, is used as given):
+every key hashes to one slot, so each Lua script, MULTI and multi-key command touches
+one slot, as Redis Cluster requires (docs/cluster.md says why one tag and not one per
+queue). With it off the names are exactly what they always were (an upgrade must not
+orphan jobs in flight: tests/test_keys.py pins them).
 The key guard reads :func:`fixed_types` (and knows the types of the per-queue,
 per-process and per-entry keys) for what type each key must hold.
 """
@@ -15,8 +22,20 @@ def prefix() -> str:
     return conf.get().PREFIX
 
 
+def root() -> str:
+    """What every key name starts with: the prefix, or its hash tag in cluster mode."""
+    s = conf.get()
+    return hash_tag(s.PREFIX) if s.CLUSTER else s.PREFIX
+
+
+def hash_tag(name: str) -> str:
+    """``name`` as a hash tag, ``{name}``; a name that already holds one is kept (conf
+    allows only one well-formed tag in a cluster PREFIX)."""
+    return name if "{" in name else "{" + name + "}"
+
+
 def _k(*parts: str) -> str:
-    return ":".join((prefix(), *parts))
+    return ":".join((root(), *parts))
 
 
 # Fixed keys -------------------------------------------------------------------------------

@@ -41,8 +41,11 @@ class Script:
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
     def pipelined(self, pipe: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> None:
-        """Queue an EVAL on a pipeline (pipelines can't recover from NOSCRIPT mid-batch)."""
-        pipe.eval(self.source, len(keys), *keys, *args)
+        """Queue an EVAL on a pipeline (pipelines can't recover from NOSCRIPT mid-batch).
+
+        Sent as a raw command: redis-py's cluster pipeline has an ``eval()`` of another
+        meaning, and this is what ``Pipeline.eval`` sends anyway."""
+        pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<Script {self.name}>"

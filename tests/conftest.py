@@ -2,7 +2,8 @@
 
 Every test gets its own key prefix on the real Redis at COGWORKER_REDIS_URL (default
 redis://127.0.0.1:6379/0), removed afterwards, so tests never see each other's keys and
-may run in parallel.
+may run in parallel. A test marked ``cluster`` runs twice, on that Redis and on a local
+Redis Cluster (tests/cluster_support.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,31 @@ from django.test import override_settings
 
 from cogworker_django import connection, errors, locks, stats, testing
 
+from . import cluster_support
 from .helpers import MAIN_REDIS_URL, RedisServer, Worker
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "cluster: run on a single Redis and on a Redis Cluster (tests/cluster_support.py)",
+    )
+
+
+def pytest_generate_tests(metafunc):
+    # A test on a private redis-server of its own (a fault test) is about that one server:
+    # it runs once, on it.
+    names = metafunc.fixturenames
+    if (
+        metafunc.definition.get_closest_marker("cluster")
+        and "redis_mode" in names
+        and "redis_server" not in names
+    ):
+        metafunc.parametrize("redis_mode", cluster_support.MODES, indirect=True)
+
+
+def pytest_sessionfinish(session):
+    cluster_support.stop_session()
 
 
 def _delete_prefix(client: redis.Redis, prefix: str) -> None:
@@ -37,17 +62,41 @@ def test_project_jobs():
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"t{secrets.token_hex(5)}"
+def redis_mode(request) -> str:
+    """ "single" (the Redis at MAIN_REDIS_URL), or "cluster" for a test marked cluster."""
+    return getattr(request, "param", "single")
+
+
+@pytest.fixture
+def redis_url(redis_mode) -> str:
+    if redis_mode == "cluster":
+        return cluster_support.session_cluster().url
+    return MAIN_REDIS_URL
+
+
+@pytest.fixture
+def prefix(redis_mode) -> str:
+    name = f"t{secrets.token_hex(5)}"
+    # A hash tag in cluster mode: the package keeps it as the root of its keys, so a
+    # test's f"{prefix}:queue:q" is the key the package builds (keys.root).
+    return "{" + name + "}" if redis_mode == "cluster" else name
+
+
+def _plain_client(redis_mode: str, url: str, **kwargs):
+    if redis_mode == "cluster":
+        return cluster_support.session_cluster().client(**kwargs)
+    return redis.Redis.from_url(url, **kwargs)
 
 
 @pytest.fixture(autouse=True)
-def cogworker_settings(prefix, settings):
+def cogworker_settings(prefix, settings, redis_mode, redis_url):
     """Point the app at the test Redis under this test's own prefix."""
-    value = {"REDIS_URL": MAIN_REDIS_URL, "PREFIX": prefix}
+    value = {"REDIS_URL": redis_url, "PREFIX": prefix}
+    if redis_mode == "cluster":
+        value["CLUSTER"] = True
     with override_settings(COGWORKER=value):
         yield value
-    client = redis.Redis.from_url(MAIN_REDIS_URL)
+    client = _plain_client(redis_mode, redis_url)
     try:
         _delete_prefix(client, prefix)
     finally:
@@ -78,9 +127,9 @@ def configure(cogworker_settings):
 
 
 @pytest.fixture
-def r() -> redis.Redis:
-    """A plain client on the test Redis (decoded strings)."""
-    client = redis.Redis.from_url(MAIN_REDIS_URL, decode_responses=True)
+def r(redis_mode, redis_url) -> redis.Redis:
+    """A plain client on the test Redis (decoded strings); a cluster client in cluster mode."""
+    client = _plain_client(redis_mode, redis_url, decode_responses=True)
     yield client
     client.close()
 
@@ -101,11 +150,14 @@ def redis_server():
 
 
 @pytest.fixture
-def worker(prefix):
+def worker(prefix, redis_mode, redis_url):
     """Factory for real worker subprocesses under this test's prefix (killed at the end)."""
     workers: list[Worker] = []
 
     def start(*, prefix_: str | None = None, wait: bool = True, **kwargs) -> Worker:
+        if redis_mode == "cluster":
+            kwargs.setdefault("redis_url", redis_url)
+            kwargs["env"] = {"COGWORKER_CLUSTER": "1", **(kwargs.get("env") or {})}
         w = Worker(prefix_ or prefix, **kwargs)
         workers.append(w)
         return w.start(wait=wait)

@@ -5,6 +5,7 @@ Development only: fixed SECRET_KEY, DEBUG on by default, every host allowed.
 Environment knobs (the tests start workers with them):
 - COGWORKER_REDIS_URL      Redis URL (default redis://127.0.0.1:6379/0)
 - COGWORKER_PREFIX         key prefix (default "cogworker")
+- COGWORKER_CLUSTER        "1": REDIS_URL is a node of a Redis Cluster (CLUSTER = True)
 - COGWORKER_SETTINGS_JSON  JSON object merged over COGWORKER (top-level keys replaced)
 - COGWORKER_PERIODIC_JSON  JSON object replacing COGWORKER_PERIODIC entirely
 - COGWORKER_TASKS_BACKEND  "0" leaves the django.tasks backend out (Django 6.0+)
@@ -109,6 +110,7 @@ STATIC_URL = "static/"
 COGWORKER = {
     "REDIS_URL": os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("COGWORKER_PREFIX", "cogworker"),
+    "CLUSTER": os.environ.get("COGWORKER_CLUSTER") == "1",
     # The limiters testapp's jobs name (tests/test_controls_limits.py).
     "LIMITS": {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}},
 }

@@ -1,0 +1,219 @@
+"""COGWORKER["CLUSTER"]: the settings, the client (lazy, no retries, REDIS_OPTIONS
+applied), the system check, and a cluster that is down or is not a cluster at all.
+Everything here talks to a real local cluster (tests/cluster_support.py)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from redis.crc import key_slot
+from testapp import jobs as tj
+
+from cogworker_django import checks, cluster, conf, connection, errors, keys
+
+from .helpers import MAIN_REDIS_URL, free_port, run_command
+
+
+@pytest.fixture
+def cluster_url():
+    from .cluster_support import session_cluster
+
+    return session_cluster().url
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"CLUSTER": "yes"}, "expected True or False"),
+        ({"CLUSTER": True, "SENTINELS": [("h", 26379)], "SENTINEL_MASTER": "m"}, "SENTINELS"),
+        ({"CLUSTER": True, "CACHE_ALIAS": "default"}, "CACHE_ALIAS"),
+        ({"CLUSTER": True, "REDIS_URL": "unix:///tmp/redis.sock"}, "over TCP"),
+        ({"CLUSTER": True, "REDIS_URL": "redis://127.0.0.1:7000/2"}, "database 0 only"),
+        ({"CLUSTER": True, "REDIS_URL": "redis://127.0.0.1:7000?db=1"}, "database 0 only"),
+        ({"CLUSTER": True, "PREFIX": "{a}{b}"}, "one hash tag"),
+        ({"CLUSTER": True, "PREFIX": "a}b{"}, "one hash tag"),
+        ({"CLUSTER": True, "PREFIX": "{}x"}, "one hash tag"),
+    ],
+)
+def test_bad_cluster_settings_are_clear_errors(values, fragment):
+    with pytest.raises(ImproperlyConfigured, match=fragment):
+        conf._validate({"REDIS_URL": "redis://127.0.0.1:7000/0", **values})
+
+
+def test_good_cluster_settings():
+    for prefix in ("cogworker", "{cogworker}", "app:{jobs}"):
+        s = conf._validate({"CLUSTER": True, "REDIS_URL": "redis://n:7000", "PREFIX": prefix})
+        assert s.CLUSTER is True
+    assert conf._validate({}).CLUSTER is False
+    # Off, braces in a prefix are just characters, as they always were.
+    assert conf._validate({"PREFIX": "{a}{b}"}).PREFIX == "{a}{b}"
+
+
+def test_the_cluster_client_never_retries_and_takes_redis_options(configure, cluster_url):
+    configure(REDIS_URL=cluster_url, CLUSTER=True, REDIS_OPTIONS={"socket_timeout": 9.5})
+    client = connection.get_client()
+    assert isinstance(client, cluster.LazyCluster)
+    assert client.ping() is True
+    built = client.built()
+    # The cluster client's own retry (a timed-out command re-sent to a new master) is
+    # off, and every node's connections have the options and no retries (rule 11).
+    assert built.retry.get_retries() == 0
+    for node in built.get_nodes():
+        kwargs = node.redis_connection.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == 9.5
+        assert kwargs["socket_connect_timeout"] == conf.DEFAULT_CONNECT_TIMEOUT
+        assert kwargs["retry"].get_retries() == 0
+    assert connection.unsafe_options(client) == []
+    assert connection.longest_call() >= 9.5
+
+
+def test_redis_options_that_would_retry_are_refused_in_cluster_mode_too(configure, cluster_url):
+    with pytest.raises(ImproperlyConfigured, match="retry"):
+        configure(REDIS_URL=cluster_url, CLUSTER=True, REDIS_OPTIONS={"retry_on_timeout": True})
+        conf.get()
+    configure(REDIS_URL=cluster_url + "?socket_timeout=1", CLUSTER=True, REDIS_OPTIONS={})
+    with pytest.raises(ImproperlyConfigured):
+        conf.get()
+
+
+def test_a_plain_redis_is_a_clear_error_on_first_use_and_in_check(configure, prefix):
+    configure(REDIS_URL=MAIN_REDIS_URL, CLUSTER=True)
+    client = connection.get_client()  # built lazily: nothing contacted yet
+    with pytest.raises(cluster.NotACluster, match="not a cluster node"):
+        client.ping()
+    assert not errors.is_unavailable(cluster.NotACluster("x"))
+    found = checks.redis_messages()
+    assert [m.id for m in found] == ["cogworker.E005"]
+    assert "Set CLUSTER to False" in found[0].msg
+    done = run_command(prefix, "cogworker", env={"COGWORKER_CLUSTER": "1"}, timeout=60)
+    assert done.returncode != 0 and "not a cluster node" in done.stderr
+
+
+def test_a_cluster_that_is_down_is_an_outage_not_a_crash(configure):
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    configure(REDIS_URL=url, CLUSTER=True)
+    client = connection.get_client()  # never raises: a worker thread holds it for life
+    with pytest.raises(redis.ConnectionError) as caught:
+        client.pipeline(transaction=False)
+    assert errors.is_unavailable(caught.value)
+    assert "cannot be reached" in str(caught.value)
+    with pytest.raises(redis.ConnectionError):
+        tj.record.enqueue("x")  # the push raises what a single Redis would: an outage
+    [message] = checks.redis_messages()
+    assert message.id == "cogworker.E002" and "unreachable" in message.msg
+
+
+def test_check_says_the_cluster_answers_and_how_many_masters(prefix, cluster_url):
+    done = run_command(
+        prefix,
+        "check",
+        "--deploy",
+        "--tag",
+        checks.REDIS_TAG,
+        redis_url=cluster_url,
+        env={"COGWORKER_CLUSTER": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout + done.stderr
+    assert "Redis Cluster at cluster redis://" in out
+    assert "3 masters, 0 replicas, all 16384 slots served" in out
+    assert "cogworker.I001" in out
+
+
+def test_every_key_of_a_cluster_prefix_lives_in_one_slot(configure, cluster_url, prefix):
+    configure(REDIS_URL=cluster_url, CLUSTER=True, PREFIX="app")
+    built = [
+        keys.queue("a"),
+        keys.queue("b"),
+        keys.inprogress("id"),
+        keys.retry(),
+        keys.dead(),
+        keys.schedule(),
+        keys.unique("d"),
+        keys.periodic_running("n"),
+        keys.periodic_lock("n", 1),
+        keys.history(),
+        keys.result("r"),
+        keys.quarantine(keys.queue("a"), 1, "ab"),
+        *keys.limit_keys("l"),
+        *keys.batch_keys("b"),
+        *keys.fixed_types(),
+    ]
+    assert all(k.startswith("{app}:") for k in built)
+    assert {key_slot(k.encode()) for k in built} == {key_slot(b"app")}
+    configure(PREFIX="{jobs}")  # already a tag: used as given
+    assert keys.queue("a") == "{jobs}:queue:a"
+
+
+# Every key name with CLUSTER off, spelled out: an upgrade must find the jobs, locks and
+# history an older version left in Redis under exactly these names.
+PINNED = {
+    "queues": "cw:queues",
+    "paused": "cw:paused",
+    "schedule": "cw:schedule",
+    "retry": "cw:retry",
+    "dead": "cw:dead",
+    "processes": "cw:processes",
+    "inprogress_ids": "cw:inprogress_ids",
+    "last_beat": "cw:last_beat",
+    "live_queues": "cw:live_queues",
+    "unsettled": "cw:unsettled",
+    "periodic_schedule": "cw:periodic:schedule",
+    "periodic_disabled": "cw:periodic:disabled",
+    "history": "cw:history",
+    "batches": "cw:batches",
+    "cancels": "cw:cancels",
+    "quarantine_root": "cw:quarantine:",
+}
+PINNED_WITH_ARGS = {
+    ("stat", ("processed",)): "cw:stat:processed",
+    ("stat", ("failed", "2026-01-01")): "cw:stat:failed:2026-01-01",
+    ("queue", ("q",)): "cw:queue:q",
+    ("priority_queue", ("q",)): "cw:pqueue:q",
+    ("process", ("h:1:ab",)): "cw:process:h:1:ab",
+    ("work", ("h:1:ab",)): "cw:work:h:1:ab",
+    ("inprogress", ("h:1:ab",)): "cw:inprogress:h:1:ab",
+    ("signal", ("h:1:ab",)): "cw:signal:h:1:ab",
+    ("unique", ("d1",)): "cw:unique:d1",
+    ("periodic_last_slot", ("n",)): "cw:periodic:last_slot:n",
+    ("periodic_lock", ("n", 60)): "cw:periodic:lock:n:60",
+    ("periodic_running", ("n",)): "cw:periodic:running:n",
+    ("result", ("r1",)): "cw:result:r1",
+    ("batch", ("b1",)): "cw:batch:b1",
+    ("batch_pending", ("b1",)): "cw:batch:b1:pending",
+    ("batch_waiting", ("b1",)): "cw:batch:b1:waiting",
+    ("batch_failed", ("b1",)): "cw:batch:b1:failed",
+    ("batch_jids", ("b1",)): "cw:batch:b1:jids",
+    ("batch_results", ("b1",)): "cw:batch:b1:results",
+    ("limit_leases", ("l",)): "cw:limit:l:leases",
+    ("limit_starts", ("l",)): "cw:limit:l:starts",
+    ("quarantine_prefix", ("cw:dead",)): "cw:quarantine:cw:dead:",
+    ("quarantine", ("cw:dead", 5, "ab")): "cw:quarantine:cw:dead:5:ab",
+}
+
+
+def test_without_cluster_every_key_name_is_what_it_always_was(configure):
+    configure(PREFIX="cw")
+    for name, expected in PINNED.items():
+        assert getattr(keys, name)() == expected, name
+    for (name, args), expected in PINNED_WITH_ARGS.items():
+        assert getattr(keys, name)(*args) == expected, name
+    # Every key function is pinned above (a new one must be added here, with its name).
+    functions = {
+        n
+        for n, f in vars(keys).items()
+        if callable(f) and getattr(f, "__module__", "") == keys.__name__ and not n.startswith("_")
+    }
+    helpers = {"prefix", "root", "hash_tag", "fixed_types", "batch_keys", "limit_keys"}
+    assert functions - helpers == set(PINNED) | {n for n, _ in PINNED_WITH_ARGS}
+    assert keys.root() == "cw"
+
+
+def test_with_cluster_each_name_is_the_same_under_the_tag(configure, cluster_url):
+    configure(PREFIX="cw")
+    plain = {name: getattr(keys, name)() for name in PINNED}
+    configure(REDIS_URL=cluster_url, CLUSTER=True)
+    for name, before in plain.items():
+        assert getattr(keys, name)() == "{cw}" + before[len("cw") :], name
+    assert keys.quarantine(keys.dead(), 5, "ab") == "{cw}:quarantine:{cw}:dead:5:ab"
