@@ -13,6 +13,9 @@ from testapp import jobs as tj
 
 from cogworker_django import call, client, jobs, keys, middleware, payload
 
+# Pushing is the same on a Redis Cluster: every test runs on both (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture
 def round_trips(monkeypatch):

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from django.test import override_settings
 
 from cogworker_django.api import periodic as control
 
 from .helpers import wait_until
+
+# Periodic once-per-fleet behaves the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 EVERY_SECOND = {"every-second": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick"}}
 

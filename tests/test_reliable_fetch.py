@@ -16,6 +16,10 @@ from cogworker_django.worker.launcher import choose_fetch_mode
 
 from .helpers import wait_until
 
+# Reliable fetch behave the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 # Decision (unit) ------------------------------------------------------------------------
 
 

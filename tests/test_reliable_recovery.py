@@ -21,6 +21,10 @@ from cogworker_django.worker.recovery import OrphanRecovery, redis_now, requeue_
 
 from .helpers import wait_until
 
+# Reliable fetch and orphan recovery behave the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def counts(r, prefix) -> dict[str, int]:
     return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}

@@ -14,6 +14,10 @@ from cogworker_django import keys, locks
 
 from .unique_helpers import lock_of, queued, stop_keeping_data
 
+# Unique jobs behave the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 UE = tj.record.using(unique="until_executed")
 US = tj.record.using(unique="until_started")
 WE = tj.record.using(unique="while_executing")

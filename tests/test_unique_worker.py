@@ -4,12 +4,17 @@ should be, and accepted after."""
 import json
 import time
 
+import pytest
 from testapp import jobs as tj
 
 from cogworker_django import keys
 
 from .helpers import wait_until
 from .unique_helpers import lock_of
+
+# Unique jobs behave the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def stamps(r, prefix):

@@ -13,6 +13,10 @@ from cogworker_django.worker import failures
 
 from .helpers import wait_until
 
+# Retries and dead behave the same on a Redis Cluster: every test runs on both
+# (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def _members(r, key) -> list[dict]:
     return [json.loads(m) for m in r.zrange(key, 0, -1)]
