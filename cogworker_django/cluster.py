@@ -56,11 +56,14 @@ def build(url: str, options: dict[str, Any], where: str) -> RedisCluster:
 
 
 class Pipeline(ClusterPipeline):
-    """redis-py's cluster pipeline refuses some commands outright (TIME, MGET, PUBLISH, a
-    DEL of several keys: it can't know they are safe in general); ours are: every key of
-    this package hashes to one slot (keys.root), and a keyless TIME or PUBLISH may go to
-    any node. Sent as raw commands, the pipeline routes them by their first key, or
-    anywhere."""
+    """redis-py's cluster pipeline refuses some commands outright (TIME, MGET, PUBLISH,
+    EVALSHA, a DEL of several keys: it can't know they are safe in general); ours are:
+    every key of this package hashes to one slot (keys.root), and a keyless TIME or
+    PUBLISH may go to any node. Sent as raw commands, the pipeline routes them by their
+    first key (a script's by its first KEYS entry), or anywhere."""
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
 
     def delete(self, *names: Any) -> Any:
         return self.execute_command("DEL", *names)

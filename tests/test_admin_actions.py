@@ -14,7 +14,7 @@ from cogworker_django.api import quarantine as quarantine_api
 from .admin_support import fast_passwords_fixture, messages_of, post, url  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job, push, unique_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.cluster]  # cluster: tests/cluster_support.py
 
 
 def test_actions_are_post_only_and_csrf_checked(admin_client, admin_user, r):

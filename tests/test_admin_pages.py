@@ -14,7 +14,7 @@ from cogworker_django.api import quarantine as quarantine_api
 from .admin_support import PAGES, fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job, push
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.cluster]  # cluster: tests/cluster_support.py
 
 XSS = "<script>alert(1)</script>"
 

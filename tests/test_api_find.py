@@ -9,6 +9,9 @@ from cogworker_django.api import Outcome, Queue, find_job
 
 from .api_support import add_to, make_job, push, unique_job
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def test_a_jid_is_found_in_every_place_it_is(r):
     job = make_job("shop.jobs.charge", 7, queue="billing")

@@ -4,11 +4,16 @@ and every action (rule 2: added before removed; locks released when a job leaves
 import json
 import time
 
+import pytest
+
 from cogworker_django import keys
 from cogworker_django.api import DeadSet, Outcome, RetrySet, ScheduledSet
 from cogworker_django.api.jobs import requeue_route
 
 from .api_support import add_to, make_job, unique_job
+
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def test_pages_are_in_display_order(r):

@@ -4,12 +4,16 @@ quiet and stop through pub/sub, and stale registry members."""
 import json
 import time
 
+import pytest
 from testapp import jobs as tj
 
 from cogworker_django import keys
 from cogworker_django.api import AwaitingRecovery, ProcessSet, Workers
 
 from .helpers import wait_until
+
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def test_stale_members_are_skipped_and_pruned(r):

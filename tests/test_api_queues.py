@@ -3,10 +3,15 @@ pages, find, and clear (in batches, releasing the locks of the jobs it removes).
 
 import time
 
+import pytest
+
 from cogworker_django import keys
 from cogworker_django.api import Queue
 
 from .api_support import make_job, push, unique_job
+
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def test_overview_lists_known_and_paused_queues(r):

@@ -3,10 +3,15 @@
 import datetime as dt
 import time
 
+import pytest
+
 from cogworker_django import keys
 from cogworker_django.api import Stats
 
 from .api_support import add_to, make_job, push
+
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def test_totals_and_daily(r):

@@ -16,6 +16,9 @@ from cogworker_django.controls import limits
 
 from .helpers import wait_until
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
 
 

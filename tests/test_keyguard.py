@@ -10,6 +10,9 @@ import pytest
 from cogworker_django import keyguard, keys, stats
 from cogworker_django.api import quarantine as quarantine_api
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def _copies(r, key):
     return sorted(r.scan_iter(match=keyguard.glob_escape(keys.quarantine_prefix(key)) + "*"))

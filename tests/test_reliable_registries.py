@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from testapp import jobs as tj
 
 from cogworker_django import payload
 
 from .helpers import wait_until
+
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
 
 
 def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):

@@ -29,6 +29,9 @@ from cogworker_django.tasks_backend import CogworkerBackend  # noqa: E402
 
 from .helpers import free_port  # noqa: E402
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 BACKEND = "cogworker_django.tasks_backend.CogworkerBackend"
 
 

@@ -18,6 +18,9 @@ from cogworker_django.djtasks import store  # noqa: E402
 
 from .helpers import wait_until  # noqa: E402
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def finished(result, timeout=15.0):
     def done():

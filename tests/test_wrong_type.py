@@ -17,6 +17,9 @@ from cogworker_django.periodic.ticker import Ticker
 
 from .admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 
+# Every test also runs on a Redis Cluster (tests/cluster_support.py).
+pytestmark = pytest.mark.cluster
+
 
 def test_enqueue_names_the_key_of_the_wrong_type(r):
     r.set(keys.queue("default"), "someone SET this")
