@@ -472,3 +472,20 @@ def ignores_cancel(token=None):
     deadline = time.time() + 60
     while time.time() < deadline:
         time.sleep(0.05)
+
+
+# Redis Cluster failover (tests/test_cluster_failover.py) ---------------------------------
+
+
+@job
+def tally_elsewhere(url, key, token, seconds=0.0):
+    """Counts its run in a Redis that is not the cluster under test (the test kills the
+    master holding the jobs: counts kept there could go with it)."""
+    import redis
+
+    time.sleep(seconds)
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+    try:
+        client.hincrby(key, token, 1)
+    finally:
+        client.close()
