@@ -217,3 +217,9 @@ def test_with_cluster_each_name_is_the_same_under_the_tag(configure, cluster_url
     for name, before in plain.items():
         assert getattr(keys, name)() == "{cw}" + before[len("cw") :], name
     assert keys.quarantine(keys.dead(), 5, "ab") == "{cw}:quarantine:{cw}:dead:5:ab"
+
+
+def test_the_worker_says_at_boot_how_many_masters_answer(worker, cluster_url):
+    w = worker(redis_url=cluster_url, env={"COGWORKER_CLUSTER": "1"})
+    w.wait_for_log(r"INFO .*Redis Cluster at cluster redis://\S+ answers: 3 masters.*I001")
+    assert "WARNING" not in w.log().split("I001")[0].splitlines()[-1]

@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+from django.core import checks as dj_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
@@ -122,8 +123,11 @@ class Command(BaseCommand):
         # The deployment checks that need Redis run here too (an old Redis is reported
         # by the launcher as it falls back to basic fetch).
         for message in checks.redis_messages():
-            if message.id != "cogworker.W001":
-                log.warning("%s (%s)", message.msg, message.id)
+            if message.id == "cogworker.W001":
+                continue
+            # An Info (the cluster's shape, cogworker.I001) is not a warning.
+            level = logging.INFO if message.level < dj_checks.WARNING else logging.WARNING
+            log.log(level, "%s (%s)", message.msg, message.id)
 
         kwargs = dict(
             concurrency=concurrency,
