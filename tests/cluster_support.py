@@ -5,13 +5,13 @@ A test or module marked ``@pytest.mark.cluster`` runs twice, ``[single]`` and
 (``prefix``, ``cogworker_settings``, ``r``, ``worker``) follows. In cluster mode the
 prefix is a hash tag (``{t0123456789}``), so a test that spells a key as
 ``f"{prefix}:queue:default"`` names the same key the package builds (keys.root). The
-cluster is 3 masters started once per session by ``scripts/cluster``; without
+cluster is 3 masters started once per session by ``scripts/cluster`` (conftest's
+``local_cluster``); without
 ``redis-server`` the cluster half skips, saying so.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -61,9 +61,7 @@ class LocalCluster:
         subprocess.run([str(SCRIPT), "stop", "--dir", str(self.dir)], timeout=60, check=False)
 
     def client(self, **kwargs) -> RedisCluster:
-        return RedisCluster.from_url(
-            self.url, socket_timeout=10, socket_connect_timeout=2, **kwargs
-        )
+        return client(self.url, **kwargs)
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(
@@ -71,33 +69,6 @@ class LocalCluster:
         )
 
 
-_session: LocalCluster | None = None
-
-
-def session_cluster() -> LocalCluster:
-    """The session's cluster, started on first use (stopped by :func:`stop_session`)."""
-    global _session
-    if _session is None:
-        _session = LocalCluster.start()
-    return _session
-
-
-def stop_session() -> None:
-    global _session
-    if _session is not None and os.getpid() == _owner_pid:
-        _session.stop()
-    _session = None
-
-
-_owner_pid = os.getpid()
-
-
-def delete_prefix(client, root: str) -> None:
-    """Every key under ``root`` (on every master: the cluster client's SCAN walks them)."""
-    found = list(client.scan_iter(match=f"{_glob_escape(root)}:*", count=1000))
-    for start in range(0, len(found), 500):
-        client.delete(*found[start : start + 500])
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+def client(url: str, **kwargs) -> RedisCluster:
+    """A plain cluster client (the tests' own, not the package's)."""
+    return RedisCluster.from_url(url, socket_timeout=10, socket_connect_timeout=2, **kwargs)

@@ -39,10 +39,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("redis_mode", cluster_support.MODES, indirect=True)
 
 
-def pytest_sessionfinish(session):
-    cluster_support.stop_session()
-
-
 def _delete_prefix(client: redis.Redis, prefix: str) -> None:
     batch = []
     for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -67,10 +63,19 @@ def redis_mode(request) -> str:
     return getattr(request, "param", "single")
 
 
+@pytest.fixture(scope="session")
+def local_cluster():
+    """A 3-master Redis Cluster for the session, started on first use (a session
+    fixture: its teardown runs in every xdist worker that started one)."""
+    cluster = cluster_support.LocalCluster.start()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
-def redis_url(redis_mode) -> str:
+def redis_url(request, redis_mode) -> str:
     if redis_mode == "cluster":
-        return cluster_support.session_cluster().url
+        return request.getfixturevalue("local_cluster").url
     return MAIN_REDIS_URL
 
 
@@ -84,7 +89,7 @@ def prefix(redis_mode) -> str:
 
 def _plain_client(redis_mode: str, url: str, **kwargs):
     if redis_mode == "cluster":
-        return cluster_support.session_cluster().client(**kwargs)
+        return cluster_support.client(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
 
 

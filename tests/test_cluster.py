@@ -16,10 +16,8 @@ from .helpers import MAIN_REDIS_URL, free_port, run_command
 
 
 @pytest.fixture
-def cluster_url():
-    from .cluster_support import session_cluster
-
-    return session_cluster().url
+def cluster_url(local_cluster):
+    return local_cluster.url
 
 
 @pytest.mark.parametrize(
