@@ -57,6 +57,18 @@ class LocalCluster:
                 nodes[int(parts[0])] = parts[1]
         return cls(Path(fields["dir"]), fields["url"], nodes)
 
+    def restart(self, port: int) -> None:
+        """Start again a node that was killed (its data is gone: nothing on disk)."""
+        done = subprocess.run(
+            [str(SCRIPT), "restart", "--dir", str(self.dir), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"scripts/cluster restart failed:\n{done.stdout}{done.stderr}")
+
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", "--dir", str(self.dir)], timeout=60, check=False)
 

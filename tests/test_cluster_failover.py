@@ -128,3 +128,46 @@ def test_a_master_killed_mid_drain_fails_over_and_the_worker_carries_on(
     print(f"failover: {len(counts)} jobs ran, {len(repeated)} of them twice or more")
     wait_until(lambda: connection.get_client().llen(keys.queue("default")) == 0, 30)
     assert w.stop() == 0, w.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def bare_cluster():
+    cluster = LocalCluster.start(masters=3, replicas=0)
+    yield cluster
+    cluster.stop()
+
+
+def test_a_master_down_without_a_replica_is_an_outage_the_worker_rides_out(
+    bare_cluster, configure, worker, prefix
+):
+    """No replica to promote: every command fails (CLUSTERDOWN, refused connections,
+    the slot map reloaded without that master's slots) until the master is back. The
+    worker logs the outage once per component, never fails a job for it, and carries on
+    when the master returns (empty: nothing was kept on disk)."""
+    configure(REDIS_URL=bare_cluster.url, CLUSTER=True)
+    tally = f"{prefix}:test:outage"
+    w = worker(redis_url=bare_cluster.url, env={"COGWORKER_CLUSTER": "1"})
+    for i in range(20):
+        tj.tally_elsewhere.enqueue(MAIN_REDIS_URL, tally, f"before-{i}")
+    wait_until(lambda: len(tallies(tally)) == 20, 30, message="the first jobs run")
+    slot = key_slot(keys.root().encode())
+    port = slot_owner(bare_cluster, slot)
+    os.kill(node_pid(bare_cluster, port), signal.SIGKILL)
+    w.wait_for_log(r"Redis unavailable", timeout=30)
+    time.sleep(3)  # several heartbeats, polls and fetches against a cluster that is down
+    assert w.proc is not None and w.proc.poll() is None, w.log()[-3000:]
+    bare_cluster.restart(port)
+    deadline = time.monotonic() + 30
+    for i in range(20):
+        enqueue_through_outage(tally, f"after-{i}", deadline)
+    wait_until(lambda: len(tallies(tally)) == 40, 60, 0.2, message="the later jobs run")
+    w.wait_for_log(r"Redis recovered", timeout=30)
+    log = w.log()
+    # Rule 5: once per component while it lasts, never a line per retry, and nothing
+    # read as a deterministic error ("failed:") or a crashed thread.
+    outage = [line for line in log.splitlines() if "Redis unavailable" in line]
+    components = {line.split("cogworker_django: ", 1)[-1].split(":")[0] for line in outage}
+    print("\noutage lines:\n" + "\n".join(outage))
+    assert len(outage) <= 2 * len(components), "\n".join(outage)
+    assert " failed: " not in log and "Traceback" not in log, log[-4000:]
+    assert w.stop() == 0, w.log()[-3000:]
