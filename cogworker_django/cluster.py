@@ -132,6 +132,13 @@ def masters(client: Any) -> list[Any]:
     return list(real.get_primaries())
 
 
+def data_node(client: Any, key: str) -> redis.Redis:
+    """A client of the master serving ``key``'s slot now (for INFO about that server)."""
+    real = client.built() if isinstance(client, LazyCluster) else client
+    node = real.get_node_from_key(key)
+    return real.get_redis_connection(node)
+
+
 def describe(client: Any) -> str:
     """ "3 masters, 3 replicas, all 16384 slots served" (talks to the cluster)."""
     real = client.built() if isinstance(client, LazyCluster) else client

@@ -22,7 +22,7 @@ from django.core.signals import setting_changed
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import cluster, codec, conf, errors
+from . import cluster, codec, conf, errors, keys
 
 # The timeouts (defined in conf, which validates settings against them).
 from .conf import (
@@ -272,14 +272,23 @@ def describe_target() -> str:
     return mask_url(s.REDIS_URL)
 
 
+def _info(client: Any, section: str) -> dict[str, Any]:
+    """INFO of the server that holds the jobs: on a cluster, the master of the slot every
+    key of the prefix hashes to (cluster.data_node), not whichever node redis-py picks."""
+    client = client or get_client()
+    if cluster.is_cluster(client):
+        client = cluster.data_node(client, keys.root())
+    return dict(client.info(section))
+
+
 def server_version(client: redis.Redis | None = None) -> tuple[int, ...]:
-    info = (client or get_client()).info("server")
+    info = _info(client, "server")
     return tuple(int(p) for p in str(info.get("redis_version", "0")).split(".")[:3] if p.isdigit())
 
 
 def maxmemory_policy(client: redis.Redis | None = None) -> str | None:
     """From INFO (works where CONFIG is disabled, as on managed services)."""
-    info = (client or get_client()).info("memory")
+    info = _info(client, "memory")
     policy = info.get("maxmemory_policy")
     return str(policy) if policy is not None else None
 

@@ -221,3 +221,24 @@ def test_the_worker_says_at_boot_how_many_masters_answer(worker, cluster_url):
     w = worker(redis_url=cluster_url, env={"COGWORKER_CLUSTER": "1"})
     w.wait_for_log(r"INFO .*Redis Cluster at cluster redis://\S+ answers: 3 masters.*I001")
     assert "WARNING" not in w.log().split("I001")[0].splitlines()[-1]
+
+
+def test_the_redis_checks_read_the_master_that_holds_the_jobs(configure, local_cluster):
+    """maxmemory-policy, version and persistence are those of the master serving the
+    prefix's slot: an evicting policy on it is reported, one on another master is not
+    about the jobs."""
+    configure(REDIS_URL=local_cluster.url, CLUSTER=True)
+    client = connection.get_client()
+    holder = cluster.data_node(client, keys.root())
+    port = holder.connection_pool.connection_kwargs["port"]
+    others = [p for p, role in local_cluster.nodes.items() if role == "master" and p != port]
+    try:
+        local_cluster.node(others[0]).config_set("maxmemory-policy", "allkeys-lru")
+        assert "cogworker.W002" not in [m.id for m in checks.redis_messages()]
+        local_cluster.node(port).config_set("maxmemory-policy", "allkeys-lru")
+        assert connection.maxmemory_policy() == "allkeys-lru"
+        assert "cogworker.W002" in [m.id for m in checks.redis_messages()]
+        assert connection.server_version() >= (6, 2)
+    finally:
+        for p in (port, *others):
+            local_cluster.node(p).config_set("maxmemory-policy", "noeviction")
