@@ -11,6 +11,7 @@ from redis.crc import key_slot
 from testapp import jobs as tj
 
 from cogworker_django import checks, cluster, conf, connection, errors, keys
+from cogworker_django.api.server import RedisServer
 
 from .helpers import MAIN_REDIS_URL, free_port, run_command
 
@@ -239,6 +240,12 @@ def test_the_redis_checks_read_the_master_that_holds_the_jobs(configure, local_c
         assert connection.maxmemory_policy() == "allkeys-lru"
         assert "cogworker.W002" in [m.id for m in checks.redis_messages()]
         assert connection.server_version() >= (6, 2)
+        local_cluster.node(others[0]).config_set("appendonly", "yes")
+        assert RedisServer().persistence().none  # another master's AOF keeps no job
+        local_cluster.node(port).config_set("appendonly", "yes")
+        assert RedisServer().persistence().aof is True
     finally:
+        for p in (port, *others):
+            local_cluster.node(p).config_set("appendonly", "no")
         for p in (port, *others):
             local_cluster.node(p).config_set("maxmemory-policy", "noeviction")

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from .. import cluster, keys
 from ._util import client, text
 
 
@@ -37,6 +38,8 @@ class RedisServer:
         services, ACLs), ``INFO persistence`` tells whether AOF is on, and RDB stays
         unknown (those services snapshot on their own terms)."""
         conn = conn or client()
+        if cluster.is_cluster(conn):  # the master that holds the jobs (one slot)
+            conn = cluster.data_node(conn, keys.root())
         try:
             save = conn.config_get("save")
             appendonly = conn.config_get("appendonly")
