@@ -41,6 +41,9 @@ def test_a_run_killed_with_its_worker_counts_as_an_attempt(worker):
     first.signal(signal.SIGKILL)
     first.wait(10)
     second = worker()  # recovers the orphan after ORPHAN_THRESHOLD, and runs it again
+    # Recovery comes a full threshold after the second worker has booted and watched
+    # (rule 13): wait for it by its log line, then for the run it leads to.
+    second.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=45)
     finished(result, timeout=20)
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 2
     assert result.worker_ids == [identity(first), identity(second)]

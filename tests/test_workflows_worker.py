@@ -84,8 +84,10 @@ def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(worker, r
     assert [m.state for m in api.Batches().members(batch.bid)] == ["succeeded", "dead"]
     assert [e["x"] for e in trace(r) if e["kind"] == "add"] == [1]
     connection.get_client().set(f"{prefix}:test:wf:fixed", "1")
-    record = api.DeadSet().find(failure.jid)
-    assert record is not None and record.job["args"] == [2]
+    # The batch counts the step dead when it fails for good, just before the step is
+    # filed in the dead set: wait for the filing.
+    record = wait_until(lambda: api.DeadSet().find(failure.jid), 10, message="the dead step")
+    assert record.job["args"] == [2]
     api.DeadSet().retry(record)
     wait_until(lambda: api.Batches().get(batch.bid).state == "succeeded", 30, message="resumed")
     assert [(e["x"], e["y"]) for e in trace(r) if e["kind"] == "add"] == [(1, 1), (2, 5)]
