@@ -13,7 +13,7 @@ from testapp import jobs as tj
 from cogworker_django import checks, cluster, conf, connection, errors, keys
 from cogworker_django.api.server import RedisServer
 
-from .helpers import MAIN_REDIS_URL, free_port, run_command
+from .helpers import MAIN_REDIS_URL, free_port, run_command, wait_until
 
 
 @pytest.fixture
@@ -249,3 +249,24 @@ def test_the_redis_checks_read_the_master_that_holds_the_jobs(configure, local_c
             local_cluster.node(p).config_set("appendonly", "no")
         for p in (port, *others):
             local_cluster.node(p).config_set("maxmemory-policy", "noeviction")
+
+
+def test_a_fetch_over_weighted_queues_stays_one_script_call(configure, worker, local_cluster):
+    """Every queue of a prefix is in one slot, so one fetch script reads them all in
+    weighted order and carries the acks: at most one EVALSHA per job on a cluster too
+    (counted by the master that holds the prefix, from its own commandstats)."""
+    configure(REDIS_URL=local_cluster.url, CLUSTER=True)
+    for q in ("a", "b", "c"):
+        tj.record.using(queue=q).enqueue_many([(f"{q}-{i}",) for i in range(200)])
+    holder = cluster.data_node(connection.get_client(), keys.root())
+    holder.config_resetstat()
+    worker(
+        redis_url=local_cluster.url,
+        env={"COGWORKER_CLUSTER": "1"},
+        settings={"QUEUES": ["a:3", "b:2", "c"], "CONCURRENCY": 5},
+    )
+    runs = connection.get_client()
+    wait_until(lambda: runs.hlen(tj.runs_key()) == 600, 60, 0.1, message="600 jobs run")
+    calls = holder.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    print(f"\ncluster: {calls / 600:.2f} EVALSHA per job over 3 weighted queues")
+    assert calls / 600 <= 1.1, calls
