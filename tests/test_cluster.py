@@ -4,6 +4,8 @@ Everything here talks to a real local cluster (tests/cluster_support.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -270,3 +272,22 @@ def test_a_fetch_over_weighted_queues_stays_one_script_call(configure, worker, l
     calls = holder.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
     print(f"\ncluster: {calls / 600:.2f} EVALSHA per job over 3 weighted queues")
     assert calls / 600 <= 1.1, calls
+
+
+def test_a_forked_child_builds_its_own_cluster_client(configure, local_cluster):
+    """--processes forks workers: a child must never share the parent's sockets."""
+    configure(REDIS_URL=local_cluster.url, CLUSTER=True)
+    parent = connection.get_client()
+    assert parent.ping()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = connection.get_client()
+            ok = child is not parent and child.ping()
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert connection.get_client() is parent
