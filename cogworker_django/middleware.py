@@ -19,6 +19,14 @@ A server middleware wraps every run inside the worker::
 
 Both are configured as dotted paths in ``COGWORKER["MIDDLEWARE"]``; a class is
 instantiated once with no arguments, any other callable is used as it is.
+
+The worker's built-in server middleware say when they have work to do, so that a run
+that needs none of them does not pass through them (worker/processor.RunChain, which
+chooses a run's links once, from its payload): ``payload_fields``, the payload fields
+whose (truthy) presence is the only thing that makes it act; ``active``, False when this
+process's settings leave it nothing to do for any run; ``active_now()``, asked before each
+run when that can change while the worker runs (the log level). The user's middleware is
+in every run's chain, whatever attributes it has.
 """
 
 from __future__ import annotations
@@ -87,9 +95,15 @@ def run_server_chain(
     queue: str,
     perform: Callable[[], Any],
 ) -> Any:
+    n = len(chain)
+    if n == 0:
+        return perform()
+    if n == 1:
+        return chain[0](job, queue, perform)
+
     def call(i: int) -> Any:
-        if i == len(chain):
-            return perform()
+        if i == n - 1:
+            return chain[i](job, queue, perform)
         return chain[i](job, queue, lambda: call(i + 1))
 
     return call(0)

@@ -22,6 +22,11 @@ class RunLogMiddleware:
     """Built-in server middleware (outside the job's own middleware, so the duration is
     what the worker spent on the run)."""
 
+    @staticmethod
+    def active_now() -> bool:
+        """Asked before each run (RunChain): at INFO the run does not pass through it."""
+        return log.isEnabledFor(logging.DEBUG)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         if not log.isEnabledFor(logging.DEBUG):
             return run()

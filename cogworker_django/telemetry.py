@@ -246,6 +246,11 @@ class TelemetryMiddleware:
 
             self.tracer = tracing.tracer()
 
+    @property
+    def active(self) -> bool:
+        """False without metrics and OTEL: no run passes through it (RunChain)."""
+        return self.metrics is not None or self.tracer is not None
+
     def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         if self.tracer is not None:
             from . import tracing

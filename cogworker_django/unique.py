@@ -122,6 +122,8 @@ def is_last_attempt(job: dict[str, Any]) -> bool:
 class UniqueMiddleware:
     """Server side of unique jobs (see the module docstring). Built in, outermost."""
 
+    payload_fields = ("unique",)  # a run without one passes through (RunChain skips it)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
         mode = job.get("unique")
         key = lock_key(job)

@@ -199,6 +199,8 @@ class LimitsMiddleware:
     """Built-in server middleware: the limiters of ``@job(limits=[...])`` around the run.
     A no-op for a job that names none."""
 
+    payload_fields = ("limits",)  # (RunChain skips it for a job that names none)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
         names = job.get("limits")
         if not names:

@@ -15,6 +15,8 @@ from . import KIND
 
 
 class TaskResultMiddleware:
+    payload_fields = ("kind",)  # only a "task" payload has work here (RunChain)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         if job.get("kind") != KIND:
             return run()

@@ -175,6 +175,11 @@ class HistoryMiddleware:
     def __init__(self) -> None:
         self.enabled = enabled()
 
+    @property
+    def active(self) -> bool:
+        """False with history off: no run of this process passes through it (RunChain)."""
+        return self.enabled
+
     def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
         if not self.enabled:
             return run()

@@ -81,6 +81,8 @@ class RunningLockMiddleware(ServerMiddleware):
     """Built-in server middleware: the run's side of the lifecycle above. A no-op for
     any job that is not a run of an ``until_executed`` entry."""
 
+    payload_fields = ("periodic_until_executed",)  # (RunChain skips it for any other)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Any) -> Any:
         held = held_lock(job)
         if held is None:

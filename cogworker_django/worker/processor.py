@@ -83,9 +83,60 @@ class Dropped:
         self.reason = reason
 
 
+def builtin_chain() -> tuple[Any, ...]:
+    return tuple(import_string(p)() for p in BUILTIN_SERVER_MIDDLEWARE)
+
+
 def server_chain() -> tuple[Any, ...]:
-    builtin = tuple(import_string(p)() for p in BUILTIN_SERVER_MIDDLEWARE)
-    return builtin + middleware.server_middleware()
+    return builtin_chain() + middleware.server_middleware()
+
+
+class RunChain:
+    """One processor's server chain, with each run's links chosen once, before the run,
+    from what the middleware declare (middleware.py): a built-in that has nothing to do
+    for a run is not in its chain at all (no frame, no closure), instead of being called
+    to pass it through. Inactive ones (history off, no metrics or OTEL) are dropped once
+    here; the others by the payload fields they act on, and the run log by the log level
+    at the run's start. The order of what is left never changes, and the user's
+    middleware (``user``, innermost) is in every chain, whatever attributes it has. The
+    chosen chains are kept per combination (a handful per process: plain jobs, unique
+    ones, batch members).
+    """
+
+    def __init__(self, builtin: tuple[Any, ...], user: tuple[Any, ...] = ()) -> None:
+        builtin = tuple(m for m in builtin if getattr(m, "active", True))
+        self.full = builtin + tuple(user)
+        self._fields = frozenset(
+            f for m in builtin for f in (getattr(m, "payload_fields", None) or ())
+        )
+        self._selective = len(builtin)  # only the built-ins are ever left out
+        self._dynamic = tuple(i for i, m in enumerate(builtin) if hasattr(m, "active_now"))
+        self._chosen: dict[tuple[frozenset[str], tuple[bool, ...]], tuple[Any, ...]] = {}
+        self._none: frozenset[str] = frozenset()
+
+    def links(self, job: dict[str, Any]) -> tuple[Any, ...]:
+        """The middleware a run of ``job`` passes through, outermost first."""
+        present = job.keys() & self._fields
+        fields = frozenset(f for f in present if job[f]) if present else self._none
+        full = self.full
+        key = (fields, tuple(full[i].active_now() for i in self._dynamic))
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._chosen[key] = self._choose(fields, key[1])
+        return chosen
+
+    def _choose(self, fields: frozenset[str], now: tuple[bool, ...]) -> tuple[Any, ...]:
+        inactive = {i for i, active in zip(self._dynamic, now, strict=True) if not active}
+        chosen = []
+        for i, m in enumerate(self.full):
+            if i < self._selective:
+                wanted = getattr(m, "payload_fields", None)
+                if wanted is not None and not fields.intersection(wanted):
+                    continue
+                if i in inactive:
+                    continue
+            chosen.append(m)
+        return tuple(chosen)
 
 
 class Processor:
@@ -117,7 +168,7 @@ class Processor:
         self.abandoned = False
         self._performing: Work | None = None
         self._job_of_run: dict[str, Any] | None = None  # the run's job dict (its leases' key)
-        self._chain = server_chain()
+        self._chain = RunChain(builtin_chain(), middleware.server_middleware())
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -241,7 +292,8 @@ class Processor:
         try:
             if self.watchdog is None:
                 return jobs.perform(job, runner)
-            return self.watchdog.run(self, work, job, lambda r: jobs.perform(job, r), runner)
+            # The job is this thread's current one already (process: jobs.running).
+            return self.watchdog.run(self, work, job, runner)
         finally:
             self._end_perform(work)
 
@@ -282,9 +334,13 @@ class Processor:
             return self._expired(job, queue, now)
         close_old_connections()
         try:
-            middleware.run_server_chain(
-                self._chain, job, queue, lambda: self._perform(job, work, runner)
-            )
+            links = self._chain.links(job)
+            if links:
+                middleware.run_server_chain(
+                    links, job, queue, lambda: self._perform(job, work, runner)
+                )
+            else:
+                self._perform(job, work, runner)
             return None
         except middleware.Reschedule as r:
             return "schedule", time.time() + failures.reschedule_delay(r)

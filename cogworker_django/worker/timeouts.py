@@ -78,8 +78,7 @@ class Watched:
         self.work = work
         self.job = job
         self.state = state
-        now = time.monotonic()
-        self.deadline = now + state.timeout if state.timeout else None
+        self.deadline = time.monotonic() + state.timeout if state.timeout else None
         self.cancel_at: float | None = None
         self.armed = False
         self.firing = False
@@ -106,15 +105,11 @@ class Watchdog:
 
     # The job's side -----------------------------------------------------------------------
 
-    def run(
-        self,
-        processor: Any,
-        work: Any,
-        job: dict[str, Any],
-        call: Callable[[Any], Any],
-        runner: Any,
-    ) -> Any:
-        """``call(runner)`` (jobs.perform) under this run's time limit and cancellation."""
+    def run(self, processor: Any, work: Any, job: dict[str, Any], runner: Any) -> Any:
+        """``runner()`` (what jobs.resolve made of ``job``; an ``async def`` job's
+        coroutine awaited on its own event loop) under this run's time limit and
+        cancellation. The caller has made ``job`` the thread's current job
+        (jobs.running)."""
         timeout = options.run_timeout(job, conf.get().DEFAULT_TIMEOUT)
         state = runtime.RunState(str(job.get("jid")), str(job.get("func")), timeout)
         w = Watched(processor, work, job, state)
@@ -122,7 +117,10 @@ class Watchdog:
         try:
             self._runs[id(w)] = w
             w.armed = True  # from here an interruption may come: inside the try
-            return call(self._wrap(w, runner))
+            result = runner()
+            if inspect.isawaitable(result):
+                return self._run_async(w, result)
+            return result
         finally:
             self._disarm(w)
             runtime.bind(previous)
@@ -139,16 +137,6 @@ class Watchdog:
                 return
             except (JobTimeout, JobCancelled):
                 continue  # delivered after the job returned: meant for the job, not us
-
-    def _wrap(self, w: Watched, runner: Any) -> Any:
-        def run() -> Any:
-            result = runner()
-            if inspect.isawaitable(result):
-                return self._run_async(w, result)
-            return result
-
-        run.task = getattr(runner, "task", None)  # type: ignore[attr-defined]
-        return run
 
     def _run_async(self, w: Watched, awaitable: Any) -> Any:
         async def main() -> Any:

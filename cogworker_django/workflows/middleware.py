@@ -36,6 +36,8 @@ RESCHEDULE_DELAY = 5.0
 class BatchMiddleware:
     """Built into every worker's server chain (innermost of the built-ins)."""
 
+    payload_fields = ("bid", "results_of")  # a job in no batch passes through (RunChain)
+
     def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         results_of = job.get("results_of")
         if isinstance(results_of, str) and results_of:
