@@ -31,6 +31,9 @@ from . import errors
 SLOTS = 16384
 
 _NOT_A_CLUSTER = "Cluster mode is not enabled"
+# What redis-py's constructor says (inside its "cannot be connected") when the nodes
+# answered and refused the credentials: not an outage, and the check says so.
+_REFUSED = ("invalid username-password", "wrongpass", "noauth", "authentication required", "noperm")
 
 
 class NotACluster(errors.CogworkerError, ImproperlyConfigured):
@@ -40,7 +43,8 @@ class NotACluster(errors.CogworkerError, ImproperlyConfigured):
 
 def build(url: str, options: dict[str, Any], where: str) -> RedisCluster:
     """A connected ``RedisCluster`` from ``url`` (any node): ``NotACluster`` when the
-    node answers without cluster mode, ``redis.ConnectionError`` when no node answers."""
+    node answers without cluster mode, ``redis.AuthenticationError`` when it refuses the
+    credentials, ``redis.ConnectionError`` when no node answers."""
     try:
         return RedisCluster.from_url(url, **options)
     except RedisClusterException as exc:
@@ -51,6 +55,10 @@ def build(url: str, options: dict[str, Any], where: str) -> RedisCluster:
                 "(cluster mode is not enabled on it). Set CLUSTER to False for a single Redis, "
                 "or point REDIS_URL at a node of the cluster."
             ) from None
+        if any(marker in text.lower() for marker in _REFUSED):
+            raise redis.AuthenticationError(
+                f"Redis Cluster at {where} refused the credentials: {text}"
+            ) from exc
         # The constructor's "cannot be connected" wraps what each node said: an outage.
         raise redis.ConnectionError(f"Redis Cluster at {where} cannot be reached: {text}") from exc
 

@@ -291,3 +291,27 @@ def test_a_forked_child_builds_its_own_cluster_client(configure, local_cluster):
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
     assert connection.get_client() is parent
+
+
+@pytest.fixture
+def cluster_user(local_cluster):
+    """A user ``cw`` (password ``right``) on every node of the session's cluster."""
+    for port in local_cluster.nodes:
+        local_cluster.node(port).execute_command(
+            "ACL", "SETUSER", "cw", "on", ">right", "~*", "+@all"
+        )
+    yield
+    for port in local_cluster.nodes:
+        local_cluster.node(port).execute_command("ACL", "DELUSER", "cw")
+
+
+def test_refused_credentials_are_said_so_not_unreachable(configure, local_cluster, cluster_user):
+    port = next(iter(local_cluster.nodes))
+    configure(REDIS_URL=f"redis://cw:wrong@127.0.0.1:{port}/0", CLUSTER=True)
+    with pytest.raises(redis.AuthenticationError, match="refused the credentials"):
+        connection.get_client().ping()
+    [message] = checks.redis_messages()
+    assert message.id == "cogworker.E002" and "refused cogworker's credentials" in message.msg
+    assert "wrong" not in message.msg  # the password is masked
+    configure(REDIS_URL=f"redis://cw:right@127.0.0.1:{port}/0")
+    assert connection.get_client().ping() is True
