@@ -43,6 +43,19 @@ FAST_SETTINGS: dict[str, Any] = {
 }
 
 
+def after_boot_key_guard(r: redis.Redis, prefix: str) -> None:
+    """Return once a just-started worker's key guard has made its boot pass, so a test
+    can break keys that it must then leave broken. The pass runs after the poller's first
+    poll: wait for two polls, each moving a due job (``record`` of "poll1", "poll2") that
+    then runs. Tests counting runs count these two."""
+    from cogworker_django import payload
+
+    for token in ("poll1", "poll2"):
+        due = payload.build("testapp.jobs.record", [token], queue="default")
+        r.zadd(f"{prefix}:schedule", {payload.encode(due): time.time() - 1})
+        wait_until(lambda t=token: r.hget(f"{prefix}:test:runs", t) == "1", 15, message=token)
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 10.0,

@@ -4,26 +4,14 @@ must succeed; every other write is its own best-effort step. Jobs still run."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import payload
-
-from .helpers import wait_until
+from .helpers import after_boot_key_guard, wait_until
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
 pytestmark = pytest.mark.cluster
-
-
-def _wait_for_the_key_guards_boot_pass(r, prefix) -> None:
-    # Its boot pass runs at the end of the poller's first poll: wait for two polls (each
-    # moves a due job) so it is done before a test breaks keys (it would move them aside).
-    for token in ("poll1", "poll2"):
-        due = payload.build("testapp.jobs.record", [token], queue="default")
-        r.zadd(f"{prefix}:schedule", {payload.encode(due): time.time() - 1})
-        wait_until(lambda t=token: r.hget(f"{prefix}:test:runs", t) == "1", 10, message=token)
 
 
 def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
@@ -31,7 +19,7 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
     # heartbeat itself is what is tested.
     w = worker(settings={"KEYGUARD_INTERVAL": 3600})
     (ident,) = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
-    _wait_for_the_key_guards_boot_pass(r, prefix)
+    after_boot_key_guard(r, prefix)
     wrong = ("processes", "queues", "last_beat", "inprogress_ids", "live_queues", "paused")
     for name in wrong:
         r.delete(f"{prefix}:{name}")
@@ -56,7 +44,7 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
 
 def test_wrong_type_queue_does_not_stop_other_queues(worker, r, prefix):
     w = worker(args=["-q", "broken:5", "-q", "default"], settings={"KEYGUARD_INTERVAL": 3600})
-    _wait_for_the_key_guards_boot_pass(r, prefix)  # the "started" line comes before it
+    after_boot_key_guard(r, prefix)  # the "started" line comes before it
     r.set(f"{prefix}:queue:broken", "not a list")
     tj.record.enqueue_many([(f"ok{i}",) for i in range(5)])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2 + 5, 10, message="default still runs")
