@@ -4,11 +4,12 @@ All keys live under ``COGWORKER["PREFIX"]`` (``P`` below), so two prefixes on on
 Redis never see each other's keys. Nothing else in the package builds a key name.
 
 With ``COGWORKER["CLUSTER"]`` on, the root of every name is the prefix as a Redis
-Cluster hash tag, ``{P}`` (a PREFIX that already is one, ``{P}``, is used as given):
-every key hashes to one slot, so each Lua script, MULTI and multi-key command touches
-one slot, as Redis Cluster requires (docs/cluster.md says why one tag and not one per
-queue). With it off the names are exactly what they always were (an upgrade must not
-orphan jobs in flight: tests/test_keys.py pins them).
+Cluster hash tag, ``{P}`` (a PREFIX that already holds one, ``{P}`` or ``app:{P}``, is
+used as given): every key hashes to one slot, so each Lua script, MULTI and multi-key
+command touches one slot, as Redis Cluster requires (docs/cluster.md says why one tag
+and not one per queue). With it off the names are exactly what they always were (an
+upgrade must not orphan jobs in flight: tests/test_cluster.py pins every one).
+
 The key guard reads :func:`fixed_types` (and knows the types of the per-queue,
 per-process and per-entry keys) for what type each key must hold.
 """
