@@ -34,10 +34,13 @@ def identity(w):
     return w.log().split("identity=")[1].split()[0]
 
 
-def test_a_run_killed_with_its_worker_counts_as_an_attempt(worker):
+def test_a_run_killed_with_its_worker_counts_as_an_attempt(worker, r):
     result = tt.slow_first_run.enqueue("killed")
     first = worker()
     wait_until(lambda: tt.slow_first_run.get_result(result.id).status == "RUNNING", 10)
+    # RUNNING is written before the function starts: wait for its first run's count too,
+    # or the run after the kill is the "first" and sleeps its 30 s.
+    wait_until(lambda: r.hget(tt.test_key("runs"), "killed") == "1", 10, message="first run")
     first.signal(signal.SIGKILL)
     first.wait(10)
     second = worker()  # recovers the orphan after ORPHAN_THRESHOLD, and runs it again
