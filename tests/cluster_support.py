@@ -39,16 +39,10 @@ class LocalCluster:
     def start(cls, masters: int = 3, replicas: int = 0) -> LocalCluster:
         if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
             pytest.skip("redis-server / redis-cli not installed: no local Redis Cluster")
-        done = subprocess.run(
-            [str(SCRIPT), "start", "--masters", str(masters), "--replicas", str(replicas)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        out = _run_script(
+            "start", "--masters", str(masters), "--replicas", str(replicas), timeout=120
         )
-        if done.returncode != 0:
-            raise RuntimeError(f"scripts/cluster start failed:\n{done.stdout}{done.stderr}")
-        lines = done.stdout.splitlines()
+        lines = out.splitlines()
         fields = dict(line.split("=", 1) for line in lines if "=" in line)
         nodes: dict[int, str] = {}
         for line in lines:
@@ -59,15 +53,7 @@ class LocalCluster:
 
     def restart(self, port: int) -> None:
         """Start again a node that was killed (its data is gone: nothing on disk)."""
-        done = subprocess.run(
-            [str(SCRIPT), "restart", "--dir", str(self.dir), "--port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"scripts/cluster restart failed:\n{done.stdout}{done.stderr}")
+        _run_script("restart", "--dir", str(self.dir), "--port", str(port), timeout=60)
 
     def stop(self) -> None:
         subprocess.run([str(SCRIPT), "stop", "--dir", str(self.dir)], timeout=60, check=False)
@@ -79,6 +65,16 @@ class LocalCluster:
         return redis.Redis(
             port=port, socket_timeout=5, socket_connect_timeout=1, decode_responses=True
         )
+
+
+def _run_script(command: str, *args: str, timeout: float) -> str:
+    """Run scripts/cluster COMMAND ARGS; its stdout, or an error carrying all it printed."""
+    done = subprocess.run(
+        [str(SCRIPT), command, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/cluster {command} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
 
 
 def client(url: str, **kwargs) -> RedisCluster:

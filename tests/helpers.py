@@ -56,6 +56,31 @@ def after_boot_key_guard(r: redis.Redis, prefix: str) -> None:
         wait_until(lambda t=token: r.hget(f"{prefix}:test:runs", t) == "1", 15, message=token)
 
 
+def forked_child_gets_its_own_client() -> bool:
+    """Fork; in the child, ask ``connection.get_client()`` for a client and ping it. True
+    when the child's client was not the parent's object and answered; the parent's own
+    client must still be the cached one afterwards (--processes forks workers: a child
+    must never share its parent's sockets)."""
+    from cogworker_django import connection
+
+    parent = connection.get_client()
+    assert parent.ping()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = connection.get_client()
+            ok = child is not parent and child.ping()
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    answered = os.read(read, 1) == b"1"
+    os.close(read)
+    os.close(write)
+    return answered and connection.get_client() is parent
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 10.0,

@@ -4,8 +4,6 @@ Everything here talks to a real local cluster (tests/cluster_support.py)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
@@ -15,7 +13,13 @@ from testapp import jobs as tj
 from cogworker_django import checks, cluster, conf, connection, errors, keys
 from cogworker_django.api.server import RedisServer
 
-from .helpers import MAIN_REDIS_URL, free_port, run_command, wait_until
+from .helpers import (
+    MAIN_REDIS_URL,
+    forked_child_gets_its_own_client,
+    free_port,
+    run_command,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -277,20 +281,7 @@ def test_a_fetch_over_weighted_queues_stays_one_script_call(configure, worker, l
 def test_a_forked_child_builds_its_own_cluster_client(configure, local_cluster):
     """--processes forks workers: a child must never share the parent's sockets."""
     configure(REDIS_URL=local_cluster.url, CLUSTER=True)
-    parent = connection.get_client()
-    assert parent.ping()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = connection.get_client()
-            ok = child is not parent and child.ping()
-            os.write(write, b"1" if ok else b"0")
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(read, 1) == b"1"
-    assert connection.get_client() is parent
+    assert forked_child_gets_its_own_client()
 
 
 @pytest.fixture

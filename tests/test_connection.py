@@ -1,7 +1,6 @@
 """The Redis connection: timeouts always set, one pool per process, rebuilt after fork,
 clear errors when Redis is away, passwords masked."""
 
-import os
 import threading
 import time
 
@@ -14,7 +13,7 @@ from testapp import jobs as tj
 
 from cogworker_django import connection, keys
 
-from .helpers import MAIN_REDIS_URL, free_port
+from .helpers import MAIN_REDIS_URL, forked_child_gets_its_own_client, free_port
 
 
 def test_one_client_per_process():
@@ -40,20 +39,7 @@ def test_redis_options_are_passed_to_the_client(configure):
 
 
 def test_rebuilt_after_fork():
-    parent = connection.get_client()
-    parent.ping()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            child = connection.get_client()
-            ok = child is not parent and child.ping()
-            os.write(w, b"1" if ok else b"0")
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(r, 1) == b"1"
-    assert connection.get_client() is parent
+    assert forked_child_gets_its_own_client()
 
 
 def test_stopped_redis_gives_a_clear_error_within_the_timeout(redis_server, configure):
