@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -87,12 +87,25 @@ def _is_scheduled(job: dict[str, Any], now: float) -> bool:
     return at is not None and float(at) > now
 
 
-def push(job: dict[str, Any]) -> str | None:
+class FinalWrite(Protocol):
+    """Replaces the last step of a push (periodic/claims.py: a claimed slot's job is
+    pushed and its claim record removed in one script). ``plain(queue, data)`` makes the
+    push on the plain path (an LPUSH otherwise); ``other()`` is called before any other
+    path. Either returns False to push nothing (the push then returns None)."""
+
+    def plain(self, queue: str, data: str) -> bool: ...
+
+    def other(self) -> bool: ...
+
+
+def push(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
     """Push one job through the client middleware; returns its jid, or None if a
     middleware stopped it or it is a duplicate of a unique job. A key of the wrong type
-    raises :class:`WrongKeyType`, naming it."""
+    raises :class:`WrongKeyType`, naming it. ``final``: see :class:`FinalWrite`."""
     try:
-        return middleware.run_client_chain(job, _push_one)
+        if final is None:
+            return middleware.run_client_chain(job, _push_one)
+        return middleware.run_client_chain(job, lambda j: _push_final(j, final))
     except redis.ResponseError as exc:
         named = wrong_key_type(exc, job)
         if named is None:
@@ -115,6 +128,27 @@ def _member_pusher(which: str) -> Callable[..., Any]:
     if pusher is None:
         raise RuntimeError("a batch member needs cogworker_django.workflows imported")
     return pusher
+
+
+def _push_final(job: dict[str, Any], final: FinalWrite) -> str | None:
+    """The last step of a push made through ``final``: the plain path (an immediate,
+    unprioritised, non-unique job outside a batch and a test-mode sink) through
+    ``final.plain``, every other one after ``final.other``."""
+    plain = not (
+        job.get("bid")
+        or active_sink() is not None
+        or job.get("unique") in ("until_executed", "until_started")
+        or _is_scheduled(job, time.time())
+    )
+    if plain:
+        job.pop("at", None)
+        job["enqueued_at"] = time.time()
+        plain = not priority.routes(job)
+    if not plain:
+        return _push_one(job) if final.other() else None
+    if not final.plain(job["queue"], payload.encode(job)):
+        return None
+    return job["jid"]
 
 
 def _push_one(job: dict[str, Any]) -> str | None:

@@ -97,6 +97,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
         types[keys.work(ident)] = "hash"
     for ident in inprogress_ids:
         types[keys.inprogress(ident)] = "list"
+        types[keys.periodic_claims(ident)] = "hash"
     for entry in entries:
         types[keys.periodic_last_slot(entry)] = "string"
         types[keys.periodic_running(entry)] = "string"

@@ -149,6 +149,10 @@ def periodic_running(name: str) -> str:  # string: owner jid
     return _k("periodic", "running", name)
 
 
+def periodic_claims(identity: str) -> str:  # hash: "<slot>:<name>" -> claim not yet pushed
+    return _k("periodic", "claims", identity)
+
+
 def result(task_id: str) -> str:  # hash: django.tasks result
     return _k("result", task_id)
 

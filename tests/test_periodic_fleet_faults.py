@@ -3,7 +3,8 @@ an every-second entry while one is SIGKILLed between claiming a slot and pushing
 run (testapp.faults.KillOnPeriodicPush), one is SIGSTOPped across slots, and Redis is
 paused (CLIENT PAUSE, a private redis-server). Pushes are counted by jid: a run
 recovered from a killed worker is the same push run again, a second jid for one slot is
-a second push."""
+a second push. The killed claimer's slot is pushed by orphan recovery from its claim
+record (periodic/claims.py), under the jid the claim was made for."""
 
 from __future__ import annotations
 
@@ -56,6 +57,8 @@ def test_every_slot_pushed_once_through_a_kill_a_stop_and_a_pause(
     ((killed_slot, killed_pid),) = wait_until(lambda: killed(c, prefix), 10, message="a kill")
     (victim,) = [w for w in workers if w.pid == killed_pid]
     assert victim.proc.wait(10) == -signal.SIGKILL
+    claimed_as = c.get(f"{prefix}:periodic:lock:every-second:{killed_slot}")
+    assert claimed_as and killed_slot not in pushes(c, prefix)  # claimed, never pushed
     workers = [w for w in workers if w is not victim] + [start()]
     wait_until(lambda: _fired_past(c, prefix, killed_slot + 2), 10, message="slots after it")
 
@@ -76,28 +79,34 @@ def test_every_slot_pushed_once_through_a_kill_a_stop_and_a_pause(
     last = int(resumed_at) + 4
     time.sleep(0.5)  # a second push of the last slots, if any, would have run by now
 
+    # The killed process's claim stands (the others found the slot taken) and orphan
+    # recovery pushes its job once the process has missed ORPHAN_THRESHOLD: late, not
+    # lost, and under the claim's own jid.
+    wait_until(lambda: killed_slot in pushes(c, prefix), 30, message="the killed claim's job")
     seen = pushes(c, prefix)
     assert {s: j for s, j in seen.items() if len(j) != 1} == {}, "slots pushed twice"
     assert killed(c, prefix) == [(killed_slot, killed_pid)]
-    # The killed process's claim stands and its run never existed: that slot alone is
-    # lost (the others found it taken); the next slot fires as usual.
-    assert killed_slot not in seen
+    assert seen[killed_slot] == {claimed_as}
     assert killed_slot + 1 in seen
+    assert any("had claimed but not pushed" in w.log() for w in workers)
+    assert not c.keys(f"{prefix}:periodic:claims:*"), "a claim record left behind"
     in_pause = set(range(int(paused_at), int(resumed_at) + 2))
-    missing = [s for s in range(first, last + 1) if s not in seen and s != killed_slot]
+    missing = [s for s in range(first, last + 1) if s not in seen]
     assert [s for s in missing if s not in in_pause] == [], (missing, paused_at)
     for w in workers:
         assert w.proc.poll() is None, w.log()[-3000:]
         assert "Traceback" not in w.log(), w.log()[-3000:]
 
 
-def test_an_until_executed_entry_fires_again_after_a_kill_between_claim_and_push(
+def test_an_until_executed_entry_runs_the_killed_claims_job_then_fires_again(
     worker, redis_server, configure, prefix
 ):
     """The claim takes the entry's running lock before the job exists, for the claim
     TTL only (PERIODIC_ACTIVE_TTL + 30 s, periodic/running_lock.py); the push confirms
-    it for UNIQUE_LOCK_TTL. A process killed in between leaves a lock whose jid never
-    runs: the entry is blocked for the claim TTL, then fires again, not after a day."""
+    it for UNIQUE_LOCK_TTL. A process killed in between leaves the lock to a jid whose
+    job exists only in its claim record: orphan recovery pushes that job (under that
+    jid) once the process has missed ORPHAN_THRESHOLD, it runs holding the lock, and
+    the entry fires again after it, long before the claim TTL would have lapsed."""
     server = redis_server()
     configure(REDIS_URL=server.url)
     c = server.client()
@@ -125,10 +134,22 @@ def test_an_until_executed_entry_fires_again_after_a_kill_between_claim_and_push
     holder = c.get(running)
     assert holder and holder not in {j for js in pushes(c, prefix).values() for j in js}
     assert 0 < c.ttl(running) <= claim_ttl  # the claim TTL, not UNIQUE_LOCK_TTL
-    run = wait_until(
-        lambda: [r for r in spans(c, prefix) if r["slot"] > killed_slot],
-        claim_ttl + 10,
-        message=f"a run after the kill (lock {c.get(running)}, ttl {c.ttl(running)} s)",
+    recovered = wait_until(
+        lambda: [r for r in spans(c, prefix) if r["slot"] == killed_slot],
+        claim_ttl,
+        message=f"the killed claim's run (lock {c.get(running)}, ttl {c.ttl(running)} s)",
     )[0]
-    assert run["start"] - killed_at >= claim_ttl - 3  # blocked meanwhile, as documented
-    assert c.get(running) in (None, run["jid"])
+    assert recovered["jid"] == holder
+    assert recovered["start"] - killed_at < claim_ttl - 3  # not blocked for the claim TTL
+    later = wait_until(
+        lambda: [r for r in spans(c, prefix) if r["slot"] > killed_slot and "end" in r],
+        15,
+        message="a run after the recovered one",
+    )[0]
+    ended = wait_until(
+        lambda: [r for r in spans(c, prefix) if r["jid"] == holder and "end" in r],
+        10,
+        message="the recovered run's end",
+    )[0]
+    assert later["start"] >= ended["end"]  # the two runs never overlap
+    assert len({r["jid"] for r in spans(c, prefix) if r["slot"] == killed_slot}) == 1

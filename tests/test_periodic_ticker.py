@@ -224,18 +224,23 @@ def test_failing_to_publish_never_stops_the_ticks(r, caplog):
     assert r.hkeys(keys.periodic_schedule()) == ["e"]
 
 
+def job_as(e, jid):
+    """``e``'s job under a given jid (what the ticker claims a slot for)."""
+    return {**e.build_job(slot=T0), "jid": jid}
+
+
 def test_claim_script_codes(r):
     e = entry(unique="until_executed")
-    first = ticker.claim(r, e, T0, "jid1", T0 + 1)
+    first = ticker.claim(r, e, T0, job_as(e, "jid1"), T0 + 1, "me")
     assert (first.code, first.detail) == ("claimed", "")
-    assert ticker.claim(r, e, T0, "jid2", T0 + 1).code == "taken"
-    blocked = ticker.claim(r, e, T0 + 60, "jid3", T0 + 61)
+    assert ticker.claim(r, e, T0, job_as(e, "jid2"), T0 + 1, "me").code == "taken"
+    blocked = ticker.claim(r, e, T0 + 60, job_as(e, "jid3"), T0 + 61, "me")
     assert (blocked.code, blocked.detail) == ("blocked", "jid1")
     r.delete(keys.periodic_running("e"))
-    nxt = ticker.claim(r, e, T0 + 60, "jid4", T0 + 61)
+    nxt = ticker.claim(r, e, T0 + 60, job_as(e, "jid4"), T0 + 61, "me")
     assert (nxt.code, nxt.detail) == ("claimed", str(T0))
     r.sadd(keys.periodic_disabled(), "e")
-    assert ticker.claim(r, e, T0 + 120, "jid5", T0 + 121).code == "disabled"
+    assert ticker.claim(r, e, T0 + 120, job_as(e, "jid5"), T0 + 121, "me").code == "disabled"
 
 
 # A private Redis whose data survives being killed: every write is in the AOF at once.
@@ -310,7 +315,9 @@ def test_a_claim_whose_push_never_happens_blocks_the_entry_briefly_not_for_a_day
 
     e = entry(unique="until_executed")
     lock = keys.periodic_running("e")
-    result = ticker.claim(r, e, T0, "never-pushed", T0 + 0.1)  # ... and then the process died
+    result = ticker.claim(
+        r, e, T0, job_as(e, "never-pushed"), T0 + 0.1, "me"
+    )  # ... and then the process died
     assert result.code == "claimed"
     assert running_lock.active_ttl() < r.ttl(lock) <= running_lock.claim_ttl()
 

@@ -1,12 +1,17 @@
 -- Claim one cron slot of a periodic entry for this process, in one atomic step.
 -- KEYS[1] = P:periodic:disabled (set), KEYS[2] = P:periodic:last_slot:<name> (string),
 -- KEYS[3] = P:periodic:lock:<name>:<slot> (per-slot NX lock),
--- KEYS[4] = P:periodic:running:<name> (until_executed running lock, value = owner jid)
+-- KEYS[4] = P:periodic:running:<name> (until_executed running lock, value = owner jid),
+-- KEYS[5] = P:periodic:claims:<identity> (hash: this process's claims not yet pushed),
+-- KEYS[6] = P:inprogress_ids (set: identities orphan recovery looks at)
 -- ARGV[1] = entry name, ARGV[2] = slot (epoch, whole seconds),
 -- ARGV[3] = slot lock TTL (whole seconds), ARGV[4] = "1" for until_executed else "",
 -- ARGV[5] = jid the caller will push this slot's job under,
 -- ARGV[6] = running lock TTL until the job is pushed and the lock confirmed (whole
--- seconds; lua/owned_confirm.lua then gives it the queued TTL)
+-- seconds; lua/owned_confirm.lua then gives it the queued TTL),
+-- ARGV[7] = the claim's field in KEYS[5] ("<slot>:<name>"),
+-- ARGV[8] = the claim record ("c <jid> <payload JSON>", built in Python: rule 3),
+-- ARGV[9] = this process's identity
 -- Returns {code, detail, disabled_unreadable}:
 --   {"claimed", previous last_slot or ""}: push the job (roll back with
 --     periodic_rollback.lua and that previous value if the push fails);
@@ -20,6 +25,11 @@
 -- after the push, a fast run could finish (and release nothing) before it was written,
 -- wedging the entry. last_slot is checked before the running lock so a slot another
 -- process already claimed reads as taken, not blocked.
+-- The claim record is written with the claim: if this process dies before its push
+-- (lua/periodic_push.lua removes the record with the push, in one step), orphan
+-- recovery finds the record and pushes the job, so the slot is late, not lost. Its
+-- writes use pcall: a claims hash of the wrong type (until the key guard moves it) must
+-- not stop the entry from firing; the slot is then only as safe as it was without it.
 local unreadable = ""
 local disabled = redis.pcall("SISMEMBER", KEYS[1], ARGV[1])
 if type(disabled) == "table" and disabled.err then
@@ -57,4 +67,6 @@ redis.call("SET", KEYS[2], ARGV[2])
 if ARGV[4] == "1" then
   redis.call("SET", KEYS[4], ARGV[5], "EX", ARGV[6])
 end
+redis.pcall("HSET", KEYS[5], ARGV[7], ARGV[8])
+redis.pcall("SADD", KEYS[6], ARGV[9])
 return {"claimed", previous or "", unreadable}

@@ -36,14 +36,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import client, conf, connection, errors, keys, locks, scripts
-from . import running_lock
+from .. import conf, connection, errors, keys, locks, scripts
+from . import claims, running_lock
 from .entries import Entry
 
 log = logging.getLogger("cogworker_django")
@@ -76,10 +77,15 @@ class Rollback:
     slot: int
     previous: str
     jid: str  # the running lock's owner ("" unless until_executed)
+    claim_jid: str  # the job the claim was made for (its record names it)
+    owner: str  # the identity whose claim record it is
 
 
-def claim(conn: Any, entry: Entry, slot: int, jid: str, now: float) -> Claim:
-    """Run lua/periodic_claim.lua for ``slot`` of ``entry``."""
+def claim(
+    conn: Any, entry: Entry, slot: int, job: dict[str, Any], now: float, identity: str
+) -> Claim:
+    """Run lua/periodic_claim.lua for ``slot`` of ``entry``; the claim carries ``job``
+    (claims.py) until it is pushed."""
     lock_ttl = max(1, math.ceil(entry.schedule.next(slot) - now)) + SLOT_LOCK_MARGIN
     code, detail, unreadable = scripts.run(
         "periodic_claim",
@@ -89,32 +95,40 @@ def claim(conn: Any, entry: Entry, slot: int, jid: str, now: float) -> Claim:
             keys.periodic_last_slot(entry.name),
             keys.periodic_lock(entry.name, slot),
             keys.periodic_running(entry.name),
+            keys.periodic_claims(identity),
+            keys.inprogress_ids(),
         ],
         [
             entry.name,
             slot,
             lock_ttl,
             "1" if entry.until_executed else "",
-            jid,
+            job["jid"],
             running_lock.claim_ttl(),
+            claims.field(entry.name, slot),
+            claims.record(job),
+            identity,
         ],
     )
     return Claim(connection.text(code), connection.text(detail), connection.text(unreadable) == "1")
 
 
-def rollback(conn: Any, rb: Rollback) -> None:
-    """Run lua/periodic_rollback.lua (raises if Redis does not take it)."""
+def rollback(conn: Any, rb: Rollback) -> bool:
+    """Run lua/periodic_rollback.lua (raises if Redis does not take it). False when
+    there was nothing to undo: the claim's record was gone, so its push went through."""
     name = rb.entry.name
-    scripts.run(
+    done = scripts.run(
         "periodic_rollback",
         conn,
         [
             keys.periodic_last_slot(name),
             keys.periodic_lock(name, rb.slot),
             keys.periodic_running(name),
+            keys.periodic_claims(rb.owner),
         ],
-        [rb.slot, rb.previous, rb.jid],
+        [rb.slot, rb.previous, rb.jid, claims.field(name, rb.slot), rb.claim_jid],
     )
+    return int(done) == 1
 
 
 class Ticker:
@@ -128,8 +142,12 @@ class Ticker:
         catch_up: bool | None = None,
         started_at: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        identity: str | None = None,
     ) -> None:
         s = conf.get()
+        # Whose claim records this ticker writes (claims.py): the worker's identity, so
+        # orphan recovery finds them when it finds the worker dead.
+        self.identity = identity or f"ticker:{secrets.token_hex(6)}"
         # When the process started (epoch seconds): with catch-up off, only slots due
         # before this count as missed. The launcher passes its own start; tests driving
         # tick(now) with a fixed clock pass theirs.
@@ -230,7 +248,7 @@ class Ticker:
             return False
         job = entry.build_job(slot=slot)
         try:
-            result = claim(conn, entry, slot, job["jid"], now)
+            result = claim(conn, entry, slot, job, now, self.identity)
         except Exception as exc:
             if errors.is_unavailable(exc):
                 # The script may have run and only its reply been lost (a connection cut
@@ -278,11 +296,17 @@ class Ticker:
     def _push(self, conn: Any, entry: Entry, slot: int, job: dict, previous: str) -> None:
         jid = job["jid"]
         try:
-            pushed = client.push(job)
+            pushed, gone = claims.push(conn, self.identity, claims.field(entry.name, slot), job)
         except Exception:
-            rb = Rollback(entry, slot, previous, jid if entry.until_executed else "")
+            running = jid if entry.until_executed else ""
+            rb = Rollback(entry, slot, previous, running, jid, self.identity)
             self._rollback(conn, rb)
             raise
+        if gone:
+            # Not this process's to push any more (orphan recovery took its claim: it was
+            # judged dead, which rule 13 keeps from happening to a live process).
+            log.warning("periodic %s: slot %s was pushed by another process", entry.name, slot)
+            return
         if pushed is None:
             # A client middleware (or the job's own unique lock) refused it: the slot is
             # used up, but the running lock taken for it must not wait out its TTL.
@@ -322,7 +346,7 @@ class Ticker:
     def _rollback(self, conn: Any, rb: Rollback) -> Exception | None:
         """Try ``rb`` now; kept for later when it fails. Returns the error, if any."""
         try:
-            rollback(conn, rb)
+            undone = rollback(conn, rb)
         except Exception as exc:  # noqa: BLE001 - kept and retried
             self._rollbacks[rb.entry.name] = rb
             errors.report(
@@ -333,6 +357,12 @@ class Ticker:
             return exc
         self._rollbacks.pop(rb.entry.name, None)
         errors.recovered("Periodic rollback")
+        if not undone:
+            log.warning(
+                "periodic %s: the push of slot %s went through though its reply was lost",
+                rb.entry.name,
+                _iso(rb.slot),
+            )
         return None
 
     def _retry_rollbacks(self, force: bool = False) -> bool:

@@ -27,6 +27,7 @@ def build(launcher: Any) -> list[Any]:
                 periodic,
                 ready=lambda: launcher.recovery.completed_once,
                 started_at=launcher.started_at,
+                identity=launcher.identity,
             )
         )
     from ..djtasks import worker_setup

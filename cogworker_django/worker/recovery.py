@@ -5,7 +5,8 @@ one script per job that removes it from the dead process's list and pushes it on
 it was still there, so two recoverers never requeue it twice. Past ``MAX_ORPHANINGS``
 the job goes to dead instead (a job that kills its worker must not kill the fleet
 forever). Its limiter leases are freed (controls/limits.py: a dead process's concurrency
-slots are never wedged). Then the identity is forgotten. A process never recovers its own list: it
+slots are never wedged), and the periodic slots it claimed but never pushed are pushed
+(periodic/claims.py). Then the identity is forgotten. A process never recovers its own list: it
 trusts its own record (the heartbeat's reconcile handles lost fetch replies).
 
 Who is dead (rule 13: nobody is an orphan because Redis was away or the machine was
@@ -43,6 +44,7 @@ import redis
 from .. import codec, conf, errors, keys
 from ..codec import raw_text as text
 from ..controls import limits
+from ..periodic import claims
 from .heartbeat import redis_seconds
 from .requeue import requeue_from_list
 
@@ -157,7 +159,9 @@ class OrphanRecovery:
             freed = 0
         if freed:
             log.warning("freed %d limiter lease(s) of dead process %s", freed, ident)
-        if conn.llen(keys.inprogress(ident)) == 0:
+        # Periodic slots it claimed and died before pushing: pushed now (late, not lost).
+        moved += claims.recover(conn, ident)
+        if conn.llen(keys.inprogress(ident)) == 0 and claims.pending(conn, ident) == 0:
             # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), ident)

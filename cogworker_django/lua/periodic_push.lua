@@ -1,0 +1,26 @@
+-- Push a claimed slot's job to its queue and remove the claim record, in one step: the
+-- record is there exactly while the job is not, so whoever pushes from the record (the
+-- claimer, or orphan recovery once the claimer is dead) pushes it at most once, and a
+-- claim whose push reply was lost is told apart from one never pushed.
+-- KEYS[1] = P:periodic:claims:<identity> (hash: claims not yet pushed),
+-- KEYS[2] = P:queue:<queue> (list), KEYS[3] = P:queues (set: the queue listing)
+-- ARGV[1] = the claim's field ("<slot>:<name>"), ARGV[2] = the claim's jid,
+-- ARGV[3] = the payload to push (JSON, built in Python), ARGV[4] = queue name
+-- Returns 1 when pushed; 0 when the record is gone or names another jid (pushed
+-- already, or taken over by recovery): nothing is pushed. A claims hash of the wrong
+-- type pushes anyway (2): only the claimer calls this with a record it cannot read,
+-- right after claiming the slot.
+local record = redis.pcall("HGET", KEYS[1], ARGV[1])
+local pushed = 1
+if type(record) == "table" and record.err then
+  pushed = 2
+elseif not record or string.sub(record, 1, #ARGV[2] + 3) ~= "c " .. ARGV[2] .. " " then
+  return 0
+end
+redis.call("LPUSH", KEYS[2], ARGV[3])
+if pushed == 1 then
+  redis.call("HDEL", KEYS[1], ARGV[1])
+end
+-- The listing is best-effort (rule 1): a set of the wrong type must not undo the push.
+redis.pcall("SADD", KEYS[3], ARGV[4])
+return pushed
