@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 import redis as redis_lib
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
 
@@ -17,6 +18,8 @@ from cogworker_django.periodic import claims, ticker
 from cogworker_django.periodic.ticker import Ticker
 
 from .test_periodic_ticker import T0, entry, queued
+
+pytestmark = pytest.mark.cluster  # the scripts touch one slot: they run on a cluster too
 
 DEAD = "dead-host:1:aaaa"
 
