@@ -153,3 +153,38 @@ def test_an_until_executed_entry_runs_the_killed_claims_job_then_fires_again(
     )[0]
     assert later["start"] >= ended["end"]  # the two runs never overlap
     assert len({r["jid"] for r in spans(c, prefix) if r["slot"] == killed_slot}) == 1
+
+
+def test_a_hanging_client_middleware_holds_up_only_the_recovered_claim(
+    worker, redis_server, configure, prefix
+):
+    """Recovering a dead claimer's slot runs the client middleware (user code); one
+    that hangs holds up that push on its own thread, never the poller that recovery
+    runs on: scheduled jobs keep moving, and the slot is pushed once the hang ends."""
+    from cogworker_django import payload
+
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    hang = 12
+    a = worker(redis_url=server.url, periodic=EVERY_SECOND, settings=KILLER)
+    wait_until(lambda: pushes(c, prefix), 15, message="a first slot")
+    c.set(f"{prefix}:test:kill_on_periodic_push", 1)
+    ((killed_slot, _pid),) = wait_until(lambda: killed(c, prefix), 10, message="a kill")
+    assert a.proc.wait(10) == -signal.SIGKILL
+    claimed_as = c.get(f"{prefix}:periodic:lock:every-second:{killed_slot}")
+    c.set(f"{prefix}:test:hang_periodic_push", hang)
+    hanger = {"MIDDLEWARE": {"client": ["testapp.faults.HangOnPeriodicPush"], "server": []}}
+    b = worker(redis_url=server.url, settings=hanger)  # no entries: only recovery pushes
+    wait_until(lambda: c.lrange(f"{prefix}:test:hung_pushes", 0, -1), 30, message="a hang")
+    hung_at = time.time()
+
+    due = payload.build("testapp.jobs.record", ["while-hung"], queue="default")
+    c.zadd(f"{prefix}:schedule", {payload.encode(due): time.time() - 1})
+    wait_until(lambda: c.hget(f"{prefix}:test:runs", "while-hung") == "1", hang - 2)
+    assert time.time() - hung_at < hang  # moved by the poller while the push still hung
+
+    wait_until(lambda: killed_slot in pushes(c, prefix), hang + 15, message="the slot")
+    assert pushes(c, prefix)[killed_slot] == {claimed_as}
+    assert c.lrange(f"{prefix}:test:hung_pushes", 0, -1) == [str(killed_slot)]
+    assert b.proc.poll() is None and "Traceback" not in b.log(), b.log()[-3000:]

@@ -21,6 +21,7 @@ happened): at most once, as before records existed, for those paths only.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from .. import client, connection, errors, keys, payload, scripts
@@ -160,6 +161,41 @@ def recover(conn: Any, ident: str) -> int:
                 ident,
             )
     return pushed
+
+
+class RecoveryPusher:
+    """Runs :func:`recover` for orphan recovery on a thread of its own, one at a time:
+    recovering a claim runs the client middleware (user code), and a middleware that
+    hangs must hold up only these pushes, never the poller that recovery runs on
+    (scheduled jobs and retries would stop moving). A hung push holds its record;
+    nothing is lost, and the next submit after it returns picks up what is left."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+
+    def submit(self, ident: str) -> bool:
+        """Start recovering ``ident``'s claims unless a recovery is still running (then
+        False: the next pass submits again)."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        self._thread = threading.Thread(
+            target=self._run, args=(ident,), name="periodic-claims", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @staticmethod
+    def _run(ident: str) -> None:
+        try:
+            recover(connection.get_client(), ident)
+        except Exception as exc:  # noqa: BLE001 - the records stay for the next pass
+            errors.report("Periodic claim recovery", exc, f"claims of {ident}")
+        else:
+            errors.recovered("Periodic claim recovery")
 
 
 def pending(conn: Any, ident: str) -> int:

@@ -75,6 +75,8 @@ class OrphanRecovery:
         self._unstamped: dict[str, float] = {}
         # Identities logged as missing (no presence, not yet recoverable): logged once.
         self._missing: set[str] = set()
+        # Periodic slots dead processes claimed and never pushed: pushed off this thread.
+        self.claims = claims.RecoveryPusher()
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
         """Log once when a process with an in-progress list has stopped beating (its
@@ -159,9 +161,12 @@ class OrphanRecovery:
             freed = 0
         if freed:
             log.warning("freed %d limiter lease(s) of dead process %s", freed, ident)
-        # Periodic slots it claimed and died before pushing: pushed now (late, not lost).
-        moved += claims.recover(conn, ident)
-        if conn.llen(keys.inprogress(ident)) == 0 and claims.pending(conn, ident) == 0:
+        # Periodic slots it claimed and died before pushing: pushed (late, not lost) by
+        # their own thread, which runs the client middleware; the identity is forgotten
+        # on a pass that finds none left.
+        if claims.pending(conn, ident):
+            self.claims.submit(ident)
+        elif conn.llen(keys.inprogress(ident)) == 0:
             # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), ident)
