@@ -88,14 +88,21 @@ def _is_scheduled(job: dict[str, Any], now: float) -> bool:
 
 
 class FinalWrite(Protocol):
-    """Replaces the last step of a push (periodic/claims.py: a claimed slot's job is
-    pushed and its claim record removed in one script). ``plain(queue, data)`` makes the
-    push on the plain path (an LPUSH otherwise); ``other()`` is called before any other
-    path. Either returns False to push nothing (the push then returns None)."""
+    """The last step of a claimed periodic slot's push (periodic/claims.py: the job is
+    pushed and its claim record removed in one script). ``plain(queue, where)`` writes an
+    immediate job where :func:`priority.route` says (an LPUSH or ZADD otherwise); a
+    unique job's lock script takes ``claim`` as extra KEYS/ARGV (unique.push);
+    ``other()`` is called before any other path (a batch member, a test-mode sink, a
+    scheduled push). Each returns False when nothing was written (the push then returns
+    None)."""
 
-    def plain(self, queue: str, data: str) -> bool: ...
+    def plain(self, queue: str, where: priority.Route) -> bool: ...
 
     def other(self) -> bool: ...
+
+    def claim(self) -> tuple[str, str, str]: ...
+
+    def unique_result(self, result: int) -> None: ...
 
 
 def push(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
@@ -131,22 +138,17 @@ def _member_pusher(which: str) -> Callable[..., Any]:
 
 
 def _push_final(job: dict[str, Any], final: FinalWrite) -> str | None:
-    """The last step of a push made through ``final``: the plain path (an immediate,
-    unprioritised, non-unique job outside a batch and a test-mode sink) through
-    ``final.plain``, every other one after ``final.other``."""
-    plain = not (
-        job.get("bid")
-        or active_sink() is not None
-        or job.get("unique") in ("until_executed", "until_started")
-        or _is_scheduled(job, time.time())
-    )
-    if plain:
-        job.pop("at", None)
-        job["enqueued_at"] = time.time()
-        plain = not priority.routes(job)
-    if not plain:
+    """The last step of a push made through ``final`` (see :class:`FinalWrite`)."""
+    now = time.time()
+    if job.get("bid") or active_sink() is not None or _is_scheduled(job, now):
         return _push_one(job) if final.other() else None
-    if not final.plain(job["queue"], payload.encode(job)):
+    if job.get("unique") in ("until_executed", "until_started"):
+        from . import unique
+
+        return unique.push(job, final)
+    job.pop("at", None)
+    job["enqueued_at"] = now
+    if not final.plain(job["queue"], priority.route(job, now)):
         return None
     return job["jid"]
 

@@ -80,6 +80,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     pipe.smembers(keys.queues())
     pipe.smembers(keys.processes())
     pipe.smembers(keys.inprogress_ids())
+    pipe.smembers(keys.periodic_claimers())
     pipe.hkeys(keys.periodic_schedule())
     pipe.zrevrange(keys.batches(), 0, GUARDED_BATCHES - 1)
     listed = []
@@ -89,7 +90,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
                 raise result
             result = ()
         listed.append(sorted(display(m) for m in result))
-    queue_names, process_ids, inprogress_ids, entries, batch_ids = listed
+    queue_names, process_ids, inprogress_ids, claimers, entries, batch_ids = listed
     for name in dict.fromkeys([*queues, *queue_names]):
         types.update(_per_queue(name))
     for ident in process_ids:
@@ -97,6 +98,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
         types[keys.work(ident)] = "hash"
     for ident in inprogress_ids:
         types[keys.inprogress(ident)] = "list"
+    for ident in claimers:
         types[keys.periodic_claims(ident)] = "hash"
     for entry in entries:
         types[keys.periodic_last_slot(entry)] = "string"

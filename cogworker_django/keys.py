@@ -90,6 +90,10 @@ def periodic_disabled() -> str:  # set: disabled entry names
     return _k("periodic", "disabled")
 
 
+def periodic_claimers() -> str:  # set: identities that may hold periodic claim records
+    return _k("periodic", "claimers")
+
+
 def history() -> str:  # stream: run records
     return _k("history")
 
@@ -235,6 +239,7 @@ def fixed_types() -> dict[str, str]:
         unsettled(): "list",
         periodic_schedule(): "hash",
         periodic_disabled(): "set",
+        periodic_claimers(): "set",
         history(): "stream",
         stat("processed"): "string",
         stat("failed"): "string",

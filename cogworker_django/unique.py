@@ -87,11 +87,19 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
     )
 
 
-def push(job: dict[str, Any]) -> str | None:
-    """Push a job whose lock is taken with the push; None when it is a duplicate."""
+def push(job: dict[str, Any], claimed: Any = None) -> str | None:
+    """Push a job whose lock is taken with the push; None when it is a duplicate.
+    ``claimed``: a claimed periodic slot's final write (client.FinalWrite): its claim
+    record is checked and removed in the same script."""
     k, a = _script_args(job)
-    pushed = scripts.run("unique_push", connection.get_client(), k, a)
-    return job["jid"] if pushed else None
+    if claimed is not None:
+        key, field, jid = claimed.claim()
+        k.append(key)
+        a += [field, jid]
+    pushed = int(scripts.run("unique_push", connection.get_client(), k, a))
+    if claimed is not None:
+        claimed.unique_result(pushed)
+    return job["jid"] if pushed == 1 else None
 
 
 def queue_push(pipe: Any, job: dict[str, Any]) -> None:

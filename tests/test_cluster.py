@@ -167,6 +167,7 @@ PINNED = {
     "unsettled": "cw:unsettled",
     "periodic_schedule": "cw:periodic:schedule",
     "periodic_disabled": "cw:periodic:disabled",
+    "periodic_claimers": "cw:periodic:claimers",
     "history": "cw:history",
     "batches": "cw:batches",
     "cancels": "cw:cancels",

@@ -17,7 +17,8 @@ from cogworker_django import keys, scripts
 from cogworker_django.periodic import claims, ticker
 from cogworker_django.periodic.ticker import Ticker
 
-from .test_periodic_ticker import T0, entry, queued
+from .helpers import wait_until
+from .test_periodic_ticker import T0, entry, lose_the_first_claims_reply, queued
 
 pytestmark = pytest.mark.cluster  # the scripts touch one slot: they run on a cluster too
 
@@ -46,7 +47,7 @@ def test_the_claim_keeps_its_job_until_the_push_removes_it(r):
     job = claim_and_die(r, e)
     (value,) = records(r).values()
     assert value.startswith(f"c {job['jid']} ") and json.loads(value.split(" ", 2)[2]) == job
-    assert DEAD in r.smembers(keys.inprogress_ids())  # recovery will look at it
+    assert DEAD in r.smembers(keys.periodic_claimers())  # recovery will look at it
     t = Ticker([e], started_at=T0)
     t.tick(now=T0 + 0.2)  # the slot is taken: this process pushes nothing
     assert queued(r) == []
@@ -123,26 +124,75 @@ def test_a_job_refused_at_push_drops_its_record(r, configure):
     assert queued(r) == [] and records(r, "me:1:dddd") == {}
 
 
-def test_a_unique_job_marks_its_record_and_a_marked_record_is_never_pushed_again(r, caplog):
-    """A unique job's push goes through its lock script, which can't remove the record:
-    the record is marked first, dropped after; a dead process's marked record may have
-    been pushed, so recovery drops it with a warning instead of pushing it."""
-    e = entry()
-    unique = {**e.build_job(slot=T0), "unique": "until_executed", "unique_for": 60}
-    unique["unique_digest"] = "d" * 40
-    assert ticker.claim(r, e, T0, unique, T0 + 0.1, "me:1:eeee").code == "claimed"
-    field = claims.field(e.name, T0)
-    assert claims.push(r, "me:1:eeee", field, dict(unique)) == (unique["jid"], False)
-    assert [j["jid"] for j in queued(r)] == [unique["jid"]]
-    assert records(r, "me:1:eeee") == {}
+def unique_job(e, slot):
+    job = {**e.build_job(slot=slot), "unique": "until_executed", "unique_for": 60}
+    return {**job, "unique_digest": "d" * 40}
 
+
+def test_a_unique_jobs_lock_script_removes_the_record_with_the_push(r, monkeypatch):
+    """A unique job is pushed by its lock script (lua/unique_push.lua), which checks and
+    removes the claim record in the same step: no mark, so a lost reply is told apart
+    too; a duplicate refused by its lock uses the slot up and drops the record."""
+
+    def no_mark(self):
+        raise AssertionError("a unique job's push must not mark its record")
+
+    monkeypatch.setattr(claims.ClaimedPush, "other", no_mark)
+    e = entry()
+    first = unique_job(e, T0)
+    assert ticker.claim(r, e, T0, first, T0 + 0.1, "me:1:eeee").code == "claimed"
+    assert claims.push(r, "me:1:eeee", claims.field("e", T0), dict(first)) == (
+        first["jid"],
+        False,
+    )
+    assert [j["jid"] for j in queued(r)] == [first["jid"]]
+    assert records(r, "me:1:eeee") == {} and r.exists(keys.unique("d" * 40))
+    # Pushed again from the same record (a second recoverer): nothing written.
+    assert claims.push(r, "me:1:eeee", claims.field("e", T0), dict(first)) == (None, True)
+
+    duplicate = unique_job(e, T0 + 60)
+    assert ticker.claim(r, e, T0 + 60, duplicate, T0 + 60.1, "me:1:eeee").code == "claimed"
+    assert claims.push(r, "me:1:eeee", claims.field("e", T0 + 60), dict(duplicate)) == (
+        None,
+        False,
+    )
+    assert records(r, "me:1:eeee") == {} and len(queued(r)) == 1
+
+
+def test_a_priority_job_is_pushed_to_its_zset_with_the_record_removed(r):
+    e = entry()
+    job = {**e.build_job(slot=T0), "priority": 5}
+    assert ticker.claim(r, e, T0, job, T0 + 0.1, "me:1:abab").code == "claimed"
+    assert claims.push(r, "me:1:abab", claims.field("e", T0), dict(job)) == (job["jid"], False)
+    (member,) = r.zrange(keys.priority_queue("default"), 0, -1)
+    assert json.loads(member.partition("|")[2])["jid"] == job["jid"]
+    assert records(r, "me:1:abab") == {} and queued(r) == []
+
+
+def test_a_marked_record_is_never_pushed_again_nor_rolled_back(r, caplog):
+    """A push path that marks the record first (a batch member, a test-mode sink) may
+    have pushed when its process died or its reply was lost: recovery drops a marked
+    record with a warning, and a rollback finding it marked undoes nothing (the slot
+    is not reopened): at most once."""
+    e = entry()
     job = claim_and_die(r, e, slot=T0 + 60)
     field = claims.field(e.name, T0 + 60)
     assert scripts.run("periodic_mark", r, [keys.periodic_claims(DEAD)], [field, job["jid"]]) == 1
     with caplog.at_level(logging.WARNING, logger="cogworker_django"):
         assert claims.recover(r, DEAD) == 0
     assert "was being pushed when it died: not pushed again" in caplog.text
-    assert records(r) == {} and len(queued(r)) == 1
+    assert records(r) == {} and queued(r) == []
+
+    mine = e.build_job(slot=T0 + 120)
+    assert ticker.claim(r, e, T0 + 120, mine, T0 + 120.1, "me:1:eeee").code == "claimed"
+    field = claims.field(e.name, T0 + 120)
+    mark = [keys.periodic_claims("me:1:eeee")], [field, mine["jid"]]
+    assert scripts.run("periodic_mark", r, *mark) == 1
+    assert scripts.run("periodic_mark", r, *mark) == 0  # marked once: one pusher
+    rb = ticker.Rollback(e, T0 + 120, str(T0 + 60), "", mine["jid"], "me:1:eeee")
+    assert ticker.rollback(r, rb) == 2
+    assert r.get(keys.periodic_last_slot("e")) == str(T0 + 120)  # not reopened
+    assert r.exists(keys.periodic_lock("e", T0 + 120)) and records(r, "me:1:eeee") == {}
 
 
 def test_one_unreadable_record_never_stops_the_others(r, caplog):
@@ -185,3 +235,100 @@ def test_a_recovered_push_failing_deterministically_is_kept_and_logged_once(r, c
     r.delete(keys.queue("default"))
     assert claims.recover(r, DEAD) == 1
     assert [j["jid"] for j in queued(r)] == [job["jid"]]
+
+
+def test_a_rollback_checks_the_whole_jid(r):
+    """The record names its jid followed by a space: a jid that merely starts the
+    record's (``abc`` of ``abcX``) is another claim's, and nothing is undone for it."""
+    e = entry()
+    job = {**e.build_job(slot=T0), "jid": "abcX"}
+    assert ticker.claim(r, e, T0, job, T0 + 0.1, "me:1:jid").code == "claimed"
+    assert ticker.rollback(r, ticker.Rollback(e, T0, "", "", "abc", "me:1:jid")) == 0
+    assert r.get(keys.periodic_last_slot("e")) == str(T0)
+    assert list(records(r, "me:1:jid")) == [claims.field("e", T0)]
+    assert ticker.rollback(r, ticker.Rollback(e, T0, "", "", "abcX", "me:1:jid")) == 1
+    assert not r.exists(keys.periodic_last_slot("e")) and records(r, "me:1:jid") == {}
+
+
+def test_two_recoverers_at_once_push_the_job_once(r):
+    """Two processes' recovery passes on one dead claimer, started together: the record
+    is pushed by whichever push script finds it; the other writes nothing."""
+    import threading
+
+    e = entry()
+    job = claim_and_die(r, e)
+    barrier, results, failures = threading.Barrier(2), [], []
+
+    def recoverer():
+        try:
+            barrier.wait(5)
+            results.append(claims.recover(r, DEAD))
+        except Exception as exc:  # noqa: BLE001 - raised below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=recoverer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert failures == []
+    assert sorted(results) == [0, 1]
+    assert [j["jid"] for j in queued(r)] == [job["jid"]]
+
+
+class HoldSlow:
+    """Hangs the push of entry "slow"'s runs until released (user code that hangs)."""
+
+    release = None
+
+    def __call__(self, job, push):
+        if job.get("periodic") == "slow":
+            HoldSlow.release.wait(20)
+        return push(job)
+
+
+def test_a_hung_recovery_of_one_identity_never_holds_up_another(r, configure):
+    import threading
+
+    from cogworker_django.periodic import claims as claims_mod
+
+    HoldSlow.release = threading.Event()
+    configure(MIDDLEWARE={"client": ["tests.test_periodic_claims.HoldSlow"], "server": []})
+    claim_and_die(r, entry("slow"), identity="dead:1:slow")
+    quick = claim_and_die(r, entry("quick"), identity="dead:2:quick")
+    pusher = claims_mod.RecoveryPusher()
+    try:
+        assert pusher.submit("dead:1:slow")
+        assert pusher.submit("dead:2:quick")
+        assert not pusher.submit("dead:1:slow")  # still under way: not twice at once
+        wait_until(lambda: quick["jid"] in {j["jid"] for j in queued(r)}, 10)
+        assert claims_mod.pending(r, "dead:1:slow") == 1
+    finally:
+        HoldSlow.release.set()
+    wait_until(lambda: claims_mod.pending(r, "dead:1:slow") == 0, 10)
+    assert len(queued(r)) == 2
+
+
+def test_a_claim_whose_reply_was_lost_is_pushed_from_its_record_after_its_lock_lapsed(
+    r, monkeypatch
+):
+    """The claim ran, its reply was lost, and Redis stayed away past the slot lock's
+    life: the record still names the claim's job, so the next tick pushes it (and the
+    record goes with the push), instead of leaving a record nobody pushes."""
+    lose_the_first_claims_reply(monkeypatch)
+    e = entry()
+    t = Ticker([e], started_at=T0, identity="me:1:lost")
+    t.tick(now=T0 + 0.1)
+    r.delete(keys.periodic_lock("e", T0))  # lapsed while Redis was away
+    t.tick(now=T0 + 1.1)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]
+    assert records(r, "me:1:lost") == {}
+
+
+def test_a_stopped_ticker_with_nothing_left_is_no_longer_a_claimer(r):
+    e = entry()
+    t = Ticker([e], started_at=T0, identity="me:1:stop")
+    t.tick(now=T0 + 0.1)
+    assert "me:1:stop" in r.smembers(keys.periodic_claimers())
+    t.stop()
+    assert "me:1:stop" not in r.smembers(keys.periodic_claimers())

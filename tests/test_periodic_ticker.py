@@ -333,11 +333,8 @@ def test_a_claim_whose_push_never_happens_blocks_the_entry_briefly_not_for_a_day
     assert running_lock.confirm(r, lock, "someone-else") is False
 
 
-def test_a_claim_whose_reply_is_lost_is_pushed_once_redis_answers(r, monkeypatch):
-    """The claim script ran but its reply never came (a connection cut by a restart):
-    the per-slot lock names this claim's jid, so the next tick pushes that very job (the
-    slot fires once, the until_executed lock is confirmed), instead of the slot being
-    skipped and the entry blocked by a lock whose job never existed."""
+def lose_the_first_claims_reply(monkeypatch):
+    """The next claim runs in Redis, then its reply is lost (a connection cut)."""
     import redis as redis_lib
 
     real_claim = ticker.claim
@@ -350,6 +347,14 @@ def test_a_claim_whose_reply_is_lost_is_pushed_once_redis_answers(r, monkeypatch
         return result
 
     monkeypatch.setattr(ticker, "claim", claim_then_lose_the_reply)
+
+
+def test_a_claim_whose_reply_is_lost_is_pushed_once_redis_answers(r, monkeypatch):
+    """The claim script ran but its reply never came (a connection cut by a restart):
+    the per-slot lock names this claim's jid, so the next tick pushes that very job (the
+    slot fires once, the until_executed lock is confirmed), instead of the slot being
+    skipped and the entry blocked by a lock whose job never existed."""
+    lose_the_first_claims_reply(monkeypatch)
     e = entry(unique="until_executed")
     t = Ticker([e], started_at=T0)
     t.tick(now=T0 + 0.1)  # claimed in Redis, the reply lost: nothing pushed yet

@@ -3,7 +3,7 @@
 -- KEYS[3] = P:periodic:lock:<name>:<slot> (per-slot NX lock),
 -- KEYS[4] = P:periodic:running:<name> (until_executed running lock, value = owner jid),
 -- KEYS[5] = P:periodic:claims:<identity> (hash: this process's claims not yet pushed),
--- KEYS[6] = P:inprogress_ids (set: identities orphan recovery looks at)
+-- KEYS[6] = P:periodic:claimers (set: identities that may hold claim records)
 -- ARGV[1] = entry name, ARGV[2] = slot (epoch, whole seconds),
 -- ARGV[3] = slot lock TTL (whole seconds), ARGV[4] = "1" for until_executed else "",
 -- ARGV[5] = jid the caller will push this slot's job under,

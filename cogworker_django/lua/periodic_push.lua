@@ -1,15 +1,16 @@
--- Push a claimed slot's job to its queue and remove the claim record, in one step: the
--- record is there exactly while the job is not, so whoever pushes from the record (the
--- claimer, or orphan recovery once the claimer is dead) pushes it at most once, and a
--- claim whose push reply was lost is told apart from one never pushed.
+-- Push a claimed slot's job and remove its claim record, in one step: the record is
+-- there exactly while the job is not, so whoever pushes from the record (the claimer,
+-- or orphan recovery once the claimer is dead) pushes it at most once, and a claim
+-- whose push reply was lost is told apart from one never pushed.
 -- KEYS[1] = P:periodic:claims:<identity> (hash: claims not yet pushed),
--- KEYS[2] = P:queue:<queue> (list), KEYS[3] = P:queues (set: the queue listing)
+-- KEYS[2] = where the job waits: P:queue:<queue> (list) or P:pqueue:<queue> (a
+-- django.tasks priority's zset), KEYS[3] = P:queues (set: the queue listing)
 -- ARGV[1] = the claim's field ("<slot>:<name>"), ARGV[2] = the claim's jid,
--- ARGV[3] = the payload to push (JSON, built in Python), ARGV[4] = queue name
--- Returns 1 when pushed; 0 when the record is gone or names another jid (pushed
--- already, or taken over by recovery): nothing is pushed. A claims hash of the wrong
--- type pushes anyway (2): only the claimer calls this with a record it cannot read,
--- right after claiming the slot.
+-- ARGV[3] = what is written (the payload JSON, or the zset member carrying it; built in
+-- Python: rule 3), ARGV[4] = queue name, ARGV[5] = zset score ("" to LPUSH on the list)
+-- Returns 1 when pushed; 0 when the record is gone or is not this claim's (pushed
+-- already, or taken over by recovery): nothing is written. A claims hash of the wrong
+-- type pushes anyway (2): only the claimer meets that, right after claiming the slot.
 local record = redis.pcall("HGET", KEYS[1], ARGV[1])
 local pushed = 1
 if type(record) == "table" and record.err then
@@ -17,7 +18,11 @@ if type(record) == "table" and record.err then
 elseif not record or string.sub(record, 1, #ARGV[2] + 3) ~= "c " .. ARGV[2] .. " " then
   return 0
 end
-redis.call("LPUSH", KEYS[2], ARGV[3])
+if ARGV[5] == "" then
+  redis.call("LPUSH", KEYS[2], ARGV[3])
+else
+  redis.call("ZADD", KEYS[2], ARGV[5], ARGV[3])
+end
 if pushed == 1 then
   redis.call("HDEL", KEYS[1], ARGV[1])
 end

@@ -12,10 +12,12 @@ exists exactly while the job does not:
   dead process's records (:func:`recover`); two recoverers racing push it once, since
   only one of them finds the record.
 
-Push paths that can't remove the record in their own step (a unique job's lock script,
-a django.tasks priority zset, a test-mode sink) first mark it ``"p <jid>"``
+The plain push (a list, or a django.tasks priority's zset) and a unique job's lock
+script (lua/unique_push.lua) remove the record themselves. The paths that can't (a
+batch member, a test-mode sink, a scheduled push) first mark it ``"p <jid>"``
 (lua/periodic_mark.lua); a marked record is never pushed again (its push may have
-happened): at most once, as before records existed, for those paths only.
+happened), and a rollback finding it marked undoes nothing: at most once, for those
+paths the slot may be lost, never doubled.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ import logging
 import threading
 from typing import Any
 
-from .. import client, connection, errors, keys, payload, scripts
+from .. import client, connection, errors, keys, payload, priority, scripts
 
 log = logging.getLogger("cogworker_django")
 
 CLAIMED = "c"
 PUSHING = "p"
 
-# (identity, field) of recovered claims whose push failed deterministically: logged once.
+# (identity, field) of recovered claims whose push failed deterministically: logged once
+# (entries go when the record is pushed or dropped).
 _failing: set[tuple[str, str]] = set()
 
 
@@ -46,11 +49,13 @@ def record(job: dict[str, Any]) -> str:
 
 
 class ClaimedPush:
-    """The final write of one claimed slot's job, for :func:`cogworker_django.client.push`:
-    ``plain`` replaces the LPUSH of the plain path (push and remove the record in one
-    step); ``other`` is called before any other path (marks the record). ``reached`` says
-    whether the push got past the client middleware; ``gone`` that the record was not
-    there any more (pushed already, or taken over), so nothing was pushed."""
+    """The final write of one claimed slot's job, for :func:`cogworker_django.client.push`
+    (client.FinalWrite): ``plain`` pushes and removes the record in one step
+    (lua/periodic_push.lua); a unique job's lock script does the same with
+    :meth:`claim`'s KEYS/ARGV; ``other`` marks the record before any other path.
+    ``reached`` says whether the push got past the client middleware; ``gone`` that the
+    record was not there any more (pushed already, or taken over), so nothing was
+    written; ``marked`` that the record is left marked for the caller to drop."""
 
     def __init__(self, conn: Any, owner: str, field: str, jid: str) -> None:
         self.conn = conn
@@ -61,16 +66,23 @@ class ClaimedPush:
         self.gone = False
         self.marked = False
 
-    def plain(self, queue: str, data: str) -> bool:
+    def plain(self, queue: str, where: priority.Route) -> bool:
         self.reached = True
         pushed = scripts.run(
             "periodic_push",
             self.conn,
-            [self.key, keys.queue(queue), keys.queues()],
-            [self.field, self.jid, data, queue],
+            [self.key, where.key, keys.queues()],
+            [self.field, self.jid, where.value, queue, where.score_arg],
         )
         self.gone = int(pushed) == 0
         return not self.gone
+
+    def claim(self) -> tuple[str, str, str]:
+        self.reached = True
+        return self.key, self.field, self.jid
+
+    def unique_result(self, result: int) -> None:
+        self.gone = result == -1
 
     def other(self) -> bool:
         self.reached = True
@@ -90,11 +102,11 @@ def push(conn: Any, owner: str, slot_field: str, job: dict[str, Any]) -> tuple[s
     jid = client.push(job, final=final)
     if final.gone:
         return None, True
-    if jid is None or final.marked or not final.reached:
-        # Refused, or pushed by a path that left the record marked: drop it (a record
-        # left behind by a failed drop is marked or refused; recovery then drops it too,
-        # unless the refusal came before the mark, when recovery asks the middleware
-        # again).
+    if final.marked or not final.reached:
+        # Pushed by a path that marked the record, or refused by a middleware before
+        # any write: the record goes now. A drop that fails leaves it for recovery once
+        # this process is gone: a marked record is dropped there too; a refused one is
+        # offered to the middleware again.
         errors.best_effort(
             "Periodic claim",
             lambda: conn.hdel(final.key, slot_field),
@@ -164,29 +176,30 @@ def recover(conn: Any, ident: str) -> int:
 
 
 class RecoveryPusher:
-    """Runs :func:`recover` for orphan recovery on a thread of its own, one at a time:
-    recovering a claim runs the client middleware (user code), and a middleware that
-    hangs must hold up only these pushes, never the poller that recovery runs on
-    (scheduled jobs and retries would stop moving). A hung push holds its record;
-    nothing is lost, and the next submit after it returns picks up what is left."""
+    """Runs :func:`recover` for orphan recovery on threads of its own, one per dead
+    identity at a time: recovering a claim runs the client middleware (user code), and
+    a middleware that hangs must hold up only that identity's pushes, never the poller
+    that recovery runs on (scheduled jobs and retries would stop moving) nor another
+    identity's. A hung push holds its record; nothing is lost, and the first pass after
+    it returns picks up what is left."""
 
     def __init__(self) -> None:
-        self._thread: threading.Thread | None = None
+        self._threads: dict[str, threading.Thread] = {}
 
     def submit(self, ident: str) -> bool:
-        """Start recovering ``ident``'s claims unless a recovery is still running (then
-        False: the next pass submits again)."""
-        if self._thread is not None and self._thread.is_alive():
+        """Start recovering ``ident``'s claims unless that is still under way (then
+        False: a later pass submits again)."""
+        for name, thread in list(self._threads.items()):
+            if not thread.is_alive():
+                del self._threads[name]
+        if ident in self._threads:
             return False
-        self._thread = threading.Thread(
-            target=self._run, args=(ident,), name="periodic-claims", daemon=True
+        thread = threading.Thread(
+            target=self._run, args=(ident,), name=f"periodic-claims-{ident}", daemon=True
         )
-        self._thread.start()
+        self._threads[ident] = thread
+        thread.start()
         return True
-
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     @staticmethod
     def _run(ident: str) -> None:

@@ -96,7 +96,7 @@ def claim(
             keys.periodic_lock(entry.name, slot),
             keys.periodic_running(entry.name),
             keys.periodic_claims(identity),
-            keys.inprogress_ids(),
+            keys.periodic_claimers(),
         ],
         [
             entry.name,
@@ -113,9 +113,11 @@ def claim(
     return Claim(connection.text(code), connection.text(detail), connection.text(unreadable) == "1")
 
 
-def rollback(conn: Any, rb: Rollback) -> bool:
-    """Run lua/periodic_rollback.lua (raises if Redis does not take it). False when
-    there was nothing to undo: the claim's record was gone, so its push went through."""
+def rollback(conn: Any, rb: Rollback) -> int:
+    """Run lua/periodic_rollback.lua (raises if Redis does not take it): 1 when undone;
+    0 when there was nothing to undo (the claim's record is gone: its push went through,
+    or an earlier try of this rollback did); 2 when the record was marked "pushing" (its
+    push may have happened: dropped, nothing undone)."""
     name = rb.entry.name
     done = scripts.run(
         "periodic_rollback",
@@ -128,7 +130,7 @@ def rollback(conn: Any, rb: Rollback) -> bool:
         ],
         [rb.slot, rb.previous, rb.jid, claims.field(name, rb.slot), rb.claim_jid],
     )
-    return int(done) == 1
+    return int(done)
 
 
 class Ticker:
@@ -185,6 +187,16 @@ class Ticker:
         if self._rollbacks:
             # Last chance: a pending rollback lives in this process's memory only.
             errors.best_effort("Periodic rollback", lambda: self._retry_rollbacks(force=True))
+        if self._thread is None or not self._thread.is_alive():
+            # No claim left to push: nothing for orphan recovery to find under this
+            # identity. (A record left, from a rollback still failing, keeps it listed:
+            # recovery pushes that slot's job once this process has missed the threshold.)
+            errors.best_effort("Periodic claim", self._forget, "claimer not unlisted")
+
+    def _forget(self) -> None:
+        conn = connection.get_client()
+        if conn.hlen(keys.periodic_claims(self.identity)) == 0:
+            conn.srem(keys.periodic_claimers(), self.identity)
 
     def _run(self) -> None:
         while not self.ready():
@@ -280,9 +292,20 @@ class Ticker:
         claim's caller would have; if it did not, nothing was claimed and the entry is
         looked at as usual. Raises while Redis is still away (kept for the next tick)."""
         slot, job = self._unconfirmed[entry.name]
-        holder = conn.get(keys.periodic_lock(entry.name, slot))
+        # The claim script writes the slot lock and the claim record together: either
+        # names this claim's job if it ran (the lock lapses at the next slot, the record
+        # stays until pushed).
+        pipe = conn.pipeline(transaction=False)
+        pipe.get(keys.periodic_lock(entry.name, slot))
+        pipe.hget(keys.periodic_claims(self.identity), claims.field(entry.name, slot))
+        holder, held = pipe.execute(raise_on_error=False)
+        if isinstance(holder, Exception) and errors.is_unavailable(holder):
+            raise holder
         del self._unconfirmed[entry.name]
-        if holder is None or connection.text(holder) != job["jid"]:
+        ran = (isinstance(holder, (str, bytes)) and connection.text(holder) == job["jid"]) or (
+            isinstance(held, (str, bytes)) and connection.text(held).startswith(f"c {job['jid']} ")
+        )
+        if not ran:
             return  # the claim did not run (or another process's won the slot)
         log.warning(
             "periodic %s: the claim of slot %s went through though its reply was lost: "
@@ -357,9 +380,17 @@ class Ticker:
             return exc
         self._rollbacks.pop(rb.entry.name, None)
         errors.recovered("Periodic rollback")
-        if not undone:
+        if undone == 0:
             log.warning(
-                "periodic %s: the push of slot %s went through though its reply was lost",
+                "periodic %s: slot %s had nothing to undo: its push went through though its "
+                "reply was lost (or an earlier try of this rollback did)",
+                rb.entry.name,
+                _iso(rb.slot),
+            )
+        elif undone == 2:
+            log.warning(
+                "periodic %s: slot %s not rolled back: its push may have gone through (not "
+                "tried again, so it is never pushed twice)",
                 rb.entry.name,
                 _iso(rb.slot),
             )

@@ -113,11 +113,7 @@ class FetchStrategy:
         """After a successful beat (best-effort)."""
 
     def forget(self, conn: redis.Redis) -> None:
-        """At exit, once presence is removed. A process that claimed periodic slots is
-        listed for orphan recovery (lua/periodic_claim.lua); it is forgotten unless a
-        claim it could not push is left (recovery pushes that one)."""
-        if conn.hlen(keys.periodic_claims(self.identity)) == 0:
-            conn.srem(keys.inprogress_ids(), self.identity)
+        """At exit, once presence is removed."""
 
 
 class ReliableFetch(FetchStrategy):
@@ -242,8 +238,7 @@ class ReliableFetch(FetchStrategy):
             )
 
     def forget(self, conn: redis.Redis) -> None:
-        # A periodic claim it could not push at stop keeps it known, for recovery.
-        if conn.llen(self.inprogress) == 0 and conn.hlen(keys.periodic_claims(self.identity)) == 0:
+        if conn.llen(self.inprogress) == 0:
             # Nothing left for recovery to find: forget this identity.
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), self.identity)

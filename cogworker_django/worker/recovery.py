@@ -111,7 +111,12 @@ class OrphanRecovery:
         if clear_since is None:
             return None
         threshold = conf.get().ORPHAN_THRESHOLD
-        ids = [text(i) for i in conn.smembers(keys.inprogress_ids())]
+        # Processes with in-progress lists, and those that claimed periodic slots (kept
+        # apart: a worker of an older release forgets the first set's members only).
+        ids = sorted(
+            {text(i) for i in conn.smembers(keys.inprogress_ids())}
+            | {text(i) for i in conn.smembers(keys.periodic_claimers())}
+        )
         beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
         for gone in set(self._unstamped) - set(ids):
             del self._unstamped[gone]
@@ -170,6 +175,7 @@ class OrphanRecovery:
             # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), ident)
+            pipe.srem(keys.periodic_claimers(), ident)
             pipe.hdel(keys.last_beat(), ident)
             pipe.srem(keys.processes(), ident)
             pipe.delete(keys.work(ident))
