@@ -52,6 +52,18 @@ def test_processes_page_lists_jobs_awaiting_recovery(admin_client, configure, r)
     assert 'id="awaiting-recovery">1<' in dashboard
 
 
+def test_processes_page_shows_a_dead_processs_periodic_claims_not_pushed(admin_client, r):
+    ident = f"host{XSS}:4343:cafe"
+    r.sadd(keys.periodic_claimers(), ident)
+    r.hset(keys.periodic_claims(ident), f"1800000000:nightly{XSS}", "c j1 {}")
+    html = admin_client.get(url("process")).content.decode()
+    section = html.split('id="awaiting-recovery"')[1]
+    assert "0 jobs, " in section and "1 periodic slot claimed but not pushed" in section
+    assert XSS not in html
+    dashboard = admin_client.get(url("dashboard")).content.decode()
+    assert 'id="awaiting-recovery">1<' in dashboard
+
+
 def test_processes_page_says_when_nothing_awaits_recovery(admin_client):
     html = admin_client.get(url("process")).content.decode()
     assert 'id="cw-no-orphans"' in html

@@ -90,6 +90,21 @@ def test_awaiting_recovery_lists_lists_without_a_presence(configure, r):
     assert AwaitingRecovery().list(jobs_per_process=1)[0].jobs.__len__() == 1
 
 
+def test_a_dead_claimer_with_periodic_slots_not_pushed_awaits_recovery(r):
+    """A dead process whose only leftovers are claim records (periodic/claims.py) is
+    listed with their count; a live one, or one with nothing left, is not."""
+    now = time.time()
+    for ident in ("dead-claimer", "live-claimer", "done-claimer"):
+        r.sadd(keys.periodic_claimers(), ident)
+    r.hset(keys.periodic_claims("dead-claimer"), mapping={"1:a": "c j1 {}", "2:b": "c j2 {}"})
+    r.hset(keys.periodic_claims("live-claimer"), "1:a", "c j3 {}")
+    r.hset(keys.process("live-claimer"), mapping={"info": "{}", "beat": now})
+    r.hset(keys.last_beat(), "dead-claimer", int(now) - 5)
+    (orphan,) = AwaitingRecovery().list()
+    assert (orphan.identity, orphan.size, orphan.claims, orphan.jobs) == ("dead-claimer", 0, 2, [])
+    assert AwaitingRecovery().size() == 2
+
+
 def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(configure, worker, r):
     configure(ORPHAN_THRESHOLD=60)
     jid = tj.slow.enqueue(60, "orphaned")

@@ -220,7 +220,9 @@ def _raw_bytes(raw: str) -> bytes:
 
 @dataclass(frozen=True)
 class OrphanedProcess:
-    """A process gone without its presence key whose in-progress list still holds jobs.
+    """A process gone without its presence key whose in-progress list still holds jobs,
+    or that claimed periodic slots it never pushed (``claims``: orphan recovery pushes
+    their jobs, docs/periodic.md).
 
     Times are on Redis's clock, as the worker's recovery judges them: ``last_beat`` is
     the process's last stamp (None when it has none), ``now`` when this was read, and
@@ -235,6 +237,7 @@ class OrphanedProcess:
     last_beat: float | None
     now: float
     threshold: float
+    claims: int = 0  # periodic slots it claimed and never pushed
 
     @property
     def recover_at(self) -> float | None:
@@ -283,10 +286,18 @@ class AwaitingRecovery:
     """Jobs taken by processes that died, until a live worker's recovery requeues them."""
 
     def list(self, jobs_per_process: int = ORPHAN_JOBS_SHOWN) -> list[OrphanedProcess]:
-        """Every dead process with jobs in its in-progress list, longest missing first, in
-        three round trips (the first ``jobs_per_process`` jobs of each)."""
+        """Every dead process with jobs in its in-progress list or periodic claims not
+        pushed, longest missing first, in four round trips (the first
+        ``jobs_per_process`` jobs of each)."""
         conn = client()
-        idents = sorted(text(m) for m in conn.smembers(keys.inprogress_ids()))
+        pipe = conn.pipeline(transaction=False)
+        pipe.smembers(keys.inprogress_ids())
+        pipe.smembers(keys.periodic_claimers())
+        listed: set[str] = set()
+        for members in pipe.execute(raise_on_error=False):
+            if not isinstance(members, Exception):
+                listed |= {text(m) for m in members}
+        idents = sorted(listed)
         if not idents:
             return []
         pipe = conn.pipeline(transaction=False)
@@ -295,26 +306,29 @@ class AwaitingRecovery:
         for ident in idents:
             pipe.exists(keys.process(ident))
             pipe.llen(keys.inprogress(ident))
+            pipe.hlen(keys.periodic_claims(ident))
         replies = pipe.execute(raise_on_error=False)
         now = _redis_seconds(replies[0])
         beats = replies[1] if isinstance(replies[1], dict) else {}
         beats = {text(k): v for k, v in beats.items()}
         orphans = []
         for i, ident in enumerate(idents):
-            alive, size = replies[2 + 2 * i : 4 + 2 * i]
-            if alive != 0 or not isinstance(size, int) or size == 0:
-                continue  # alive, unreadable (checked again next time), or nothing to recover
-            orphans.append((ident, size))
+            alive, size, claimed = replies[2 + 3 * i : 5 + 3 * i]
+            size = size if isinstance(size, int) else 0  # unreadable: checked again next time
+            claimed = claimed if isinstance(claimed, int) else 0
+            if alive != 0 or size + claimed == 0:
+                continue  # alive, or nothing to recover
+            orphans.append((ident, size, claimed))
         if not orphans:
             return []
         count = max(int(jobs_per_process), 1)
         pipe = conn.pipeline(transaction=False)
-        for ident, _ in orphans:
+        for ident, _, _ in orphans:
             pipe.lrange(keys.inprogress(ident), 0, count - 1)
         rows = pipe.execute(raise_on_error=False)
         threshold = float(conf.get().ORPHAN_THRESHOLD)
         out = []
-        for (ident, size), raws in zip(orphans, rows, strict=True):
+        for (ident, size, claimed), raws in zip(orphans, rows, strict=True):
             raws = raws if isinstance(raws, list) else []
             out.append(
                 OrphanedProcess(
@@ -324,13 +338,14 @@ class AwaitingRecovery:
                     _stamp(beats.get(ident)),
                     now,
                     threshold,
+                    claimed,
                 )
             )
         return sorted(out, key=lambda o: (o.last_beat is None, o.last_beat or 0.0, o.identity))
 
     def size(self) -> int:
-        """How many jobs wait for recovery (one round trip per dead process, no job read)."""
-        return sum(o.size for o in self.list(jobs_per_process=1))
+        """How many jobs wait for recovery, periodic claims included (no job read)."""
+        return sum(o.size + o.claims for o in self.list(jobs_per_process=1))
 
 
 def _redis_seconds(reply: Any) -> float:
