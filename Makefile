@@ -33,7 +33,7 @@ help:
 	@echo "make demo       run the demo: migrate, admin user admin/admin, enqueue demo jobs, start a worker"
 	@echo "make runserver  serve the test project (admin at http://127.0.0.1:\$$PORT/admin/, PORT=8000)"
 	@echo "make test       run the whole test suite (PYTEST_ARGS='-k name -x' to narrow it)"
-	@echo "make test-loaded  fault, recovery and worker tests LOAD_RUNS times beside two CPU-bound processes"
+	@echo "make test-loaded  the timing-dependent tests LOAD_RUNS (20) times beside two CPU-bound processes"
 	@echo "make lint       ruff check + ruff format --check + mypy (the package; strict on the public modules)"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
 	@echo "make soak       run the chaos soak (SOAK_ARGS='--seconds 3600')"
@@ -73,11 +73,18 @@ redis:
 test: venv redis
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-# A busy machine: the fault, recovery and worker tests LOAD_RUNS times in a row with two
-# CPU-bound processes beside them (killed at the end). Narrow with LOAD_TESTS or
-# PYTEST_ARGS='-k name'; every run is reported, the target fails if any run failed.
+# A busy machine: the timing-dependent tests (beats, orphan threshold, stalls, shutdown
+# grace, periodic ticks and boot, lock TTLs) LOAD_RUNS times in a row with two CPU-bound
+# processes beside them (killed at the end); about 9 minutes a run on 2 cores. Widen or
+# narrow with LOAD_TESTS (all the fault tests: LOAD_TESTS='tests/test_faults_*.py ...')
+# or PYTEST_ARGS='-k name'; every run is reported, the target fails if any run failed.
 LOAD_RUNS  ?= 20
-LOAD_TESTS ?= tests/test_faults_*.py tests/test_reliable_*.py tests/test_recovery_*.py tests/test_worker_*.py
+TIMING_TESTS := tests/test_recovery_*.py tests/test_faults_outage.py \
+	tests/test_reliable_recovery.py tests/test_reliable_shutdown.py tests/test_reliable_outage.py \
+	tests/test_worker_signals.py tests/test_worker_runs.py tests/test_shutdown_handover.py \
+	tests/test_periodic_boot.py tests/test_periodic_fleet.py tests/test_periodic_fleet_faults.py \
+	tests/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py
+LOAD_TESTS ?= $(TIMING_TESTS)
 
 test-loaded: venv redis
 	@hogs=""; for i in 1 2; do $(VPY) -c 'while True: pass' & hogs="$$hogs $$!"; done; \
