@@ -1,4 +1,5 @@
-"""``python -m bench``: how fast does one worker process of each job system drain N no-op jobs?
+"""``python -m bench``: how fast does one worker process of each job system drain N jobs
+that each do one Redis round trip (or, with ``--job noop``, nothing)?
 
 Every system runs against the same Redis (``BENCH_REDIS_URL``), each in its own
 database (``--db-base`` .. +4), flushed before and after its runs. See bench/README.md.
@@ -25,7 +26,15 @@ from bench.targets import DEFAULT_DB_BASE, DEFAULT_REDIS_URL, BenchError, db_for
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    p.add_argument("--jobs", type=int, default=20000, help="no-op jobs per run (default 20000)")
+    p.add_argument("--jobs", type=int, default=20000, help="jobs per run (default 20000)")
+    p.add_argument(
+        "--job",
+        choices=["incr", "noop"],
+        default="incr",
+        help="incr (default): each job does one Redis round trip (INCR of a done counter) "
+        "and a drain ends when all are counted; noop: jobs do nothing and a drain ends "
+        "when each system's own keys say every job was acked (hides fetch latency)",
+    )
     p.add_argument(
         "--systems",
         default=",".join(ORDER),
@@ -119,6 +128,7 @@ def run_one(module, key: str, label: str, params: dict, args, rep: int, log_dir:
         processes=args.processes,
         timeout=args.timeout,
         log_dir=log_dir,
+        job=args.job,
     )
     common = {"key": key, "system": module.NAME, "config": label, "run": rep, "jobs": args.jobs}
     had = flush(module.NAME)
@@ -184,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Each system: {args.processes} worker process{'es' if args.processes > 1 else ''} "
         "started for the run, "
         f"{args.concurrency} threads where the system has threads (RQ: one job at a time), "
-        f"{args.jobs} no-op jobs enqueued before the worker starts; one run each"
+        f"{args.jobs} {'jobs doing one INCR' if args.job == 'incr' else 'no-op jobs'} "
+        "enqueued before the worker starts; one run each"
         + (f", repeated {args.repeat} times (interleaved)" if args.repeat > 1 else "")
         + "."
     )
@@ -193,9 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         "startup s: worker process start -> first job taken off the queue. "
-        "drain s: first job taken -> queue empty and no taken-but-unacked job left "
-        "(huey and cogworker basic fetch cannot show in-flight jobs: up to C may still run). "
-        "jobs/s = jobs / drain s. ratio = jobs/s / baseline jobs/s. "
+        + (
+            "drain s: first job taken -> every job counted itself done (its INCR). "
+            if args.job == "incr"
+            else "drain s: first job taken -> queue empty and no taken-but-unacked job left "
+            "(huey and cogworker basic fetch cannot show in-flight jobs: up to C may still "
+            "run). "
+        )
+        + "jobs/s = jobs / drain s. ratio = jobs/s / baseline jobs/s. "
         "enqueue: bulk enqueue from this process, timed separately."
     )
     for line in report.notes(rows, args.baseline):

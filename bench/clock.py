@@ -7,8 +7,11 @@ Dramatiq's message hash, Celery's unacked hash, cogworker's in-progress lists un
 reliable fetch). Systems without such a structure (Huey, cogworker basic fetch) can
 still be running at most their concurrency's worth of jobs when the clock stops.
 
-The jobs themselves are true no-ops: a completion counter written by each job would add
-a round trip per job to every system and shrink the differences we want to see.
+With ``--job incr`` (the default) each job does one Redis round trip, an INCR of its
+system's done counter, and "done" is that counter reaching N: a real job does I/O, and
+a job that touches nothing hides how long a worker takes to fetch its next one. With
+``--job noop`` the jobs are true no-ops and "done" is read from each system's own keys
+as above.
 
 The watcher reads a few keys every POLL_SECONDS from the bench process; both ends of
 the measured interval carry the same polling error (at most one interval).
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import redis
 
-from bench.targets import BenchError, client_for, redacted, url_for
+from bench.targets import DONE_KEY, BenchError, client_for, redacted, url_for
 from bench.workers import WorkerGroup
 
 # 5 ms: ~200 cheap reads a second, negligible next to thousands of jobs a second, and
@@ -42,6 +45,8 @@ class Probe:
     pending: Counter  # jobs waiting in the queue
     inflight: Counter | None = None  # jobs taken but not acknowledged (None: not visible)
     failed: Counter | None = None  # jobs the system filed as failed/dead/retrying
+    # jobs of the I/O kind that counted themselves done (--job incr)
+    done: Counter = lambda r: int(r.get(DONE_KEY) or 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +60,7 @@ class RunSpec:
     processes: int
     timeout: float
     log_dir: Path
+    job: str = "incr"  # "incr": one INCR per job, done when counted; "noop": does nothing
 
 
 @dataclass(kw_only=True)
@@ -124,7 +130,13 @@ def drain(
             pending = probe.pending(client)
             if first is None and pending < n:
                 first = now
-            if pending == 0:
+            if spec.job == "incr":
+                counted = probe.done(client)
+                if counted >= n:
+                    done, status, remaining = now, "ok", 0
+                    break
+                remaining = n - counted
+            elif pending == 0:
                 inflight = probe.inflight(client) if probe.inflight else 0
                 if inflight == 0:
                     done, status, remaining = now, "ok", 0

@@ -19,6 +19,9 @@ DEFAULT_DB_BASE = 9
 DB_OFFSETS = {"cogworker": 0, "rq": 1, "dramatiq": 2, "huey": 3, "celery": 4}
 # The queue every system is told to use, so the key names below are predictable.
 QUEUE = "bench"
+# The I/O job (``--job incr``, the default) counts itself done here (INCR), in its
+# system's own database: one Redis round trip per job, as a real job does some I/O.
+DONE_KEY = "bench:done"
 
 
 class BenchError(Exception):

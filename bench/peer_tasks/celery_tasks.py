@@ -2,6 +2,7 @@
 
 from celery import Celery
 
+from bench.peer_tasks.counter import count_done
 from bench.targets import QUEUE, url_for
 
 app = Celery("bench", broker=url_for("celery"))
@@ -15,3 +16,9 @@ app.conf.update(
 @app.task(name="bench.noop")
 def noop() -> None:
     """Does nothing."""
+
+
+@app.task(name="bench.incr")
+def incr() -> None:
+    """One Redis round trip: counts itself done."""
+    count_done("celery")

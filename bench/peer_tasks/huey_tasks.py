@@ -2,6 +2,7 @@
 
 from huey import RedisHuey
 
+from bench.peer_tasks.counter import count_done
 from bench.targets import QUEUE, url_for
 
 huey = RedisHuey(QUEUE, url=url_for("huey"))
@@ -10,3 +11,9 @@ huey = RedisHuey(QUEUE, url=url_for("huey"))
 @huey.task()
 def noop() -> None:
     """Does nothing."""
+
+
+@huey.task()
+def incr() -> None:
+    """One Redis round trip: counts itself done."""
+    count_done("huey")

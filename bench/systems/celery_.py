@@ -47,19 +47,20 @@ def configs(opts) -> list[tuple[str, str, dict]]:
 
 
 def enqueue(n: int, spec: RunSpec) -> float:
-    from bench.peer_tasks.celery_tasks import app, noop
+    from bench.peer_tasks import celery_tasks
 
+    app, task = celery_tasks.app, getattr(celery_tasks, spec.job)
     with app.producer_or_acquire() as producer:
         producer.connection.ensure_connection()
         batch = getattr(producer, "batch", None)  # kombu >= 5.7
         start = time.perf_counter()
         if batch is None:
             for _ in range(n):
-                noop.apply_async(producer=producer)
+                task.apply_async(producer=producer)
         else:
             with batch():
                 for _ in range(n):
-                    noop.apply_async(producer=producer)
+                    task.apply_async(producer=producer)
         return time.perf_counter() - start
 
 

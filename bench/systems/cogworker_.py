@@ -16,7 +16,7 @@ import time
 
 from bench.clock import DrainResult, Probe, RunSpec, python, repo_root, scan_llen
 from bench.clock import drain as _drain
-from bench.targets import QUEUE, BenchError, redacted, url_for
+from bench.targets import DONE_KEY, QUEUE, BenchError, redacted, url_for
 
 NAME = "cogworker"
 PREFIX = "bench"
@@ -30,8 +30,12 @@ RELIABLE_PROBE = Probe(
     pending=lambda r: r.llen(_QUEUE_KEY),
     inflight=lambda r: scan_llen(r, _INPROGRESS_PATTERN),
     failed=lambda r: r.zcard(f"{PREFIX}:retry") + r.zcard(f"{PREFIX}:dead"),
+    # testapp.jobs.bench_incr counts under the prefix, as every key of the package is.
+    done=lambda r: int(r.get(f"{PREFIX}:{DONE_KEY}") or 0),
 )
-BASIC_PROBE = Probe(pending=RELIABLE_PROBE.pending, failed=RELIABLE_PROBE.failed)
+BASIC_PROBE = Probe(
+    pending=RELIABLE_PROBE.pending, failed=RELIABLE_PROBE.failed, done=RELIABLE_PROBE.done
+)
 
 _django_ready = False
 
@@ -99,13 +103,13 @@ def _setup_django() -> None:
 
 def enqueue(n: int, spec: RunSpec) -> float:
     _setup_django()
-    from testapp.jobs import noop
+    from testapp.jobs import bench_incr, noop
 
-    bench_noop = noop.using(queue=QUEUE)
+    task = (bench_incr if spec.job == "incr" else noop).using(queue=QUEUE)
     args = [() for _ in range(n)]
     _connect()
     start = time.perf_counter()
-    bench_noop.enqueue_many(args)  # one pipeline
+    task.enqueue_many(args)  # one pipeline
     return time.perf_counter() - start
 
 

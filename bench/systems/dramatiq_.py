@@ -48,12 +48,13 @@ def configs(opts) -> list[tuple[str, str, dict]]:
 
 
 def enqueue(n: int, spec: RunSpec) -> float:
-    from bench.peer_tasks.dramatiq_tasks import broker, noop
+    from bench.peer_tasks import dramatiq_tasks
 
-    broker.client.ping()
+    actor = getattr(dramatiq_tasks, spec.job)
+    dramatiq_tasks.broker.client.ping()
     start = time.perf_counter()
     for _ in range(n):
-        noop.send()
+        actor.send()
     return time.perf_counter() - start
 
 

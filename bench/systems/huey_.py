@@ -38,12 +38,13 @@ def configs(opts) -> list[tuple[str, str, dict]]:
 
 
 def enqueue(n: int, spec: RunSpec) -> float:
-    from bench.peer_tasks.huey_tasks import huey, noop
+    from bench.peer_tasks import huey_tasks
 
-    huey.storage.conn.ping()
+    task = getattr(huey_tasks, spec.job)
+    huey_tasks.huey.storage.conn.ping()
     args = [() for _ in range(n)]
     start = time.perf_counter()
-    noop.map(args)
+    task.map(args)
     return time.perf_counter() - start
 
 

@@ -58,14 +58,15 @@ def configs(opts) -> list[tuple[str, str, dict]]:
 def enqueue(n: int, spec: RunSpec) -> float:
     from rq import Queue
 
-    from bench.peer_tasks.rq_tasks import noop
+    from bench.peer_tasks import rq_tasks
 
+    fn = getattr(rq_tasks, spec.job)
     connection = client_for(NAME)
     connection.ping()
     queue = Queue(QUEUE, connection=connection)
     start = time.perf_counter()
     # enqueue_many: every job in one pipeline.
-    queue.enqueue_many([Queue.prepare_data(noop, result_ttl=0) for _ in range(n)])
+    queue.enqueue_many([Queue.prepare_data(fn, result_ttl=0) for _ in range(n)])
     elapsed = time.perf_counter() - start
     connection.close()
     return elapsed
