@@ -105,6 +105,17 @@ def test_a_dead_claimer_with_periodic_slots_not_pushed_awaits_recovery(r):
     assert AwaitingRecovery().size() == 2
 
 
+def test_a_wrong_typed_registry_of_dead_processes_is_an_error_not_an_empty_list(r):
+    import redis as redis_lib
+
+    r.set(keys.inprogress_ids(), "garbage")
+    with pytest.raises(redis_lib.ResponseError):
+        AwaitingRecovery().list()
+    r.delete(keys.inprogress_ids())
+    r.set(keys.periodic_claimers(), "garbage")  # the claimers alone: skipped
+    assert AwaitingRecovery().list() == []
+
+
 def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(configure, worker, r):
     configure(ORPHAN_THRESHOLD=60)
     jid = tj.slow.enqueue(60, "orphaned")

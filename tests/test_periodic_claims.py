@@ -159,7 +159,11 @@ def test_a_unique_jobs_lock_script_removes_the_record_with_the_push(r, monkeypat
     assert records(r, "me:1:eeee") == {} and len(queued(r)) == 1
 
 
-def test_a_priority_job_is_pushed_to_its_zset_with_the_record_removed(r):
+def test_a_priority_job_is_pushed_to_its_zset_with_the_record_removed(r, monkeypatch):
+    def no_mark(self):
+        raise AssertionError("a priority job's push must not mark its record")
+
+    monkeypatch.setattr(claims.ClaimedPush, "other", no_mark)
     e = entry()
     job = {**e.build_job(slot=T0), "priority": 5}
     assert ticker.claim(r, e, T0, job, T0 + 0.1, "me:1:abab").code == "claimed"
@@ -332,3 +336,159 @@ def test_a_stopped_ticker_with_nothing_left_is_no_longer_a_claimer(r):
     assert "me:1:stop" in r.smembers(keys.periodic_claimers())
     t.stop()
     assert "me:1:stop" not in r.smembers(keys.periodic_claimers())
+
+
+def test_a_unique_push_stopped_by_an_error_keeps_the_record(r):
+    """Rule 2: the record goes after the job's write; a queue key of the wrong type
+    stops the script at the LPUSH and the record stays (the rollback then finds it)."""
+    e = entry()
+    job = unique_job(e, T0)
+    assert ticker.claim(r, e, T0, job, T0 + 0.1, "me:1:wt").code == "claimed"
+    r.set(keys.queue("default"), "not a list")
+    with pytest.raises(redis_lib.ResponseError):
+        claims.push(r, "me:1:wt", claims.field("e", T0), dict(job))
+    assert list(records(r, "me:1:wt")) == [claims.field("e", T0)]
+
+
+class SwallowErrors:
+    """A client middleware that catches the push's error and returns None."""
+
+    def __call__(self, job, push):
+        try:
+            return push(job)
+        except redis_lib.RedisError:
+            return None
+
+
+def test_a_push_error_swallowed_by_a_middleware_drops_the_record(r, configure):
+    configure(MIDDLEWARE={"client": ["tests.test_periodic_claims.SwallowErrors"], "server": []})
+    e = entry()
+    job = claim_and_die(r, e, identity="me:1:sw")
+    r.set(keys.queue("default"), "not a list")
+    assert claims.push(r, "me:1:sw", claims.field("e", T0), dict(job)) == (None, False)
+    assert records(r, "me:1:sw") == {}  # used up, as the middleware chose: not pushed later
+
+
+def test_a_stopped_ticker_with_a_record_left_stays_listed_for_recovery(r):
+    e = entry()
+    t = Ticker([e], started_at=T0, identity="me:1:left")
+    t.tick(now=T0 + 0.1)
+    r.hset(keys.periodic_claims("me:1:left"), "1:x", "c j {}")  # say, a rollback still failing
+    t.stop()
+    assert "me:1:left" in r.smembers(keys.periodic_claimers())
+
+
+def checker():
+    from .test_recovery_stalls import Checker, redis_clock
+
+    return Checker(5.0, since=redis_clock() - 3600)
+
+
+def test_recovery_finds_a_claimer_listed_only_as_a_claimer(r, configure):
+    """A process that claimed slots and had no in-progress list (basic fetch, or an older
+    release's recovery forgot it there) is found through P:periodic:claimers: its
+    claims are pushed once it has missed the threshold, then it is forgotten."""
+    from cogworker_django import connection
+    from cogworker_django.worker.recovery import OrphanRecovery
+
+    from .test_recovery_stalls import redis_clock
+
+    configure(ORPHAN_THRESHOLD=2)
+    job = claim_and_die(r, entry())
+    assert not r.sismember(keys.inprogress_ids(), DEAD)
+    r.hset(keys.last_beat(), DEAD, str(int(redis_clock()) - 3600))
+    recovery = OrphanRecovery("me", checker(), "default")
+    conn = connection.get_client()
+    recovery.run(conn)
+    wait_until(lambda: [j["jid"] for j in queued(r)] == [job["jid"]], 10)
+    wait_until(lambda: (recovery.run(conn), not r.sismember(keys.periodic_claimers(), DEAD))[1], 10)
+    assert r.hget(keys.last_beat(), DEAD) is None
+
+
+def test_a_live_claimer_is_judged_by_its_missed_beats_not_its_presence_alone(r, configure):
+    """Basic fetch stamps its beats too: a live claimer the checker has known for longer
+    than the threshold, whose presence key lapsed for a moment (a stall), is not dead
+    while its stamp is fresh. (Unstamped, it was judged by the time since first seen.)"""
+    from cogworker_django import conf, connection
+    from cogworker_django.worker.fetch import BasicFetch
+    from cogworker_django.worker.recovery import OrphanRecovery
+
+    from .test_recovery_stalls import redis_clock
+
+    threshold = 2.0
+    configure(ORPHAN_THRESHOLD=threshold)
+    claim_and_die(r, entry())  # a live basic-fetch process that claimed a slot
+    fetch = BasicFetch(DEAD, conf.parse_queues(["default"]))
+
+    def beat():
+        pipe = r.pipeline(transaction=False)
+        assert fetch.beat(pipe) == ["last-beat stamp"]
+        pipe.execute()
+
+    conn = connection.get_client()
+    recovery = OrphanRecovery("me", checker(), "default")
+    r.hset(keys.process(DEAD), "beat", "1")  # present
+    beat()
+    assert recovery.run(conn) == 0
+    known_since = redis_clock()
+    wait_until(lambda: redis_clock() - known_since > threshold + 1.5, threshold * 3)
+    r.delete(keys.process(DEAD))  # its presence lapsed: a stall, the process lives
+    beat()
+    assert recovery.run(conn) == 0
+    assert claims.pending(r, DEAD) == 1 and queued(r) == []
+    fetch.forget(r)
+    assert r.hget(keys.last_beat(), DEAD) is None
+
+
+def test_stale_stamps_of_processes_listed_nowhere_are_pruned(r, configure):
+    from cogworker_django import connection
+    from cogworker_django.worker.recovery import OrphanRecovery
+
+    from .test_recovery_stalls import redis_clock
+
+    configure(ORPHAN_THRESHOLD=30)
+    now = int(redis_clock())
+    r.hset(keys.last_beat(), mapping={"gone:1:a": now - 3600, "fresh:1:b": now, "bad:1:c": "?"})
+    OrphanRecovery("me", checker(), "default").run(connection.get_client())
+    assert set(r.hkeys(keys.last_beat())) == {"fresh:1:b"}
+
+
+def test_a_claimers_set_of_the_wrong_type_does_not_stop_job_recovery(r, configure, caplog):
+    from cogworker_django import connection
+    from cogworker_django.worker.recovery import OrphanRecovery
+
+    from .test_recovery_stalls import ghost, redis_clock
+
+    configure(ORPHAN_THRESHOLD=2)
+    ghost(r, "ghost:1:a", str(int(redis_clock()) - 3600))
+    r.set(keys.periodic_claimers(), "garbage")
+    recovery = OrphanRecovery("me", checker(), "default")
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        assert recovery.run(connection.get_client()) == 2
+        recovery.run(connection.get_client())
+    assert caplog.text.count(f"can't read {keys.periodic_claimers()}") == 1
+
+
+def test_hung_recoveries_are_capped_and_a_slow_one_is_logged(r, configure, caplog):
+    import threading
+
+    from cogworker_django.periodic import claims as claims_mod
+
+    HoldSlow.release = threading.Event()
+    configure(MIDDLEWARE={"client": ["tests.test_periodic_claims.HoldSlow"], "server": []})
+    claim_and_die(r, entry("slow"), identity="dead:1:slow")
+    claim_and_die(r, entry("quick"), identity="dead:2:quick")
+    pusher = claims_mod.RecoveryPusher(max_threads=1)
+    try:
+        assert pusher.submit("dead:1:slow")
+        assert not pusher.submit("dead:2:quick")  # one hangs already: at the cap
+        (thread, started) = pusher._threads["dead:1:slow"]
+        pusher._threads["dead:1:slow"] = (thread, started - claims_mod.SLOW_RECOVERY - 1)
+        with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+            pusher.submit("dead:2:quick")
+            pusher.submit("dead:2:quick")
+        assert caplog.text.count("claims of dead process dead:1:slow has taken") == 1
+    finally:
+        HoldSlow.release.set()
+    wait_until(lambda: pusher.submit("dead:2:quick"), 10)
+    wait_until(lambda: claims_mod.pending(r, "dead:2:quick") == 0, 10)

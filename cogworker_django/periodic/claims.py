@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from .. import client, connection, errors, keys, payload, priority, scripts
@@ -33,8 +34,15 @@ log = logging.getLogger("cogworker_django")
 CLAIMED = "c"
 PUSHING = "p"
 
-# (identity, field) of recovered claims whose push failed deterministically: logged once
-# (entries go when the record is pushed or dropped).
+# Dead identities whose claims are pushed at once, each on its own thread: a client
+# middleware that hangs holds up at most this many (the rest wait for a later pass).
+MAX_RECOVERY_THREADS = 4
+# A recovery thread running longer than this is logged (once).
+SLOW_RECOVERY = 60.0
+
+# (identity, field) of recovered claims whose push failed deterministically: logged once.
+# An entry goes when this process pushes that record; one pushed or dropped elsewhere
+# stays (a few strings per broken record, for the life of the process).
 _failing: set[tuple[str, str]] = set()
 
 
@@ -102,11 +110,12 @@ def push(conn: Any, owner: str, slot_field: str, job: dict[str, Any]) -> tuple[s
     jid = client.push(job, final=final)
     if final.gone:
         return None, True
-    if final.marked or not final.reached:
-        # Pushed by a path that marked the record, or refused by a middleware before
-        # any write: the record goes now. A drop that fails leaves it for recovery once
-        # this process is gone: a marked record is dropped there too; a refused one is
-        # offered to the middleware again.
+    if jid is None or final.marked or not final.reached:
+        # Refused (by a middleware, which may also have swallowed the push's own error,
+        # or as a unique duplicate: its script dropped the record already), or pushed by
+        # a path that marked the record: the slot is used up and the record goes now. A
+        # drop that fails leaves it for recovery once this process is gone: a marked
+        # record is dropped there too; a refused one is offered to the middleware again.
         errors.best_effort(
             "Periodic claim",
             lambda: conn.hdel(final.key, slot_field),
@@ -183,21 +192,34 @@ class RecoveryPusher:
     identity's. A hung push holds its record; nothing is lost, and the first pass after
     it returns picks up what is left."""
 
-    def __init__(self) -> None:
-        self._threads: dict[str, threading.Thread] = {}
+    def __init__(self, max_threads: int = MAX_RECOVERY_THREADS) -> None:
+        self.max_threads = max_threads
+        self._threads: dict[str, tuple[threading.Thread, float]] = {}
+        self._slow: set[str] = set()  # logged as slow while their thread still runs
 
     def submit(self, ident: str) -> bool:
-        """Start recovering ``ident``'s claims unless that is still under way (then
-        False: a later pass submits again)."""
-        for name, thread in list(self._threads.items()):
+        """Start recovering ``ident``'s claims unless that is still under way, or
+        ``max_threads`` recoveries hang already (then False: a later pass submits
+        again). One running for longer than SLOW_RECOVERY seconds is logged once."""
+        now = time.monotonic()
+        for name, (thread, started) in list(self._threads.items()):
             if not thread.is_alive():
                 del self._threads[name]
-        if ident in self._threads:
+                self._slow.discard(name)
+            elif now - started > SLOW_RECOVERY and name not in self._slow:
+                self._slow.add(name)
+                log.warning(
+                    "pushing the periodic claims of dead process %s has taken %.0fs so far "
+                    "(a client middleware that hangs?); the claims wait for it",
+                    name,
+                    now - started,
+                )
+        if ident in self._threads or len(self._threads) >= self.max_threads:
             return False
         thread = threading.Thread(
             target=self._run, args=(ident,), name=f"periodic-claims-{ident}", daemon=True
         )
-        self._threads[ident] = thread
+        self._threads[ident] = (thread, now)
         thread.start()
         return True
 

@@ -263,6 +263,16 @@ class BasicFetch(FetchStrategy):
     def source(self, record: Record, control: Any, concurrency: int) -> Any:
         return BasicSource(self, record)
 
+    def beat(self, pipe: Any) -> list[str]:
+        # The last-beat stamp, as reliable fetch writes it: a process that claimed
+        # periodic slots is judged dead by its missed beats (rule 13), not by its
+        # presence key's TTL alone (orphan recovery pushes its claims then).
+        scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [self.identity])
+        return ["last-beat stamp"]
+
+    def forget(self, conn: redis.Redis) -> None:
+        conn.hdel(keys.last_beat(), self.identity)
+
     def _active(self, conn: redis.Redis) -> list[str]:
         now = time.monotonic()
         if now - self._paused_at > PAUSED_REFRESH:

@@ -77,6 +77,8 @@ class OrphanRecovery:
         self._missing: set[str] = set()
         # Periodic slots dead processes claimed and never pushed: pushed off this thread.
         self.claims = claims.RecoveryPusher()
+        # Registries found of the wrong type (logged once until readable again).
+        self._unreadable: set[str] = set()
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
         """Log once when a process with an in-progress list has stopped beating (its
@@ -111,13 +113,9 @@ class OrphanRecovery:
         if clear_since is None:
             return None
         threshold = conf.get().ORPHAN_THRESHOLD
-        # Processes with in-progress lists, and those that claimed periodic slots (kept
-        # apart: a worker of an older release forgets the first set's members only).
-        ids = sorted(
-            {text(i) for i in conn.smembers(keys.inprogress_ids())}
-            | {text(i) for i in conn.smembers(keys.periodic_claimers())}
-        )
+        ids = self._listed(conn)
         beats = {text(k): v for k, v in conn.hgetall(keys.last_beat()).items()}
+        self._prune_stamps(conn, beats, set(ids), now, threshold)
         for gone in set(self._unstamped) - set(ids):
             del self._unstamped[gone]
         self._missing &= set(ids)
@@ -143,6 +141,45 @@ class OrphanRecovery:
                 log.error("orphan recovery of %s failed: %s", ident, errors.describe(exc))
         self.completed_once = True
         return moved
+
+    def _listed(self, conn: Any) -> list[str]:
+        """Processes with in-progress lists, and those that claimed periodic slots (kept
+        apart: a worker of an older release forgets the first set's members only). One
+        set of the wrong type is logged (rule 5: once) and the other still read (rule 6);
+        the key guard moves it aside."""
+        pipe = conn.pipeline(transaction=False)
+        pipe.smembers(keys.inprogress_ids())
+        pipe.smembers(keys.periodic_claimers())
+        listed: set[str] = set()
+        for key, members in zip(
+            (keys.inprogress_ids(), keys.periodic_claimers()),
+            pipe.execute(raise_on_error=False),
+            strict=True,
+        ):
+            if not isinstance(members, Exception):
+                listed |= {text(m) for m in members}
+                self._unreadable.discard(key)
+            elif errors.is_unavailable(members):
+                raise members
+            elif key not in self._unreadable:
+                self._unreadable.add(key)
+                log.error("orphan recovery can't read %s: %s", key, errors.describe(members))
+        return sorted(listed)
+
+    @staticmethod
+    def _prune_stamps(
+        conn: Any, beats: dict[str, Any], listed: set[str], now: float, threshold: float
+    ) -> None:
+        """Drop last-beat stamps of processes listed nowhere that have not beaten for a
+        threshold (basic-fetch workers killed without claims leave one): a live process
+        writes its stamp again on its next beat, so nothing is lost by dropping it."""
+        stale = []
+        for ident, beat in beats.items():
+            last = stamp_of(beat)
+            if ident not in listed and (last is None or now - last > threshold):
+                stale.append(ident)
+        if stale:
+            errors.best_effort("Orphan recovery", lambda: conn.hdel(keys.last_beat(), *stale))
 
     def _recover(self, conn: Any, ident: str) -> int:
         if conn.exists(keys.process(ident)):
