@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import pytest
 import redis as redis_lib
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
 
-from cogworker_django import keys, scripts
+from cogworker_django import conf, connection, keyguard, keys, scripts
 from cogworker_django.periodic import claims, ticker
 from cogworker_django.periodic.ticker import Ticker
+from cogworker_django.worker.fetch import BasicFetch
+from cogworker_django.worker.recovery import OrphanRecovery
 
 from .helpers import wait_until
 from .test_periodic_ticker import T0, entry, lose_the_first_claims_reply, queued
+from .test_recovery_stalls import Checker, ghost, redis_clock
 
 pytestmark = pytest.mark.cluster  # the scripts touch one slot: they run on a cluster too
 
@@ -219,7 +223,6 @@ def test_a_claims_hash_of_the_wrong_type_does_not_stop_the_entry(r):
     Ticker([e], started_at=T0, identity="me:1:ffff").tick(now=T0 + 0.1)
     assert [j["periodic_slot"] for j in queued(r)] == [T0]
     assert r.get(keys.periodic_claims("me:1:ffff")) == "garbage"
-    from cogworker_django import keyguard
 
     r.sadd(keys.inprogress_ids(), "me:1:ffff")
     assert keys.periodic_claims("me:1:ffff") in keyguard.check(r)
@@ -257,8 +260,6 @@ def test_a_rollback_checks_the_whole_jid(r):
 def test_two_recoverers_at_once_push_the_job_once(r):
     """Two processes' recovery passes on one dead claimer, started together: the record
     is pushed by whichever push script finds it; the other writes nothing."""
-    import threading
-
     e = entry()
     job = claim_and_die(r, e)
     barrier, results, failures = threading.Barrier(2), [], []
@@ -292,24 +293,20 @@ class HoldSlow:
 
 
 def test_a_hung_recovery_of_one_identity_never_holds_up_another(r, configure):
-    import threading
-
-    from cogworker_django.periodic import claims as claims_mod
-
     HoldSlow.release = threading.Event()
     configure(MIDDLEWARE={"client": ["tests.test_periodic_claims.HoldSlow"], "server": []})
     claim_and_die(r, entry("slow"), identity="dead:1:slow")
     quick = claim_and_die(r, entry("quick"), identity="dead:2:quick")
-    pusher = claims_mod.RecoveryPusher()
+    pusher = claims.RecoveryPusher()
     try:
         assert pusher.submit("dead:1:slow")
         assert pusher.submit("dead:2:quick")
         assert not pusher.submit("dead:1:slow")  # still under way: not twice at once
         wait_until(lambda: quick["jid"] in {j["jid"] for j in queued(r)}, 10)
-        assert claims_mod.pending(r, "dead:1:slow") == 1
+        assert claims.pending(r, "dead:1:slow") == 1
     finally:
         HoldSlow.release.set()
-    wait_until(lambda: claims_mod.pending(r, "dead:1:slow") == 0, 10)
+    wait_until(lambda: claims.pending(r, "dead:1:slow") == 0, 10)
     assert len(queued(r)) == 2
 
 
@@ -379,8 +376,6 @@ def test_a_stopped_ticker_with_a_record_left_stays_listed_for_recovery(r):
 
 
 def checker():
-    from .test_recovery_stalls import Checker, redis_clock
-
     return Checker(5.0, since=redis_clock() - 3600)
 
 
@@ -388,11 +383,6 @@ def test_recovery_finds_a_claimer_listed_only_as_a_claimer(r, configure):
     """A process that claimed slots and had no in-progress list (basic fetch, or an older
     release's recovery forgot it there) is found through P:periodic:claimers: its
     claims are pushed once it has missed the threshold, then it is forgotten."""
-    from cogworker_django import connection
-    from cogworker_django.worker.recovery import OrphanRecovery
-
-    from .test_recovery_stalls import redis_clock
-
     configure(ORPHAN_THRESHOLD=2)
     job = claim_and_die(r, entry())
     assert not r.sismember(keys.inprogress_ids(), DEAD)
@@ -409,12 +399,6 @@ def test_a_live_claimer_is_judged_by_its_missed_beats_not_its_presence_alone(r, 
     """Basic fetch stamps its beats too: a live claimer the checker has known for longer
     than the threshold, whose presence key lapsed for a moment (a stall), is not dead
     while its stamp is fresh. (Unstamped, it was judged by the time since first seen.)"""
-    from cogworker_django import conf, connection
-    from cogworker_django.worker.fetch import BasicFetch
-    from cogworker_django.worker.recovery import OrphanRecovery
-
-    from .test_recovery_stalls import redis_clock
-
     threshold = 2.0
     configure(ORPHAN_THRESHOLD=threshold)
     claim_and_die(r, entry())  # a live basic-fetch process that claimed a slot
@@ -441,11 +425,6 @@ def test_a_live_claimer_is_judged_by_its_missed_beats_not_its_presence_alone(r, 
 
 
 def test_stale_stamps_of_processes_listed_nowhere_are_pruned(r, configure):
-    from cogworker_django import connection
-    from cogworker_django.worker.recovery import OrphanRecovery
-
-    from .test_recovery_stalls import redis_clock
-
     configure(ORPHAN_THRESHOLD=30)
     now = int(redis_clock())
     r.hset(keys.last_beat(), mapping={"gone:1:a": now - 3600, "fresh:1:b": now, "bad:1:c": "?"})
@@ -454,11 +433,6 @@ def test_stale_stamps_of_processes_listed_nowhere_are_pruned(r, configure):
 
 
 def test_a_claimers_set_of_the_wrong_type_does_not_stop_job_recovery(r, configure, caplog):
-    from cogworker_django import connection
-    from cogworker_django.worker.recovery import OrphanRecovery
-
-    from .test_recovery_stalls import ghost, redis_clock
-
     configure(ORPHAN_THRESHOLD=2)
     ghost(r, "ghost:1:a", str(int(redis_clock()) - 3600))
     r.set(keys.periodic_claimers(), "garbage")
@@ -470,20 +444,16 @@ def test_a_claimers_set_of_the_wrong_type_does_not_stop_job_recovery(r, configur
 
 
 def test_hung_recoveries_are_capped_and_a_slow_one_is_logged(r, configure, caplog):
-    import threading
-
-    from cogworker_django.periodic import claims as claims_mod
-
     HoldSlow.release = threading.Event()
     configure(MIDDLEWARE={"client": ["tests.test_periodic_claims.HoldSlow"], "server": []})
     claim_and_die(r, entry("slow"), identity="dead:1:slow")
     claim_and_die(r, entry("quick"), identity="dead:2:quick")
-    pusher = claims_mod.RecoveryPusher(max_threads=1)
+    pusher = claims.RecoveryPusher(max_threads=1)
     try:
         assert pusher.submit("dead:1:slow")
         assert not pusher.submit("dead:2:quick")  # one hangs already: at the cap
         (thread, started) = pusher._threads["dead:1:slow"]
-        pusher._threads["dead:1:slow"] = (thread, started - claims_mod.SLOW_RECOVERY - 1)
+        pusher._threads["dead:1:slow"] = (thread, started - claims.SLOW_RECOVERY - 1)
         with caplog.at_level(logging.WARNING, logger="cogworker_django"):
             pusher.submit("dead:2:quick")
             pusher.submit("dead:2:quick")
@@ -491,4 +461,4 @@ def test_hung_recoveries_are_capped_and_a_slow_one_is_logged(r, configure, caplo
     finally:
         HoldSlow.release.set()
     wait_until(lambda: pusher.submit("dead:2:quick"), 10)
-    wait_until(lambda: claims_mod.pending(r, "dead:2:quick") == 0, 10)
+    wait_until(lambda: claims.pending(r, "dead:2:quick") == 0, 10)

@@ -56,6 +56,14 @@ def record(job: dict[str, Any]) -> str:
     return f"{CLAIMED} {job['jid']} {payload.encode(job)}"
 
 
+def names(value: Any, jid: str) -> bool:
+    """Whether a record read back (str or bytes; anything else is not one) is the
+    not-yet-pushed claim of ``jid``."""
+    if not isinstance(value, (str, bytes)):
+        return False
+    return connection.text(value).startswith(f"{CLAIMED} {jid} ")
+
+
 class ClaimedPush:
     """The final write of one claimed slot's job, for :func:`cogworker_django.client.push`
     (client.FinalWrite): ``plain`` pushes and removes the record in one step

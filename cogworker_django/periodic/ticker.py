@@ -302,9 +302,9 @@ class Ticker:
         if isinstance(holder, Exception) and errors.is_unavailable(holder):
             raise holder
         del self._unconfirmed[entry.name]
-        ran = (isinstance(holder, (str, bytes)) and connection.text(holder) == job["jid"]) or (
-            isinstance(held, (str, bytes)) and connection.text(held).startswith(f"c {job['jid']} ")
-        )
+        ran = (
+            isinstance(holder, (str, bytes)) and connection.text(holder) == job["jid"]
+        ) or claims.names(held, job["jid"])
         if not ran:
             return  # the claim did not run (or another process's won the slot)
         log.warning(
