@@ -112,7 +112,7 @@ def push(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
     try:
         if final is None:
             return middleware.run_client_chain(job, _push_one)
-        return middleware.run_client_chain(job, lambda j: _push_final(j, final))
+        return middleware.run_client_chain(job, lambda j: _push_one(j, final))
     except redis.ResponseError as exc:
         named = wrong_key_type(exc, job)
         if named is None:
@@ -137,23 +137,17 @@ def _member_pusher(which: str) -> Callable[..., Any]:
     return pusher
 
 
-def _push_final(job: dict[str, Any], final: FinalWrite) -> str | None:
-    """The last step of a push made through ``final`` (see :class:`FinalWrite`)."""
+def _push_one(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
+    """The last step of a push (after the client middleware). With ``final`` (a claimed
+    periodic slot, :class:`FinalWrite`) the write that can carry the claim record's
+    removal does; any other path marks the record first and then pushes as usual."""
     now = time.time()
-    if job.get("bid") or active_sink() is not None or _is_scheduled(job, now):
-        return _push_one(job) if final.other() else None
-    if job.get("unique") in ("until_executed", "until_started"):
-        from . import unique
-
-        return unique.push(job, final)
-    job.pop("at", None)
-    job["enqueued_at"] = now
-    if not final.plain(job["queue"], priority.route(job, now)):
-        return None
-    return job["jid"]
-
-
-def _push_one(job: dict[str, Any]) -> str | None:
+    if final is not None and (
+        job.get("bid") or active_sink() is not None or _is_scheduled(job, now)
+    ):
+        if not final.other():
+            return None
+        final = None
     if job.get("bid"):
         return _member_pusher("one")(job)  # a batch member: pushed and counted in one step
     divert = active_sink()
@@ -162,14 +156,15 @@ def _push_one(job: dict[str, Any]) -> str | None:
     if job.get("unique") in ("until_executed", "until_started"):
         from . import unique
 
-        return unique.push(job)
-    conn = connection.get_client()
-    now = time.time()
+        return unique.push(job, final)
     if _is_scheduled(job, now):
-        conn.zadd(keys.schedule(), {payload.encode(job): float(job["at"])})
+        connection.get_client().zadd(keys.schedule(), {payload.encode(job): float(job["at"])})
         return job["jid"]
     job.pop("at", None)
     job["enqueued_at"] = now
+    if final is not None:
+        return job["jid"] if final.plain(job["queue"], priority.route(job, now)) else None
+    conn = connection.get_client()
     if priority.routes(job):  # django.tasks priorities wait in a zset (priority.py)
         return priority.push(conn, job)
     data = payload.encode(job)
