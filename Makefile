@@ -124,8 +124,13 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # The peers (RQ, Dramatiq, Huey, Celery) are installed only for the benchmark.
+# Sidekiq and BullMQ join when present: ruby + sidekiq on PATH (Debian: ruby ruby-sidekiq),
+# and node + npm (BullMQ is installed into bench/peer_tasks/bullmq/node_modules).
 bench: venv redis
 	$(VPY) -m pip install -q -r bench/requirements.txt
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --silent --no-audit --no-fund --prefix bench/peer_tasks/bullmq || \
+		echo "bench: npm install failed; BullMQ will be skipped"; fi
 	$(VPY) -m bench $(BENCH_ARGS)
 
 # The chaos soak: its own redis-server on a free port, never the one above.

@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--db-base",
         type=int,
         default=int(os.environ.get("BENCH_DB_BASE", DEFAULT_DB_BASE)),
-        help="first of the 5 databases used and FLUSHED (default 9: dbs 9..13)",
+        help="first of the 7 databases used and FLUSHED (default 9: dbs 9..15)",
     )
     p.add_argument(
         "--timeout", type=float, default=600.0, help="give up on one drain after this many seconds"
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             "drain s: first job taken -> every job counted itself done (its INCR). "
             if args.job == "incr"
             else "drain s: first job taken -> queue empty and no taken-but-unacked job left "
-            "(huey and cogworker basic fetch cannot show in-flight jobs: up to C may still "
+            "(huey, sidekiq and cogworker basic fetch cannot show in-flight jobs: up to C may still "
             "run). "
         )
         + "jobs/s = jobs / drain s. ratio = jobs/s / baseline jobs/s. "

@@ -23,7 +23,8 @@ def describe() -> dict:
         "python": platform.python_version(),
         "redis_server": _redis_version(),
         "redis_url": redacted(base_url()),
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {name: _version(name) for name in PACKAGES}
+        | {name: _foreign_version(name) for name in FOREIGN},
     }
 
 
@@ -59,6 +60,19 @@ def _redis_version() -> str:
         return f"unreachable ({exc})"
     finally:
         client.close()
+
+
+# The systems in another language: their adapters say which version is installed.
+FOREIGN = ["sidekiq", "bullmq"]
+
+
+def _foreign_version(name: str) -> str | None:
+    from bench.systems import load
+
+    try:
+        return load(name).version()
+    except ImportError:
+        return None
 
 
 def _version(name: str) -> str | None:

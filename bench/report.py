@@ -103,10 +103,18 @@ def table(rows: list[dict], baseline: str) -> str:
     return "\n".join(lines)
 
 
+# The systems cogworker's goals are set against (docs/performance.md): its ratio to each
+# is printed as a line of its own.
+ANCHORS = ("sidekiq", "bullmq")
+
+
 def notes(rows: list[dict], baseline: str) -> list[str]:
     out = []
     if not any(r["key"] == baseline and r.get("jobs_per_s") for r in rows):
         out.append(f"No ratio: the baseline {baseline} did not run (choose one with --baseline).")
+    for r in rows:
+        if r["system"] in ANCHORS and r.get("ratio") and r["key"] != baseline:
+            out.append(f"{baseline} drains at {1 / r['ratio']:.2f}x {r['key']} ({r['config']}).")
     for r in rows:
         if r["status"] not in ("ok", "skipped"):
             out.append(f"{r['key']}: {r['status']}: {r['detail']}".rstrip())

@@ -14,9 +14,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
-# 9..13: high numbers that a default Redis (16 databases) has and that apps rarely use.
+# 9..15: high numbers that a default Redis (16 databases) has and that apps rarely use.
 DEFAULT_DB_BASE = 9
-DB_OFFSETS = {"cogworker": 0, "rq": 1, "dramatiq": 2, "huey": 3, "celery": 4}
+DB_OFFSETS = {
+    "cogworker": 0,
+    "rq": 1,
+    "dramatiq": 2,
+    "huey": 3,
+    "celery": 4,
+    "sidekiq": 5,
+    "bullmq": 6,
+}
 # The queue every system is told to use, so the key names below are predictable.
 QUEUE = "bench"
 # The I/O job (``--job incr``, the default) counts itself done here (INCR), in its
