@@ -82,16 +82,21 @@ test: venv redis
 
 # A busy machine: the timing-dependent tests (beats, orphan threshold, stalls, shutdown
 # grace, periodic ticks and boot, lock TTLs) LOAD_RUNS times in a row with two CPU-bound
-# processes beside them (killed at the end), on TEST_WORKERS processes as `make test`;
-# about 3 minutes a run on 2 cores (9 with TEST_WORKERS=0). Widen or
-# narrow with LOAD_TESTS (all the fault tests: LOAD_TESTS='tests/test_faults_*.py ...')
-# or PYTEST_ARGS='-k name'; every run is reported, the target fails if any run failed.
+# processes beside them (killed at the end), on TEST_WORKERS processes as `make test`.
+# Widen or narrow with LOAD_TESTS (the whole suite: LOAD_TESTS=tests, about 5.5 minutes
+# a run on 2 cores) or PYTEST_ARGS='-k name'; every run is reported, the target fails if
+# any run failed.
 LOAD_RUNS  ?= 20
 TIMING_TESTS := tests/test_recovery_*.py tests/test_faults_outage.py \
 	tests/test_reliable_recovery.py tests/test_reliable_shutdown.py tests/test_reliable_outage.py \
 	tests/test_worker_signals.py tests/test_worker_runs.py tests/test_shutdown_handover.py \
 	tests/test_periodic_boot.py tests/test_periodic_fleet.py tests/test_periodic_fleet_faults.py \
-	tests/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py
+	tests/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py \
+	tests/test_reliable_settled.py tests/test_worker_outage.py tests/test_worker_failures.py \
+	tests/test_worker_paths.py tests/test_worker_poller.py tests/test_periodic_faults.py \
+	tests/test_faults_errors.py tests/test_faults_keyguard.py tests/test_faults_backoff.py \
+	tests/test_controls_limits.py tests/test_controls_timeouts.py tests/test_tasks_faults.py \
+	tests/test_workflows_chaos.py
 LOAD_TESTS ?= $(TIMING_TESTS)
 
 test-loaded: venv redis

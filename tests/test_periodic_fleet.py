@@ -92,11 +92,16 @@ def test_a_killed_run_frees_its_entry_once_the_active_ttl_lapses(worker, r, pref
     running = f"{prefix}:periodic:running:exclusive"
     (first,) = wait_until(lambda: spans(r, prefix), 15, message="the first run")
     # The first run holds the entry: its worker's heartbeat refreshes the lock to the
-    # active TTL (seen as a TTL reset above what is left of the first one).
+    # active TTL (seen as the TTL rising again after it ran down).
     assert r.get(running) == first["jid"]
-    wait_until(lambda: r.pttl(running) > 1500, 5, message="the lock refreshed")
+    ttls = [r.pttl(running)]
+
+    def refreshed() -> bool:
+        ttls.append(r.pttl(running))
+        return ttls[-1] > min(ttls) + 200
+
+    wait_until(refreshed, 5, message="the lock refreshed")
     victim = next(w for w in workers if w.pid == first["pid"])
-    (survivor,) = [w for w in workers if w is not victim]
     victim.kill()
     killed_at = time.time()
     slot_at_kill = int(killed_at)
@@ -106,7 +111,6 @@ def test_a_killed_run_frees_its_entry_once_the_active_ttl_lapses(worker, r, pref
     # run's job recovered and re-run).
     assert second["jid"] != first["jid"], (first, second)
     assert second["slot"] > slot_at_kill, (first, second)
-    assert second["pid"] == survivor.pid, (second, survivor.pid)
     assert r.get(running) == second["jid"]
     # Not before the lock, no longer refreshed, lapsed (active TTL 2 s, last refreshed
     # at most a beat, 0.5 s, before the kill).
@@ -119,13 +123,19 @@ def test_disable_wait_two_slots_enable_no_burst(worker, r, prefix):
     with override_settings(COGWORKER_PERIODIC=EVERY_SECOND):
         control.disable("every-second")
         disabled_at = time.time()
-        time.sleep(2.2)
+        time.sleep(2.2)  # two slots pass while it is disabled: neither may fire
         assert [s for s in slots(r, prefix) if s > disabled_at] == []
         control.enable("every-second")
         enabled_at = time.time()
-    time.sleep(2.2)
+    # Firing again: two slots after the enable (however long a busy machine takes).
+    wait_until(
+        lambda: len([s for s in slots(r, prefix) if s >= enabled_at]) >= 2, 15, message="two runs"
+    )
+    seen_at = time.time()
     counts = slots(r, prefix)
     assert all(c == 1 for c in counts.values())
+    # No burst: the slots passed while disabled never fire, and after the enable at most
+    # one slot a second.
     assert [s for s in counts if disabled_at < s < enabled_at - 1] == []
     after = [s for s in counts if s >= enabled_at - 1]
-    assert 1 <= len(after) <= 4, after  # firing again, one slot per second: no burst
+    assert len(after) <= seen_at - enabled_at + 2, after

@@ -368,15 +368,17 @@ def test_a_worker_booting_beside_a_stalled_one_lets_it_beat_first(
     """Rule 13 at boot: a worker stalled longer than ORPHAN_THRESHOLD (SIGSTOP here; a
     Redis outage or pause looks the same: its beat is stale, its presence expired) is
     still alive. A worker booting meanwhile must give it a few beats before declaring it
-    dead: the stalled worker resumes, beats, and finishes its own jobs; none runs twice."""
+    dead: the stalled worker resumes, beats, and finishes its own jobs; none runs twice.
+    The booted worker's "is missing" line shows it judged the stalled one in that state."""
     server = redis_server()
     configure(REDIS_URL=server.url)
     client = server.client()
-    fast = {"ORPHAN_THRESHOLD": 3}
+    threshold = 5
+    fast = {"ORPHAN_THRESHOLD": threshold}
     first = worker(redis_url=server.url, settings=fast)
     ident = first.log().split("identity=")[1].split()[0]
     tokens = [f"long{i}" for i in range(3)]
-    tj.slow.enqueue_many([(5, t) for t in tokens])
+    tj.slow.enqueue_many([(8, t) for t in tokens])
     wait_until(lambda: client.llen(f"{prefix}:inprogress:{ident}") == 3, 10,
                message="the first worker holds the 3 jobs")  # fmt: skip
     first.signal(signal.SIGSTOP)
@@ -385,11 +387,17 @@ def test_a_worker_booting_beside_a_stalled_one_lets_it_beat_first(
                    message="the stalled worker's presence to expire")  # fmt: skip
         last = float(client.hget(f"{prefix}:last_beat", ident))
         # and its last beat older than ORPHAN_THRESHOLD, on Redis's clock
-        wait_until(lambda: float(client.time()[0]) - last > 3.2, 10, message="a stale beat")
+        wait_until(
+            lambda: float(client.time()[0]) - last > threshold + 0.2, 10, message="a stale beat"
+        )
         booted = worker(redis_url=server.url, settings=fast)  # booted: its poller runs
-        # The booted worker's orphan passes (every 0.5 s from its second beat) run while
-        # the other is still stopped: half a threshold after the boot.
-        time.sleep(1.5)
+        booted_at = time.monotonic()
+        # The booted worker's orphan passes (every 0.5 s) find the stopped one stale and
+        # without presence, and log it as missing rather than dead.
+        booted.wait_for_log(
+            rf"process {re.escape(ident)} is missing|from dead process", threshold - 1
+        )
+        assert time.monotonic() - booted_at < threshold
     finally:
         first.signal(signal.SIGCONT)
     wait_until(lambda: len(client.hgetall(f"{prefix}:test:runs")) == 3, 20, message="3 runs")
