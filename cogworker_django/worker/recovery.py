@@ -81,13 +81,14 @@ class OrphanRecovery:
         self._unreadable: set[str] = set()
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
-        """Log once when a process with an in-progress list has stopped beating (its
-        presence key is gone) but is not yet recoverable: until then its jobs show
-        nowhere else (the admin's Processes page lists them as awaiting recovery)."""
-        if ident in self._missing or now - last < 4 * conf.get().HEARTBEAT_INTERVAL:
-            return  # logged already, or beating recently (no need to ask Redis)
-        if conn.exists(keys.process(ident)):
+        """Log once per silence when a process with an in-progress list has stopped
+        beating (its presence key is gone) but is not yet recoverable: until then its jobs
+        show nowhere else (the admin's Processes page lists them as awaiting recovery)."""
+        if now - last < 4 * conf.get().HEARTBEAT_INTERVAL:
+            self._missing.discard(ident)  # beating again: its next silence is logged anew
             return
+        if ident in self._missing or conn.exists(keys.process(ident)):
+            return  # logged already, or present (no need to log)
         self._missing.add(ident)
         log.warning(
             "process %s is missing (no beat for %.0fs): its %d job(s) are recovered from "
