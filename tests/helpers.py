@@ -115,6 +115,7 @@ class RedisServer:
     """A private ``redis-server`` on a free port that a test may stop, restart, pause."""
 
     def __init__(self, port: int | None = None, extra: list[str] | None = None) -> None:
+        self.movable = port is None  # a free port of ours: until started, another will do
         self.port = port or free_port()
         self.extra = extra or []
         self.dir = tempfile.mkdtemp(prefix="cogworker-redis-")
@@ -125,6 +126,21 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        # A free port can be taken by another test process between free_port() and the
+        # server's bind: that server then exits, and another port is tried (the first
+        # start only: a restart keeps its port, clients know it).
+        for _ in range(3):
+            self._spawn()
+            wait_until(self._settled, 10, message=f"redis-server on port {self.port}")
+            if self.proc is not None and self.proc.poll() is None:
+                self.movable = False
+                return self
+            if not self.movable:
+                break
+            self.port = free_port()
+        raise RuntimeError(f"redis-server would not start on port {self.port}")
+
+    def _spawn(self) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -148,12 +164,15 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_until(self._answers, 10, message=f"redis-server on port {self.port}")
-        return self
 
-    def _answers(self) -> bool:
+    def _settled(self) -> bool:
+        """True once this server answers (its own pid: not another test's server on the
+        port), or once it has exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return True
         try:
-            return self.client().ping()
+            return int(self.client().info("server")["process_id"]) == self.proc.pid
         except redis.RedisError:
             return False
 

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 import redis as redis_lib
-from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
+from testapp import jobs as tj  # registers the jobs the entries name
 
 from cogworker_django import conf, connection, keyguard, keys, scripts
 from cogworker_django.periodic import claims, ticker
@@ -462,3 +462,24 @@ def test_hung_recoveries_are_capped_and_a_slow_one_is_logged(r, configure, caplo
         HoldSlow.release.set()
     wait_until(lambda: pusher.submit("dead:2:quick"), 10)
     wait_until(lambda: claims.pending(r, "dead:2:quick") == 0, 10)
+
+
+def test_paths_that_mark_first_write_the_job_then_drop_the_record(r):
+    """A scheduled push and a test-mode sink cannot remove the record in their own step:
+    the record is marked, the job written where that path puts it, then the record is
+    dropped, so recovery has nothing left to push again."""
+    from cogworker_django import testing
+
+    e, me = entry(), "me:1:cccc"
+    later = claim_and_die(r, e, slot=T0 + 60, identity=me)
+    later["at"] = 4_000_000_000.0  # 2096: scheduled, whatever the machine's clock says
+    assert claims.push(r, me, claims.field(e.name, T0 + 60), later) == (later["jid"], False)
+    (member,) = r.zrange(keys.schedule(), 0, -1)
+    assert json.loads(member)["jid"] == later["jid"]
+    assert records(r, me) == {} and queued(r) == []
+
+    sunk = claim_and_die(r, e, slot=T0 + 120, identity=me)
+    with testing.fake():
+        assert claims.push(r, me, claims.field(e.name, T0 + 120), sunk) == (sunk["jid"], False)
+        assert [j["jid"] for j in tj.periodic_tick.jobs] == [sunk["jid"]]
+    assert records(r, me) == {} and queued(r) == []
