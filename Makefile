@@ -73,9 +73,11 @@ redis:
 # The suite runs on TEST_WORKERS pytest-xdist processes (each test isolates itself by key
 # prefix, private servers and its own local cluster per process, so they never share
 # state); most of a test's time is waiting for a worker, so 4 beats the core count on 2
-# cores. TEST_WORKERS=0 runs it in this process, one test at a time.
+# cores. Whole files go to one process (--dist loadfile): a module's shared server or
+# cluster is started once, and a test that checks what the module's earlier tests left
+# sees them. TEST_WORKERS=0 runs it in this process, one test at a time.
 TEST_WORKERS ?= 4
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS))
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
 test: venv redis
 	$(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
@@ -96,7 +98,8 @@ TIMING_TESTS := tests/test_recovery_*.py tests/test_faults_outage.py \
 	tests/test_worker_paths.py tests/test_worker_poller.py tests/test_periodic_faults.py \
 	tests/test_faults_errors.py tests/test_faults_keyguard.py tests/test_faults_backoff.py \
 	tests/test_controls_limits.py tests/test_controls_timeouts.py tests/test_tasks_faults.py \
-	tests/test_workflows_chaos.py
+	tests/test_workflows_chaos.py tests/test_worker_failure_path.py tests/test_worker_command.py \
+	tests/test_reliable_drain.py
 LOAD_TESTS ?= $(TIMING_TESTS)
 
 test-loaded: venv redis
@@ -134,7 +137,7 @@ lint: venv
 bench: venv redis
 	$(VPY) -m pip install -q -r bench/requirements.txt
 	@if command -v npm >/dev/null 2>&1; then \
-		npm install --silent --no-audit --no-fund --prefix bench/peer_tasks/bullmq || \
+		npm ci --silent --no-audit --no-fund --prefix bench/peer_tasks/bullmq || \
 		echo "bench: npm install failed; BullMQ will be skipped"; fi
 	$(VPY) -m bench $(BENCH_ARGS)
 
