@@ -2,7 +2,7 @@
 that each do one Redis round trip (or, with ``--job noop``, nothing)?
 
 Every system runs against the same Redis (``BENCH_REDIS_URL``), each in its own
-database (``--db-base`` .. +4), flushed before and after its runs. See bench/README.md.
+database (``--db-base`` .. +6), flushed before and after its runs. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ import redis
 from bench import machine, report
 from bench.clock import RunSpec, check_enqueued
 from bench.systems import ORDER, load
-from bench.targets import DEFAULT_DB_BASE, DEFAULT_REDIS_URL, BenchError, db_for, flush
+from bench.targets import (
+    DB_OFFSETS,
+    DEFAULT_DB_BASE,
+    DEFAULT_REDIS_URL,
+    BenchError,
+    db_for,
+    flush,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -131,7 +138,10 @@ def run_one(module, key: str, label: str, params: dict, args, rep: int, log_dir:
         job=args.job,
     )
     common = {"key": key, "system": module.NAME, "config": label, "run": rep, "jobs": args.jobs}
-    had = flush(module.NAME)
+    try:
+        had = flush(module.NAME)
+    except redis.RedisError as exc:
+        return report.record(**common, error=f"flush: {_describe(exc)}")
     if had and rep == 1:
         _say(f"  flushed db {db_for(module.NAME)} ({had} keys were there before the bench)")
     try:
@@ -164,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         redis.Redis.from_url(args.redis_url).ping()
     except redis.RedisError as exc:
         print(f"Redis at {args.redis_url} does not answer: {exc}", file=sys.stderr)
+        return 2
+    problem = _databases_problem(args)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     info = machine.describe()
     runs, skipped = plan(args)
@@ -227,6 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shutil.rmtree(log_dir, ignore_errors=True)
     return 1 if failed else 0
+
+
+def _databases_problem(args: argparse.Namespace) -> str | None:
+    """Why the chosen systems' databases do not fit the server (None when they do)."""
+    highest = args.db_base + max(DB_OFFSETS[name] for name in args.systems)
+    try:
+        reply = redis.Redis.from_url(args.redis_url).config_get("databases")
+        count = int(reply.get("databases") or reply.get(b"databases") or 16)
+    except (redis.RedisError, ValueError):
+        count = 16  # CONFIG refused (a managed Redis): the default
+    if highest < count:
+        return None
+    return (
+        f"--db-base {args.db_base} puts a system on database {highest}, but the server has "
+        f"{count} (0..{count - 1}): choose a lower --db-base, or fewer --systems"
+    )
 
 
 def _progress(rec: dict) -> str:

@@ -10,20 +10,15 @@
 const { Queue, Worker } = require('bullmq');
 const IORedis = require('ioredis');
 
-const url = new URL(process.env.BENCH_BULLMQ_URL || 'redis://127.0.0.1:6379/15');
-const connection = {
-  host: url.hostname || '127.0.0.1',
-  port: Number(url.port || 6379),
-  db: Number(url.pathname.replace('/', '') || 0),
-  password: url.password ? decodeURIComponent(url.password) : undefined,
-  maxRetriesPerRequest: null, // BullMQ's workers require it
-};
+// ioredis reads the whole URL (user, password, rediss:// TLS, the database).
+const URL_ = process.env.BENCH_BULLMQ_URL || 'redis://127.0.0.1:6379/15';
+const connection = new IORedis(URL_, { maxRetriesPerRequest: null }); // BullMQ's workers need it
 const QUEUE = process.env.BENCH_QUEUE || 'bench';
 const DONE_KEY = process.env.BENCH_DONE_KEY || 'bench:done';
 const CHUNK = 1000;
 
 async function worker(concurrency) {
-  const counter = new IORedis(connection);
+  const counter = new IORedis(URL_);
   const w = new Worker(
     QUEUE,
     async (job) => {
@@ -40,6 +35,7 @@ async function worker(concurrency) {
     setTimeout(() => process.exit(0), 5000).unref();
     await w.close();
     await counter.quit();
+    await connection.quit();
     process.exit(0);
   };
   process.on('SIGTERM', stop);
@@ -56,6 +52,7 @@ async function enqueue(name, n) {
   }
   const seconds = (performance.now() - started) / 1000;
   await queue.close();
+  await connection.quit(); // ours, not the queue's: close() leaves it open
   console.log(`BENCH_ENQUEUE_SECONDS ${seconds}`);
 }
 
