@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from .helpers import ROOT
+from .helpers import CLUSTER_PORT_SPAN, CLUSTER_PORTS, ROOT, xdist_index
 
 SCRIPT = ROOT / "scripts" / "cluster"
 MODES = ("single", "cluster")
@@ -39,9 +39,13 @@ class LocalCluster:
     def start(cls, masters: int = 3, replicas: int = 0) -> LocalCluster:
         if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
             pytest.skip("redis-server / redis-cli not installed: no local Redis Cluster")
+        # From this test process's block (helpers.free_port says why); the script takes
+        # the first free ones from there up.
+        base = CLUSTER_PORTS + (xdist_index() % 8) * CLUSTER_PORT_SPAN
         out = _run_script(
-            "start", "--masters", str(masters), "--replicas", str(replicas), timeout=120
-        )
+            "start", "--masters", str(masters), "--replicas", str(replicas),
+            "--base-port", str(base), timeout=120,
+        )  # fmt: skip
         lines = out.splitlines()
         fields = dict(line.split("=", 1) for line in lines if "=" in line)
         nodes: dict[int, str] = {}

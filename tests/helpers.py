@@ -105,10 +105,40 @@ def wait_until(
     )
 
 
+# Ports for the servers and proxies tests start. Each pytest-xdist process takes them
+# from a span of its own, below the kernel's ephemeral range (32768 up here): a port one
+# test frees while its server is down (a restart test) is then never taken by another
+# process's server, nor by an outgoing connection, before that test starts it again.
+# Clusters take theirs from a lower block (tests/cluster_support.py), their bus ports
+# (+10000) below the ephemeral range too.
+PORT_SPAN = 800
+SERVER_PORTS = 23000
+CLUSTER_PORT_SPAN = 300
+CLUSTER_PORTS = 20000
+
+
+def xdist_index() -> int:
+    """This test process's number (gw0 -> 0, ...); 0 without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+_next_port = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, from this process's span (cycling through it)."""
+    first = SERVER_PORTS + (xdist_index() % 8) * PORT_SPAN
+    for _ in range(PORT_SPAN):
+        port = first + _next_port[0] % PORT_SPAN
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}..{first + PORT_SPAN - 1}")
 
 
 class RedisServer:

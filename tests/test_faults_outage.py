@@ -5,6 +5,7 @@ at most one outage line and one "recovered" line per component."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -99,8 +100,10 @@ def test_redis_killed_and_restarted(redis_server, configure, worker):
     # the failure was filed in dead once, after Redis was back
     (dead,) = r.zrange(keys.dead(), 0, -1)
     assert failing in dead
-    assert r.zcard(keys.retry()) == 0 and r.llen(keys.queue("default")) == 0
-    assert r.llen(inprogress) == 0
+    assert r.zcard(keys.retry()) == 0
+    # Queued or in progress now: only the every-second tick's latest jobs, still coming.
+    left = [*r.lrange(keys.queue("default"), 0, -1), *r.lrange(inprogress, 0, -1)]
+    assert {json.loads(job)["func"] for job in left} <= {"testapp.jobs.noop"}, left
     assert w.proc.poll() is None
     assert w.stop() == 0
     assert "from dead process" not in w.log() and "lost fetch reply" not in w.log()
