@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from math import inf
 from typing import Any
 
 import redis.exceptions as rx
@@ -93,16 +94,32 @@ def describe(exc: BaseException) -> str:
 
 
 class _Reporter:
-    """Logs an outage once per component, and "recovered" once when it ends."""
+    """Logs an outage once per component, and "recovered" once when it ends.
+
+    A component that several threads run (the processors' fetches) can hear of an
+    attempt that failed after another thread's later attempt succeeded: a thread that
+    lost the CPU between its error and its report, around Redis's return. ``began``
+    (``time.monotonic()`` when the failed attempt started) lets such a stale failure be
+    dropped instead of logging a second outage that never happened."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._down: set[str] = set()
+        self._recovered_at: dict[str, float] = {}
 
-    def report(self, component: str, exc: BaseException, detail: str | None = None) -> None:
+    def report(
+        self,
+        component: str,
+        exc: BaseException,
+        detail: str | None = None,
+        *,
+        began: float | None = None,
+    ) -> None:
         where = f"{component}: {detail}" if detail else component
         if is_unavailable(exc):
             with self._lock:
+                if began is not None and began < self._recovered_at.get(component, -inf):
+                    return  # an attempt older than the last success: not news
                 first = component not in self._down
                 self._down.add(component)
             if first:
@@ -116,6 +133,8 @@ class _Reporter:
         with self._lock:
             was_down = component in self._down
             self._down.discard(component)
+            if was_down:
+                self._recovered_at[component] = time.monotonic()
         if was_down:
             log.warning("%s: Redis recovered", component)
 
@@ -126,6 +145,7 @@ class _Reporter:
     def reset(self) -> None:
         with self._lock:
             self._down.clear()
+            self._recovered_at.clear()
 
 
 reporter = _Reporter()

@@ -1,6 +1,7 @@
 """Error classification, best-effort writes and the log-once outage reporter."""
 
 import logging
+import time
 
 import pytest
 import redis.exceptions as rx
@@ -58,6 +59,23 @@ def test_outage_logged_once_then_recovered_once(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert sum("unavailable" in m for m in lines) == 1
     assert sum("recovered" in m for m in lines) == 1
+
+
+def test_a_failure_heard_after_a_later_success_is_no_second_outage(caplog):
+    """Two threads fetch around Redis's return: one's attempt fails, the other's, begun
+    later, succeeds, and the first reports only then (it lost the CPU between). One
+    outage, one recovery; an attempt begun after the recovery is news again."""
+    caplog.set_level(logging.WARNING, logger="cogworker_django")
+    errors.report("Fetch", rx.ConnectionError("refused"), began=time.monotonic())
+    stale = time.monotonic()
+    errors.recovered("Fetch")
+    errors.report("Fetch", rx.ConnectionError("refused"), began=stale)
+    assert not errors.reporter.is_down("Fetch")
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("unavailable" in m for m in lines) == 1 and sum("recovered" in m for m in lines) == 1
+    errors.report("Fetch", rx.ConnectionError("refused"), began=time.monotonic())
+    assert errors.reporter.is_down("Fetch")
+    assert sum("unavailable" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_deterministic_errors_are_logged_each_time(caplog):

@@ -192,11 +192,12 @@ class Processor:
         idle_pause = IDLE_FIRST_PAUSE
         error_pause = IDLE_FIRST_PAUSE
         while not control.quiet.is_set() and not self.abandoned:
+            began = time.monotonic()
             try:
                 handed, done = done, None  # the source owns it from here (acks it)
                 work = source.next(conn, handed)
             except Exception as exc:  # noqa: BLE001 - Redis away: back off (acks stay pending)
-                errors.report("Fetch", exc)
+                errors.report("Fetch", exc, began=began)
                 control.quiet.wait(error_pause)
                 error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
                 continue
