@@ -33,7 +33,7 @@ def runs(r) -> dict[str, int]:
     return {k: int(v) for k, v in r.hgetall(f"{keys.prefix()}:test:runs").items()}
 
 
-def judged(w, ident: str) -> str:
+def judged(ident: str) -> str:
     """A checker's line on ``ident`` once it has stopped beating: missing (not yet dead),
     or, were the rule broken, its jobs recovered."""
     return rf"process {re.escape(ident)} is missing|from dead process {re.escape(ident)}"
@@ -80,7 +80,7 @@ def test_a_worker_starved_across_a_redis_pause_keeps_its_jobs(redis_server, conf
     # The checker has been beating for a full threshold: its start alone protects nobody.
     wait_until(lambda: time.monotonic() - checker_up >= threshold, threshold + 1)
 
-    seen = len(re.findall(judged(checker, x_ident), checker.log()))
+    seen = len(re.findall(judged(x_ident), checker.log()))
     stop_beating(x, r, x_ident)
     try:
         before_pause = redis_now(r)
@@ -94,7 +94,7 @@ def test_a_worker_starved_across_a_redis_pause_keeps_its_jobs(redis_server, conf
         # A pass after the pause found X beat-less and without presence, and did not
         # take it for dead: logged once as missing (or, if the rule were broken, its
         # jobs recovered, which the checks below catch).
-        checker.wait_for_log(judged(checker, x_ident), threshold - 2, count=seen + 1)
+        checker.wait_for_log(judged(x_ident), threshold - 2, count=seen + 1)
         assert time.monotonic() - resumed_at < threshold  # X was starved for less
         assert not r.exists(keys.process(x_ident))
         assert float(r.hget(keys.last_beat(), x_ident)) <= before_pause  # X's beat is old
@@ -131,14 +131,14 @@ def test_a_worker_without_a_stamp_is_not_recovered_before_a_full_threshold(
     wait_until(lambda: r.llen(keys.inprogress(x_ident)) == 2, 10, message="X holds the 2 jobs")
     wait_until(lambda: time.monotonic() - checker_up >= threshold, threshold + 1)
 
-    seen = len(re.findall(judged(checker, x_ident), checker.log()))
+    seen = len(re.findall(judged(x_ident), checker.log()))
     stop_beating(x, r, x_ident)
     try:
         r.hdel(keys.last_beat(), x_ident)
         hidden_at = time.monotonic()
         # The checker's passes see X without a stamp: logged as missing once it has been
         # so for four beats, recoverable only a threshold after the first such pass.
-        checker.wait_for_log(judged(checker, x_ident), threshold - 2, count=seen + 1)
+        checker.wait_for_log(judged(x_ident), threshold - 2, count=seen + 1)
         assert time.monotonic() - hidden_at < threshold
         assert not r.hexists(keys.last_beat(), x_ident)
     finally:
