@@ -95,6 +95,7 @@ class Dispatcher:
         self._wanting = 0  # threads that came free and have no job on its way
         self._acks: list[Work] = []
         self._thread: threading.Thread | None = None
+        self._link = connection.Held()  # the feeder's own connection
         self._in_fetch = False
         # How many fetches went out and how many jobs and acks they carried (for tests
         # and the performance notes; never read on the hot path).
@@ -177,12 +178,15 @@ class Dispatcher:
         return was_fetching or thread.is_alive()
 
     def _run(self) -> None:
-        while not self.control.stopping.is_set():
-            try:
-                self._feed()
-            except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
-                log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
-                self.control.stopping.wait(RESTART_PAUSE)
+        try:
+            while not self.control.stopping.is_set():
+                try:
+                    self._feed()
+                except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
+                    log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
+                    self.control.stopping.wait(RESTART_PAUSE)
+        finally:
+            self._link.close()
 
     def _feed(self) -> None:
         control = self.control
@@ -255,9 +259,7 @@ class Dispatcher:
         acks, self._acks = self._acks, []
         self._in_fetch = True
         try:
-            works = self.strategy.fetch_many(
-                connection.get_client(), [a.raw for a in acks], wanted
-            )
+            works = self.strategy.fetch_many(self._link, [a.raw for a in acks], wanted)
         except BaseException:
             for work in acks:
                 self.record.finished(work)  # its ack stays pending: the heartbeat's to retry

@@ -142,7 +142,7 @@ class ReliableFetch(FetchStrategy):
         works = self.fetch_many(conn, [ack.raw] if ack else [], 1)
         return works[0] if works else None
 
-    def fetch_many(self, conn: redis.Redis, acks: list[str], count: int) -> list[Work]:
+    def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]:
         """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
         dispatch.py for how a pool of threads shares it)."""
         order = weighted_order(self.queues)
