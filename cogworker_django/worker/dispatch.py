@@ -144,7 +144,6 @@ class Dispatcher:
         """Jobs fetched and not yet taken by a thread (known to this process)."""
         return {w.raw for w in self._fetched.copy().values()}
 
-
     def flush(self, conn: Any) -> None:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
         failure; the hand-over then drops them from the list, as pending acks)."""
