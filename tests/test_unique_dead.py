@@ -36,14 +36,16 @@ def crafted(func, mode, *, jid=None, **extra):
 
 
 def test_terminal_failure_releases_the_lock_and_a_retried_one_extends_it(worker, r):
-    job = tj.always_fails.using(unique="until_executed", retry=1, unique_for=5)
+    # unique_for is long enough to outlast the first run on a loaded machine (the lock
+    # must still be there when it fails), and shorter than the extension that follows.
+    job = tj.always_fails.using(unique="until_executed", retry=1, unique_for=30)
     key = lock_of("x", func=tj.always_fails.path)
-    jid = job.enqueue("x")
     worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_2s"})
+    jid = job.enqueue("x")
     wait_until(lambda: r.zcard(keys.retry()) == 1, message="the first failure")
-    # Waiting for its retry, the job keeps its lock, extended past unique_for (5 s) to
-    # cover the backoff: a duplicate is still refused.
-    assert r.get(key) == jid and r.ttl(key) > 5
+    # Waiting for its retry, the job keeps its lock, extended past unique_for (30 s) to
+    # cover the backoff and the poller's minute: a duplicate is still refused.
+    assert r.get(key) == jid and r.ttl(key) > 30
     assert job.enqueue("x") is None
     wait_until(lambda: r.zcard(keys.dead()) == 1, message="the terminal failure")
     assert dead_jobs(r)[0]["jid"] == jid
