@@ -257,13 +257,19 @@ class Held:
         self._pool: Any = None
         self._conn: Any = None
 
-    def execute_command(self, *args: Any) -> Any:
+    def _current(self) -> Any:
+        """The process's client now (and its pool, None for a cluster client)."""
         client = get_client()
         if client is not self._client:
             self.close()
+            self._pool = (
+                None if cluster.is_cluster(client) else getattr(client, "connection_pool", None)
+            )
             self._client = client
-            pool = getattr(client, "connection_pool", None)
-            self._pool = pool if not cluster.is_cluster(client) else None
+        return client
+
+    def execute_command(self, *args: Any) -> Any:
+        client = self._current()
         if self._pool is None:
             return client.execute_command(*args)
         conn = self._conn
@@ -279,9 +285,15 @@ class Held:
             raise
 
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        client = self._current()
+        if self._pool is None:  # the cluster client routes it by its keys
+            return client.evalsha(sha, numkeys, *keys_and_args)
         return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
 
     def script_load(self, source: str) -> Any:
+        client = self._current()
+        if self._pool is None:  # the cluster client loads it where it must
+            return client.script_load(source)
         return self.execute_command("SCRIPT", "LOAD", source)
 
     def close(self) -> None:
