@@ -324,6 +324,7 @@ def _push_prepared(
     queues: set[str] = set()
     scheduled: list[tuple[int, str, float]] = []
     unique_jobs: list[tuple[int, dict[str, Any]]] = []  # (index, job)
+    plain: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
     for i, job in enumerate(prepared):
         if job is None:
             continue
@@ -335,8 +336,12 @@ def _push_prepared(
             data = encoded[i] if encoded is not None else None
             if data is not None and "at" not in job and not priority.routes(job):
                 # Built a moment ago by this call: its text as built (enqueued_at too).
-                queues.add(job["queue"])
-                by_queue.setdefault(keys.queue(job["queue"]), []).append((i, data))
+                queue = job["queue"]
+                entries = plain.get(queue)
+                if entries is None:
+                    queues.add(queue)
+                    entries = plain[queue] = by_queue.setdefault(keys.queue(queue), [])
+                entries.append((i, data))
                 continue
             job.pop("at", None)
             job["enqueued_at"] = now

@@ -107,7 +107,7 @@ def build_encoded(
     }
     job.update(extra)
     args_, kwargs_ = job["args"], job["kwargs"]
-    if not (_keys_are_strings(args_) and _keys_are_strings(kwargs_)):
+    if (args_ or kwargs_) and not (_keys_are_strings(args_) and _keys_are_strings(kwargs_)):
         check_arguments(func, args_, kwargs_)  # raises, naming the key
     try:
         data = _strict_dumps(job)
