@@ -97,12 +97,16 @@ def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
 def test_finished_jobs_are_not_requeued_at_term(worker, r, prefix):
     """Only unfinished jobs go back: a clean TERM with jobs finishing during the wait
     leaves nothing behind and runs nothing twice."""
-    tj.slow.enqueue_many([(0.3 * i, f"j{i}") for i in range(5)])
+    tj.tracked.enqueue_many([(0.3 * i, f"j{i}") for i in range(5)])
     w = worker(settings={"SHUTDOWN_TIMEOUT": 5})
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="all fetched")
+    wait_until(
+        lambda: all(r.hexists(f"{prefix}:test:runs", f"j{i}:start") for i in range(5)),
+        10,
+        message="all five running",
+    )
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
-    assert runs(r, prefix) == {f"j{i}": 1 for i in range(5)}
+    assert runs(r, prefix) == {f"j{i}:{at}": 1 for i in range(5) for at in ("start", "end")}
     assert r.llen(f"{prefix}:queue:default") == 0
     assert not r.keys(f"{prefix}:inprogress:*")
     assert "requeued" not in w.log()
