@@ -132,17 +132,17 @@ def test_tstp_quiets(worker, r, prefix):
 
 
 def test_ttin_logs_every_threads_stack(worker, r, prefix):
-    tj.slow.enqueue(2, "busy")
+    tj.count_then_sleep.enqueue(3, "busy")
     w = worker(settings={"CONCURRENCY": 2})
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 5, message="the slow job fetched")
+    wait_until(lambda: r.hexists(f"{prefix}:test:runs", "busy"), 5, message="the job running")
     w.signal(signal.SIGTTIN)
     # One log line per thread, in no fixed order: wait for each (a busy machine may
     # show the log between two of them).
-    for name in ("MainThread", "processor-0", "processor-1", "heartbeat", "poller"):
+    for name in ("MainThread", "processor-0", "processor-1", "feeder", "heartbeat", "poller"):
         w.wait_for_log(rf"thread {name} \(\d+\):")
     log = w.log()
     # The busy thread's stack shows the job.
-    assert re.search(r"in slow\n\s+time\.sleep\(seconds\)", log)
+    assert re.search(r"in count_then_sleep\n\s+time\.sleep\(seconds\)", log)
     assert w.proc.poll() is None
     assert w.stop() == 0
 
