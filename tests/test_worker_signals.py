@@ -269,10 +269,10 @@ def test_group_wide_term_to_processes_still_waits_for_jobs(worker, r, prefix):
     """systemd's default KillMode (and Ctrl-C in a terminal) signals every process: each
     child gets TERM directly and again from the supervisor. That is one stop, not two:
     running jobs still get their shutdown timeout."""
-    tj.slow.enqueue_many([(2.0, "g0"), (2.0, "g1")])
+    tj.count_then_sleep.enqueue_many([(2.0, "g0"), (2.0, "g1")])
     w = worker(args=["--processes", "2"], settings={"SHUTDOWN_TIMEOUT": 10}, wait=False)
     w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="both taken")
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2, 10, message="both running")
     children = _children(w.pid)
     assert len(children) == 2
     for pid in [w.pid, *children]:  # as a cgroup-wide kill would (not killpg: that is us)
