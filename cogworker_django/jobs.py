@@ -269,7 +269,7 @@ class _Enqueuer:
             extra["unique_digest"] = _lazy.unique().digest(
                 self._fn.path, args, kwargs, opts["queue"]
             )
-        job, data = payload.build_encoded(
+        job, text = payload.build_encoded(
             self._fn.path,
             args,
             kwargs,
@@ -281,8 +281,8 @@ class _Enqueuer:
         # Inside a Batch block: a member (checked already: the push happens at commit for
         # an on_commit enqueue, and its arguments were encoded above).
         if _lazy.workflow().stamp(job, self._on_commit(), opts.get("using_db")):
-            data = None
-        return job, data
+            return job, None
+        return job, text
 
     def _on_commit(self) -> bool:
         value = self._opts.get("on_commit")
