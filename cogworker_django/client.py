@@ -105,12 +105,18 @@ class FinalWrite(Protocol):
     def unique_result(self, result: int) -> None: ...
 
 
-def push(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
+def push(
+    job: dict[str, Any], final: FinalWrite | None = None, encoded: str | None = None
+) -> str | None:
     """Push one job through the client middleware; returns its jid, or None if a
     middleware stopped it or it is a duplicate of a unique job. A key of the wrong type
-    raises :class:`WrongKeyType`, naming it. ``final``: see :class:`FinalWrite`."""
+    raises :class:`WrongKeyType`, naming it. ``final``: see :class:`FinalWrite`.
+    ``encoded``: the job's payload text as just built (payload.build_encoded), sent as it
+    is when nothing changes the job on the way (no client middleware, a plain push)."""
     try:
         if final is None:
+            if encoded is not None and not middleware.client_middleware():
+                return _push_one(job, encoded=encoded)
             return middleware.run_client_chain(job, _push_one)
         return middleware.run_client_chain(job, lambda j: _push_one(j, final))
     except redis.ResponseError as exc:
@@ -137,10 +143,14 @@ def _member_pusher(which: str) -> Callable[..., Any]:
     return pusher
 
 
-def _push_one(job: dict[str, Any], final: FinalWrite | None = None) -> str | None:
+def _push_one(
+    job: dict[str, Any], final: FinalWrite | None = None, encoded: str | None = None
+) -> str | None:
     """The last step of a push (after the client middleware). With ``final`` (a claimed
     periodic slot, :class:`FinalWrite`) the write that can carry the claim record's
-    removal does; any other path marks the record first and then pushes as usual."""
+    removal does; any other path marks the record first and then pushes as usual.
+    ``encoded`` (see :func:`push`) is sent only by a plain LPUSH of a job built a moment
+    ago in the same call, whose ``enqueued_at`` is then the build's."""
     now = time.time()
     if final is not None and (
         job.get("bid") or active_sink() is not None or _is_scheduled(job, now)
@@ -160,14 +170,18 @@ def _push_one(job: dict[str, Any], final: FinalWrite | None = None) -> str | Non
     if _is_scheduled(job, now):
         connection.get_client().zadd(keys.schedule(), {payload.encode(job): float(job["at"])})
         return job["jid"]
-    job.pop("at", None)
-    job["enqueued_at"] = now
+    if encoded is None or "at" in job or final is not None:
+        job.pop("at", None)
+        job["enqueued_at"] = now
+        encoded = None
     if final is not None:
         return job["jid"] if final.plain(job["queue"], priority.route(job, now)) else None
     conn = connection.get_client()
     if priority.routes(job):  # django.tasks priorities wait in a zset (priority.py)
+        if encoded is not None:
+            job["enqueued_at"] = now
         return priority.push(conn, job)
-    data = payload.encode(job)
+    data = encoded if encoded is not None else payload.encode(job)
     queue = job["queue"]
     if not _needs_listing(queue):
         conn.lpush(keys.queue(queue), data)
@@ -267,10 +281,14 @@ class BulkPushError(CogworkerError, redis.ResponseError):
         )
 
 
-def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
+def push_many(
+    jobs: Iterable[dict[str, Any]], encoded: list[str | None] | None = None
+) -> list[str | None]:
     """Push many jobs in one round trip; the result holds each job's jid, or None
-    where a middleware stopped it or it was a duplicate of a unique job."""
+    where a middleware stopped it or it was a duplicate of a unique job. ``encoded``:
+    each job's payload text as just built, by position (see :func:`push`)."""
     if middleware.client_middleware():
+        encoded = None  # a middleware may change a job on the way
         prepared: list[dict[str, Any] | None] = []
         for job in jobs:
             kept: list[dict[str, Any]] = []
@@ -281,7 +299,7 @@ def push_many(jobs: Iterable[dict[str, Any]]) -> list[str | None]:
     if any(j is not None and j.get("bid") for j in prepared):
         # batch members: pushed and counted in one step
         return _member_pusher("many")(prepared, _push_prepared)
-    return _push_prepared(prepared)
+    return _push_prepared(prepared, encoded)
 
 
 def _keep(kept: list[dict[str, Any]], job: dict[str, Any]) -> str:
@@ -291,7 +309,9 @@ def _keep(kept: list[dict[str, Any]], job: dict[str, Any]) -> str:
     return jid
 
 
-def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
+def _push_prepared(
+    prepared: list[dict[str, Any] | None], encoded: list[str | None] | None = None
+) -> list[str | None]:
     divert = active_sink()
     if divert is not None:
         return [divert(j) if j is not None else None for j in prepared]
@@ -304,6 +324,7 @@ def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
     queues: set[str] = set()
     scheduled: list[tuple[int, str, float]] = []
     unique_jobs: list[tuple[int, dict[str, Any]]] = []  # (index, job)
+    plain: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
     for i, job in enumerate(prepared):
         if job is None:
             continue
@@ -312,6 +333,16 @@ def _push_prepared(prepared: list[dict[str, Any] | None]) -> list[str | None]:
         elif _is_scheduled(job, now):
             scheduled.append((i, payload.encode(job), float(job["at"])))
         else:
+            data = encoded[i] if encoded is not None else None
+            if data is not None and "at" not in job and not priority.routes(job):
+                # Built a moment ago by this call: its text as built (enqueued_at too).
+                queue = job["queue"]
+                entries = plain.get(queue)
+                if entries is None:
+                    queues.add(queue)
+                    entries = plain[queue] = by_queue.setdefault(keys.queue(queue), [])
+                entries.append((i, data))
+                continue
             job.pop("at", None)
             job["enqueued_at"] = now
             where = priority.route(job, now)

@@ -13,7 +13,9 @@ Three ways, each for its own kind of value:
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import threading
 from typing import Any
 
 
@@ -59,3 +61,43 @@ def utc(seconds: float | None) -> dt.datetime | None:
 def shown(value: Any) -> str:
     """A value as text for a person to read; never raises on bytes."""
     return reply_text(value, "backslashreplace")
+
+
+class CompactJSON(threading.local):
+    """Compact JSON text (``separators=(",", ":")``, non-ASCII kept), as
+    ``json.JSONEncoder(...).encode`` makes it, byte for byte, but with CPython's C
+    encoder built once per thread instead of on every call (building it is most of the
+    cost of encoding a small object: a payload, a history record). Circular references
+    raise ``ValueError("Circular reference detected")`` as ``json.dumps`` does: each thread
+    has its own encoder, whose bookkeeping of the containers being encoded is cleared
+    after an error. ``allow_nan=False``: NaN and infinities raise ``ValueError``.
+    """
+
+    def __init__(self, *, allow_nan: bool = True) -> None:
+        base = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
+        make = getattr(json.encoder, "c_make_encoder", None)
+        self._markers: dict[int, Any] = {}
+        self._plain = base.encode
+        self._chunks: Any = None
+        if make is not None:
+            self._chunks = make(
+                self._markers,
+                base.default,
+                json.encoder.encode_basestring,
+                None,  # indent
+                base.key_separator,
+                base.item_separator,
+                False,  # sort_keys
+                False,  # skipkeys
+                allow_nan,
+            )
+
+    def __call__(self, value: Any) -> str:
+        chunks = self._chunks
+        if chunks is None or isinstance(value, str):
+            return self._plain(value)
+        try:
+            return "".join(chunks(value, 0))
+        except BaseException:
+            self._markers.clear()  # left half-filled by the error
+            raise

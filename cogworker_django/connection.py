@@ -239,6 +239,73 @@ def longest_call() -> float:
     return max(total, FETCH_BLOCK_SECONDS + 1.0)
 
 
+class Held:
+    """One connection of the process's client, held by one thread for its own commands
+    (reliable fetch's feeder: a fetch every round trip). Each command skips what the
+    client does around it for a thread that shares the pool (a checkout, its check
+    that the connection has nothing unread, the release), which is a good part of the
+    CPU of a small command. The connection is the pool's, with its options (timeouts,
+    health checks, no retries); one that failed is dropped and the next command takes
+    a fresh one. It follows :func:`get_client`: a client rebuilt (new settings, a fork)
+    is picked up on the next command. A cluster client (or one without a pool) is used
+    as it is: it routes each command itself.
+
+    It offers what :class:`scripts.Script` calls: ``evalsha`` and ``script_load``."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._pool: Any = None
+        self._conn: Any = None
+
+    def _current(self) -> Any:
+        """The process's client now (and its pool, None for a cluster client)."""
+        client = get_client()
+        if client is not self._client:
+            self.close()
+            self._pool = (
+                None if cluster.is_cluster(client) else getattr(client, "connection_pool", None)
+            )
+            self._client = client
+        return client
+
+    def execute_command(self, *args: Any) -> Any:
+        client = self._current()
+        if self._pool is None:
+            return client.execute_command(*args)
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._pool.get_connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except redis.ResponseError:
+            raise  # an error reply: the connection is in step, keep it
+        except BaseException:
+            self.close()  # a dropped or timed-out connection: never reused mid-reply
+            raise
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        client = self._current()
+        if self._pool is None:  # the cluster client routes it by its keys
+            return client.evalsha(sha, numkeys, *keys_and_args)
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def script_load(self, source: str) -> Any:
+        client = self._current()
+        if self._pool is None:  # the cluster client loads it where it must
+            return client.script_load(source)
+        return self.execute_command("SCRIPT", "LOAD", source)
+
+    def close(self) -> None:
+        conn, pool, self._conn = self._conn, self._pool, None
+        if conn is not None and pool is not None:
+            try:
+                conn.disconnect()
+                pool.release(conn)
+            except Exception:  # noqa: BLE001 - a pool closed meanwhile: nothing to give back
+                pass
+
+
 # A Redis reply as text (codec.reply_text; raw payloads use codec.raw_text).
 text = codec.reply_text
 

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
@@ -183,7 +184,6 @@ def _delay_seconds(delay: float | int | dt.timedelta) -> float:
 
 
 def _epoch(when: dt.datetime | float | int) -> float:
-    import time
 
     if isinstance(when, dt.datetime):
         if when.tzinfo is None:
@@ -199,10 +199,40 @@ def _epoch(when: dt.datetime | float | int) -> float:
     return at
 
 
-def _now() -> float:
-    import time
+_now = time.time
 
-    return time.time()
+
+class _Lazy:
+    """Modules the enqueue methods use that import this one (or its importers): imported
+    on first use, once, instead of by an import statement on every enqueue."""
+
+    _controls: Any = None
+    _unique: Any = None
+    _workflow: Any = None
+
+    def controls(self) -> Any:
+        if self._controls is None:
+            from .controls import options
+
+            self._controls = options
+        return self._controls
+
+    def unique(self) -> Any:
+        if self._unique is None:
+            from . import unique
+
+            self._unique = unique
+        return self._unique
+
+    def workflow(self) -> Any:
+        if self._workflow is None:
+            from .workflows import context  # (workflows imports client)
+
+            self._workflow = context
+        return self._workflow
+
+
+_lazy = _Lazy()
 
 
 class _Enqueuer:
@@ -214,52 +244,65 @@ class _Enqueuer:
     def _build(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], at: float | None = None
     ) -> dict[str, Any]:
-        opts = self._opts
-        from .controls import options as controls
+        return self._build_encoded(args, kwargs, at)[0]
 
-        extra: dict[str, Any] = controls.payload_fields(opts, _now(), at)
+    def _build_encoded(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        at: float | None = None,
+        now: float | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        """The job and its checked payload text (None when something changed the job
+        after it was encoded: it joined a batch)."""
+        opts = self._opts
+        if now is None:
+            now = _now()
+        extra: dict[str, Any] = _lazy.controls().payload_fields(opts, now, at)
         if at is not None:
             extra["at"] = at
         unique = opts.get("unique")
         if unique:
-            from . import unique as unique_mod
-
             extra["unique"] = unique
             # Whole seconds, rounded up: int(0.5) would be 0, read as "no TTL given".
             extra["unique_for"] = math.ceil(opts.get("unique_for") or conf.get().UNIQUE_LOCK_TTL)
-            extra["unique_digest"] = unique_mod.digest(self._fn.path, args, kwargs, opts["queue"])
-        job = payload.build(
-            self._fn.path, args, kwargs, queue=opts["queue"], retry=opts.get("retry", True), **extra
+            extra["unique_digest"] = _lazy.unique().digest(
+                self._fn.path, args, kwargs, opts["queue"]
+            )
+        job, text = payload.build_encoded(
+            self._fn.path,
+            args,
+            kwargs,
+            queue=opts["queue"],
+            retry=opts.get("retry", True),
+            now=now,
+            **extra,
         )
-        from .workflows import context as workflow  # (lazy: workflows imports client)
-
-        workflow.stamp(job, self._on_commit(), opts.get("using_db"))  # inside a Batch block
-        if self._on_commit():
-            # The push happens at commit: fail now, in the caller, on arguments JSON can't
-            # hold. (A direct push encodes once, before anything is sent.)
-            payload.encode(job)
-        return job
+        # Inside a Batch block: a member (checked already: the push happens at commit for
+        # an on_commit enqueue, and its arguments were encoded above).
+        if _lazy.workflow().stamp(job, self._on_commit(), opts.get("using_db")):
+            return job, None
+        return job, text
 
     def _on_commit(self) -> bool:
         value = self._opts.get("on_commit")
         return conf.get().ENQUEUE_ON_COMMIT if value is None else value
 
-    def _push(self, job: dict[str, Any]) -> str | None:
+    def _push(self, job: dict[str, Any], encoded: str | None = None) -> str | None:
         if self._on_commit():
+            # Pushed (and its enqueued_at set) at the commit.
             transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
             jid: str = job["jid"]
             return jid
-        return client.push(job)
+        return client.push(job, encoded=encoded)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> str | None:
         """Push the job; returns its jid (None for a refused duplicate of a unique job)."""
-        return self._push(self._build(args, kwargs))
+        return self._push(*self._build_encoded(args, kwargs))
 
     def enqueue_in(
         self, delay: float | int | dt.timedelta, *args: Any, **kwargs: Any
     ) -> str | None:
-        import time
-
         return self._push(self._build(args, kwargs, at=time.time() + _delay_seconds(delay)))
 
     def enqueue_at(self, when: dt.datetime | float | int, *args: Any, **kwargs: Any) -> str | None:
@@ -269,15 +312,19 @@ class _Enqueuer:
         """Push many jobs in one round trip. Each item is a tuple (or list) of positional
         arguments, a dict of keyword arguments, or ``(args_tuple, kwargs_dict)`` built
         with :func:`call`; returns the jids (None in the places of refused duplicates)."""
-        jobs = []
+        jobs: list[dict[str, Any]] = []
+        texts: list[str | None] = []
+        now = _now()  # one enqueue time for the whole call
         for item in calls:
             args, kwargs = _split_call(item)
-            jobs.append(self._build(args, kwargs))
+            job, data = self._build_encoded(args, kwargs, now=now)
+            jobs.append(job)
+            texts.append(data)
         if self._on_commit():
             jids = [j["jid"] for j in jobs]
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
             return jids
-        return client.push_many(jobs)
+        return client.push_many(jobs, texts)
 
     def s(self, *args: Any, **kwargs: Any) -> Any:
         """A signature (workflows.Signature): this job with these arguments, checked now,

@@ -26,6 +26,8 @@ import time
 import traceback as tb
 from typing import Any
 
+from . import conf
+from .codec import CompactJSON
 from .errors import CogworkerError, safe_str
 
 DEFAULT_MAX_RETRIES = 25
@@ -34,7 +36,9 @@ RAW_PAYLOAD_LIMIT = 100_000
 ERROR_MESSAGE_LIMIT = 10_000
 TRACEBACK_LIMIT = 20_000
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps = CompactJSON()
+# NaN and infinities refused (ValueError): what a new payload is encoded with.
+_strict_dumps = CompactJSON(allow_nan=False)
 
 
 class PayloadTooLarge(CogworkerError, ValueError):
@@ -72,7 +76,24 @@ def build(
     jid: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    now = time.time()
+    return build_encoded(func, args, kwargs, queue=queue, retry=retry, jid=jid, **extra)[0]
+
+
+def build_encoded(
+    func: str,
+    args: tuple | list = (),
+    kwargs: dict | None = None,
+    *,
+    queue: str = "default",
+    retry: Any = True,
+    jid: str | None = None,
+    now: float | None = None,
+    **extra: Any,
+) -> tuple[dict[str, Any], str]:
+    """A new job and its payload text, checked (:func:`check_arguments`, the size) with
+    one encoding: a push that writes the job unchanged sends this text."""
+    if now is None:
+        now = time.time()
     job = {
         "jid": jid or new_jid(),
         "func": func,
@@ -85,9 +106,19 @@ def build(
         "enqueued_at": now,
     }
     job.update(extra)
-    check_arguments(func, job["args"], job["kwargs"])
-    check_size(job)
-    return job
+    args_, kwargs_ = job["args"], job["kwargs"]
+    if (args_ or kwargs_) and not (_keys_are_strings(args_) and _keys_are_strings(kwargs_)):
+        check_arguments(func, args_, kwargs_)  # raises, naming the key
+    try:
+        data = _strict_dumps(job)
+    except ValueError as exc:
+        if "Circular" not in safe_str(exc):
+            check_arguments(func, args_, kwargs_)  # raises, naming the NaN or infinity
+        raise TypeError(_explain_unserialisable(job, exc)) from None
+    except TypeError as exc:
+        raise TypeError(_explain_unserialisable(job, exc)) from None
+    _check_size_of(job, data)
+    return job, data
 
 
 def check_arguments(func: str, args: list, kwargs: dict) -> None:
@@ -106,38 +137,56 @@ def check_arguments(func: str, args: list, kwargs: dict) -> None:
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
-_strict_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def _keys_are_strings(value: Any) -> bool:
     # The fast pass: containers only (a list of a million numbers is one comprehension).
+    # Each container is walked once: a shared one is checked already, and a list that
+    # holds itself must not walk forever (the encoder then refuses the cycle).
     stack = [value]
+    seen: set[int] | None = None  # (made only for nested containers)
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
             if not all(isinstance(k, str) for k in item):
                 return False
-            stack.extend([v for v in item.values() if type(v) not in _SCALARS])
+            nested = [v for v in item.values() if type(v) not in _SCALARS]
         elif isinstance(item, (list, tuple)):
-            stack.extend([v for v in item if type(v) not in _SCALARS])
+            nested = [v for v in item if type(v) not in _SCALARS]
+        else:
+            continue
+        if nested:
+            if seen is None:
+                seen = {id(value)}
+            for v in nested:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    stack.append(v)
     return True
 
 
 def _finite(args: list, kwargs: dict) -> bool:
     try:
         _strict_dumps([args, kwargs])
-    except ValueError:
-        return False
+    except ValueError as exc:
+        # A circular reference is not a number: encode() names the argument.
+        return "Circular" in safe_str(exc)
     except TypeError:
         return True  # not JSON at all: encode() names the argument
     return True
 
 
 def _explain_value(func: str, where: str, value: Any) -> None:
-    # The slow pass, once something is wrong: find it and say where it sits.
+    # The slow pass, once something is wrong: find it and say where it sits (each
+    # container once, as in the fast pass).
     stack: list[tuple[Any, str]] = [(value, "")]
+    seen: set[int] = set()
     while stack:
         item, path = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
         if isinstance(item, float):
             if not math.isfinite(item):
                 raise ValueError(
@@ -163,8 +212,6 @@ def _shown(path: str) -> str:
 
 
 def max_payload_bytes() -> int:
-    from . import conf
-
     return conf.get().MAX_PAYLOAD_BYTES
 
 
@@ -173,13 +220,17 @@ def check_size(job: dict[str, Any]) -> str:
     and not over ``MAX_PAYLOAD_BYTES`` (:class:`PayloadTooLarge` naming the job and the
     size)."""
     data = encode(job)
+    _check_size_of(job, data)
+    return data
+
+
+def _check_size_of(job: dict[str, Any], data: str) -> None:
     limit = max_payload_bytes()
     # UTF-8 takes 1 to 4 bytes a character: count them only when it could matter.
     if len(data) > limit // 4:
         size = len(data.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise PayloadTooLarge(safe_str(job.get("func")), size, limit)
-    return data
 
 
 def encode(job: dict[str, Any]) -> str:
@@ -190,32 +241,42 @@ def encode(job: dict[str, Any]) -> str:
         raise TypeError(_explain_unserialisable(job, exc)) from None
 
 
+_PLAIN_DATA = "pass plain data (ids, strings, numbers, lists, dicts)"
+
+
+def _why_not_json(value: Any) -> str | None:
+    """Why ``value`` can't travel in a payload, or None when it can."""
+    try:
+        _dumps(value)
+    except ValueError as exc:
+        if "Circular" in safe_str(exc):
+            return "holds itself (a circular reference), which JSON can't hold"
+        return "is not JSON-serialisable"
+    except TypeError:
+        return "is not JSON-serialisable"
+    return None
+
+
 def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     func = job.get("func", "?")
     for i, value in enumerate(job.get("args") or ()):
-        if not is_json(value):
-            return (
-                f"{func}: positional argument {i} ({type(value).__name__}) is not JSON-serialisable;"
-                " pass plain data (ids, strings, numbers, lists, dicts)"
-            )
+        why = _why_not_json(value)
+        if why:
+            return f"{func}: positional argument {i} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
     for name, value in (job.get("kwargs") or {}).items():
         if not isinstance(name, str):
             return f"{func}: keyword argument names must be strings, got {name!r}"
-        if not is_json(value):
+        why = _why_not_json(value)
+        if why:
             return (
-                f"{func}: keyword argument {name!r} ({type(value).__name__}) is not "
-                "JSON-serialisable; pass plain data (ids, strings, numbers, lists, dicts)"
+                f"{func}: keyword argument {name!r} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
             )
     return f"{func}: the job is not JSON-serialisable: {safe_str(exc)}"
 
 
 def is_json(value: Any) -> bool:
     """True when ``value`` can travel in a payload."""
-    try:
-        _dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+    return _why_not_json(value) is None
 
 
 def decode(raw: bytes | str, queue: str | None = None) -> dict[str, Any]:

@@ -360,7 +360,9 @@ class ReplyCutter:
     """A TCP proxy in front of a redis-server that can lose one reply for real: once
     armed with a byte pattern, the first reply from the server containing it is thrown
     away and that connection closed both ways, so the command ran in Redis and its
-    client only sees a dropped connection (a lost reply)."""
+    client only sees a dropped connection (a lost reply). Or it can hold one back
+    (:meth:`hold`): the command ran in Redis, and its client reads the reply only once
+    the test calls :meth:`release` (a slow network, a stalled client)."""
 
     def __init__(self, server: RedisServer) -> None:
         self.server = server
@@ -369,6 +371,9 @@ class ReplyCutter:
         self._pattern: bytes | None = None
         self._lock = threading.Lock()
         self.cut = threading.Event()
+        self._hold_pattern: bytes | None = None
+        self.held = threading.Event()  # a reply is being held back
+        self._released = threading.Event()
         self._closing = False
         self._socks: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -381,6 +386,16 @@ class ReplyCutter:
         with self._lock:
             self.cut.clear()
             self._pattern = pattern
+
+    def hold(self, pattern: bytes) -> None:
+        """Hold back the first reply containing ``pattern`` until :meth:`release`."""
+        with self._lock:
+            self.held.clear()
+            self._released.clear()
+            self._hold_pattern = pattern
+
+    def release(self) -> None:
+        self._released.set()
 
     def _accept(self) -> None:
         while not self._closing:
@@ -411,6 +426,13 @@ class ReplyCutter:
                     if hit:
                         self.cut.set()
                         break  # the reply is dropped with the connection
+                    with self._lock:
+                        wait = self._hold_pattern is not None and self._hold_pattern in data
+                        if wait:
+                            self._hold_pattern = None
+                    if wait:
+                        self.held.set()
+                        self._released.wait(30)
                 dst.sendall(data)
         except OSError:
             pass
@@ -424,6 +446,7 @@ class ReplyCutter:
 
     def close(self) -> None:
         self._closing = True
+        self._released.set()
         self._listener.close()
         for s in self._socks:
             try:

@@ -1,15 +1,16 @@
-"""The dispatcher in this process (real Redis, real fetch script, real threads): one
-fetch serves the threads waiting for it, every pending ack rides with the next fetch,
-quiet and stop end the waiting, a failed fetch leaves its acks pending, and jobs
-fetched but not taken stay known and listed."""
+"""Reliable fetch's dispatcher in this process (real Redis, the real fetch script, a real
+feeder thread and real waiting threads): one fetch serves every thread free when it goes
+out, every pending ack rides with the next fetch, no job is fetched for a busy thread,
+quiet and stop end the waiting, a failed fetch leaves its acks pending, and jobs fetched
+but not taken stay known and listed."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import pytest
-import redis
 
 from cogworker_django import conf, connection, keys, payload
 from cogworker_django.conf import QueueSpec
@@ -21,17 +22,21 @@ IDENTITY = "dispatch-test:1:abcd"
 
 
 class Counting(ReliableFetch):
-    """The real strategy, counting its round trips (and what each carried)."""
+    """The real strategy, counting its round trips (and what each carried); ``gate``
+    holds a fetch back until set, ``fail`` raises instead of the next fetches."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int]] = []  # (acks, wanted)
         self.gate: threading.Event | None = None
+        self.fail: list[BaseException] = []
 
     def fetch_many(self, conn, acks, count):
         self.calls.append((len(acks), count))
         if self.gate is not None:
             self.gate.wait(5)
+        if self.fail:
+            raise self.fail.pop(0)
         return super().fetch_many(conn, acks, count)
 
 
@@ -39,7 +44,13 @@ class Counting(ReliableFetch):
 def parts():
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
     record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    return strategy, record, control, Dispatcher(strategy, record, control, 4)
+    d = Dispatcher(strategy, record, control, 4)
+    yield strategy, record, control, d
+    control.quiet.set()
+    control.stopping.set()
+    if strategy.gate is not None:
+        strategy.gate.set()
+    assert d.join(5) is False or not d._thread.is_alive()  # noqa: SLF001 - it stopped
 
 
 def push(*tokens: str) -> list[str]:
@@ -54,118 +65,171 @@ def jid_of(work) -> str:
     return payload.decode(work.raw)["jid"]
 
 
-def test_threads_that_come_free_during_a_fetch_start_their_own_up_to_the_limit(parts, r):
+def wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
+    """A processor thread's ask: hand in ``done``, wait for the next job."""
+    t = threading.Thread(target=lambda: got.append(d.next(None, done)), daemon=True)
+    t.start()
+    return t
+
+
+def listed(r) -> list[str]:
+    return sorted(payload.decode(x)["jid"] for x in r.lrange(keys.inprogress(IDENTITY), 0, -1))
+
+
+def test_threads_that_come_free_during_a_fetch_share_the_next_one(parts, r):
     strategy, _record, _control, d = parts
     push(*"abcdef")
-    conn = connection.get_client()
     strategy.gate = threading.Event()
+    d.start()
     got: list = []
-    threads = [threading.Thread(target=lambda: got.append(d.next(conn, None))) for _ in range(5)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 5
-    while len(strategy.calls) < d.max_in_flight and time.monotonic() < deadline:
-        time.sleep(0.01)
+    first = take(d, got)
+    wait_for(lambda: strategy.calls)
+    # Three more threads come free while the first one's fetch is under way.
+    others = [take(d, got) for _ in range(3)]
     time.sleep(0.2)
-    # As many fetches as allowed went out at once, each for its own thread; the other
-    # threads wait for one to come back.
-    assert d.max_in_flight == 3 and strategy.calls == [(0, 1)] * 3
-    strategy.gate.set()
-    for t in threads:
-        t.join(5)
-    assert len([w for w in got if w is not None]) == 5
-    assert sum(wanted for _, wanted in strategy.calls) >= 5
-
-
-def test_a_fetch_takes_a_job_for_each_thread_then_waiting(parts, r):
-    strategy, record, control, d = parts
-    d.max_in_flight = 1  # one fetch at a time: the waiters share the next one
-    push("a", "b", "c")
-    conn = connection.get_client()
-    strategy.gate = threading.Event()
-    got: list = []
-    first = threading.Thread(target=lambda: got.append(d.next(conn, None)))
-    first.start()
-    while not strategy.calls:
-        time.sleep(0.01)
-    # Two more threads arrive while the first one's fetch is under way.
-    others = [threading.Thread(target=lambda: got.append(d.next(conn, None))) for _ in range(2)]
-    for t in others:
-        t.start()
-    time.sleep(0.3)
+    assert strategy.calls == [(0, 1)]  # one fetch in flight: nobody fetches beside it
     strategy.gate.set()
     for t in (first, *others):
         t.join(5)
-    # The first fetch wanted one job; the next one, made by a thread that waited
-    # through it, wanted one for itself and one for the thread still waiting.
-    assert strategy.calls == [(0, 1), (0, 2)]
-    assert sorted(jid_of(w) for w in got) == sorted(
-        payload.decode(x)["jid"] for x in r.lrange(keys.inprogress(IDENTITY), 0, -1)
-    )
-    assert len(got) == 3
+    # The first fetch wanted one job; the next, sent as soon as it returned, one for
+    # each of the threads that came free meanwhile.
+    assert strategy.calls == [(0, 1), (0, 3)]
+    assert len(got) == 4 and all(w is not None for w in got)
+    assert sorted(jid_of(w) for w in got) == listed(r)
+    assert d.known() == set()  # every job fetched was taken
+
+
+def test_no_job_is_fetched_for_a_busy_thread(parts, r):
+    strategy, record, control, d = parts
+    push(*"abcdefgh")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    take(d, got).join(5)
+    time.sleep(0.3)  # the feeder would fetch ahead now, if it did
+    # Two threads asked, each got one job; nothing else was taken from the queue.
+    assert len(got) == 2 and len(listed(r)) == 2
+    assert d.fetched_jobs == 2 and d.known() == set()
+    assert r.llen(keys.queue("default")) == 6
 
 
 def test_acks_ride_with_the_next_fetch_and_settle_the_record(parts, r):
     strategy, record, _control, d = parts
     push("a", "b")
-    conn = connection.get_client()
-    first = d.next(conn, None)
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    first = got[0]
     record.started(first)
     record.settle_later(first.raw, ACK)
-    second = d.next(conn, first)  # hands in the finished job
+    take(d, got, done=first).join(5)  # hands in the finished job
     assert strategy.calls == [(0, 1), (1, 1)]
-    listed = [payload.decode(x)["jid"] for x in r.lrange(keys.inprogress(IDENTITY), 0, -1)]
-    assert listed == [jid_of(second)]
+    assert listed(r) == [jid_of(got[1])]
     assert record.pending() == {} and first.raw not in record.running_raws()
 
 
-def test_quiet_and_stop_end_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
+def test_an_ack_goes_at_once_while_the_queues_are_empty(parts, r):
     strategy, record, control, d = parts
-    push("a", "b", "c")
-    conn = connection.get_client()
-    d.next(conn, None)
-    # Jobs fetched for threads that never came for them (another thread's fetch).
-    d._ready.extend(strategy.fetch_many(conn, [], 2))  # noqa: SLF001 - set the scene
-    assert len(d.known()) == 2
-    control.stopping.set()
-    assert d.next(conn, None) is None  # not handed out: the hand-over requeues them
-    assert len(d.known()) == 2 and r.llen(keys.inprogress(IDENTITY)) == 3
-    calls = len(strategy.calls)
-    control.quiet.set()
-    assert d.next(conn, None) is None
-    assert len(strategy.calls) == calls
-
-
-def test_a_failed_fetch_leaves_its_acks_pending_and_lets_a_waiter_fetch(
-    parts, r, redis_server, configure
-):
-    strategy, record, _control, d = parts
-    server = redis_server()
-    configure(REDIS_URL=server.url)
-    conn = connection.get_client()
-    job = payload.build("testapp.jobs.record", ["a"], queue="default")
-    conn.lpush(keys.queue("default"), payload.encode(job))
-    work = d.next(conn, None)
+    push("a")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    work = got[0]
     record.started(work)
     record.settle_later(work.raw, ACK)
-    server.stop()
-    with pytest.raises(redis.ConnectionError):
-        d.next(conn, work)
+    # The queue is empty now and the feeder polls it with a growing pause; an ack
+    # handed in meanwhile does not wait for the pause.
+    time.sleep(0.5)
+    before = len(strategy.calls)
+    take(d, got, done=work)
+    wait_for(lambda: r.llen(keys.inprogress(IDENTITY)) == 0, 1.0)
+    assert (1, 1) in strategy.calls[before:]
+    wait_for(lambda: record.pending() == {})
+    control.quiet.set()
+
+
+def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
+    strategy, record, control, d = parts
+    push("a", "b", "c")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    # Two threads come free, and the process stops while their fetch is out.
+    strategy.gate = threading.Event()
+    waiting = [take(d, got) for _ in range(2)]
+    wait_for(lambda: len(strategy.calls) == 2)
+    control.stopping.set()
+    control.quiet.set()
+    for t in waiting:
+        t.join(2)
+    assert got[1:] == [None, None]  # the waiting threads leave with nothing
+    assert d.join(0.1) is True  # the feeder was inside a fetch: a second pass is due
+    strategy.gate.set()
+    wait_for(lambda: not d._thread.is_alive())  # noqa: SLF001
+    # What that fetch took (one job per thread free when it went out) is listed and
+    # known, never handed out: the hand-over's.
+    held = strategy.calls[-1][1]
+    assert held >= 1 and len(d.known()) == held
+    assert r.llen(keys.inprogress(IDENTITY)) == 1 + held
+    assert d.next(None, None) is None
+
+
+def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r, caplog):
+    strategy, record, _control, d = parts
+    push("a", "b")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    work = got[0]
+    record.started(work)
+    record.settle_later(work.raw, ACK)
+    import redis
+
+    strategy.fail = [redis.ConnectionError("Connection refused")]
+    with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+        take(d, got, done=work).join(5)
     assert record.pending() == {work.raw: ACK}  # the heartbeat acks it
     assert work.raw not in record.running_raws()
-    assert d._in_flight == 0  # noqa: SLF001 - the next caller fetches
+    # The feeder backed off and fetched again: the thread got its job.
+    assert got[1] is not None and jid_of(got[1]) != jid_of(work)
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("Fetch: Redis unavailable" in m for m in lines) == 1
+    assert sum("Fetch: Redis recovered" in m for m in lines) == 1
+
+
+def test_a_feeder_that_raises_is_restarted_with_its_state(parts, r, caplog):
+    strategy, record, _control, d = parts
+    push("a")
+    strategy.fail = [KeyboardInterrupt()]  # no Exception: escapes the fetch's handling
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        d.start()
+        got: list = []
+        take(d, got).join(5)
+    assert got[0] is not None  # the thread that was waiting still got its job
+    assert any("the feeder failed" in r.getMessage() for r in caplog.records)
 
 
 def test_give_back_and_flush(parts, r):
-    strategy, record, _control, d = parts
+    strategy, record, control, d = parts
     push("a", "b")
-    conn = connection.get_client()
-    a = d.next(conn, None)
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    a = got[0]
     assert d.give_back(a) is True and d.known() == {a.raw}
-    assert d.next(conn, None) == a  # handed out again (not stopping)
+    control.stopping.set()
+    control.quiet.set()
+    assert d.join(5) is False
     record.started(a)
     record.settle_later(a.raw, ACK)
-    d._acks.append(a)  # noqa: SLF001 - handed in after the last fetch
-    d.flush(conn)
+    assert d.next(None, a) is None  # handed in after the feeder's last fetch
+    d.flush(connection.get_client())
     assert strategy.calls[-1] == (1, 0)
     assert record.pending() == {} and r.llen(keys.inprogress(IDENTITY)) == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 import time
 
@@ -82,9 +83,15 @@ def test_redis_killed_and_restarted(redis_server, configure, worker):
     # fails) while Redis is away: both wait in the worker's record.
     w.wait_for_log(r"Settle: .*Redis unavailable", 5)
     w.wait_for_log(r"Fetch: .*Redis unavailable", 5)
-    server.start()
-    r = server.client()
-    assert r.llen(inprogress) == 3  # the restart kept the list: the settling is the worker's
+    # The worker is held still while Redis comes back, so that nothing it does can
+    # settle a job before the list is read.
+    w.signal(signal.SIGSTOP)
+    try:
+        server.start()
+        r = server.client()
+        assert r.llen(inprogress) == 3  # the restart kept the list: the settling is the worker's
+    finally:
+        w.signal(signal.SIGCONT)
     w.wait_for_log(r"Heartbeat: Redis recovered", 10)
     wait_until(lambda: r.llen(inprogress) == 0, 10, message="the pending acks and filing")
     after = [f"after{i}" for i in range(10)]

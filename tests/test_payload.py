@@ -57,6 +57,27 @@ def test_plain_nested_data_is_accepted():
     assert json.loads(payload.encode(job))["args"][0]["a"][2] == {"b": [True, None, "x"]}
 
 
+def test_arguments_that_hold_themselves_are_refused_not_walked_forever():
+    loop: list = []
+    loop.append(loop)
+    nested: dict = {"rows": []}
+    nested["rows"].append({"parent": nested})
+    with pytest.raises(TypeError, match=r"positional argument 0 \(list\) holds itself"):
+        payload.build("app.jobs.f", (loop,), {})
+    with pytest.raises(TypeError, match=r"keyword argument 'tree' \(dict\) holds itself"):
+        payload.build("app.jobs.f", (), {"tree": nested})
+    payload.check_arguments("app.jobs.f", [loop], {"tree": nested})  # (encode refuses it)
+    # A container shared (not circular) is plain data, written out twice.
+    shared = [1, 2]
+    job = payload.build("app.jobs.f", (shared, {"again": shared}), {})
+    assert json.loads(payload.encode(job))["args"] == [[1, 2], {"again": [1, 2]}]
+
+
+def test_the_text_built_is_the_text_pushed_and_checked_once():
+    job, text = payload.build_encoded("app.jobs.f", (1,), {"k": "é"}, queue="low")
+    assert text == payload.encode(job) and json.loads(text) == job
+
+
 def test_a_payload_over_the_limit_is_refused_naming_the_job_and_the_size(configure):
     configure(MAX_PAYLOAD_BYTES=1000)
     payload.build("app.jobs.f", ("x" * 700,), {})

@@ -18,7 +18,7 @@ from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 from cogworker_django.worker.record import ACK, Filing
 
-from .helpers import wait_until
+from .helpers import ReplyCutter, wait_until
 
 
 def counts(client, prefix) -> dict[str, int]:
@@ -126,6 +126,39 @@ def test_hand_over_is_retried_through_a_short_outage(worker, redis_server, confi
     assert "Shutdown hand-over: Redis unavailable" in log, log
     assert "requeued 2 job(s) unfinished at shutdown" in log, log
     assert client.llen(f"{prefix}:queue:default") == 2
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+
+
+def test_jobs_a_fetch_brings_back_after_the_stop_began_are_requeued_not_run(
+    worker, redis_server, configure, prefix
+):
+    """Fetched, not started: the fetch that takes jobs for the three idle threads ran in
+    Redis, but its reply is held back on the way (a real proxy) until TERM has been
+    received. The worker waits for that fetch, runs none of its jobs, and the hand-over
+    puts them back; the fetch took one job per free thread, not more. Production beat
+    interval: no heartbeat reconcile comes within the test's window."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    proxy = ReplyCutter(server)
+    try:
+        w = worker(redis_url=proxy.url, settings={"CONCURRENCY": 3, "HEARTBEAT_INTERVAL": 5})
+        proxy.hold(b"testapp.jobs.record")
+        jids = tj.record.enqueue_many([(f"j{i}",) for i in range(5)])
+        assert proxy.held.wait(10), "no fetch took the jobs"
+        (ident,) = client.smembers(f"{prefix}:processes")
+        assert client.llen(f"{prefix}:inprogress:{ident}") == 3  # one per free thread
+        w.signal(signal.SIGTERM)
+        w.wait_for_log("SIGTERM received: stopping")
+        proxy.release()
+        assert w.wait(20) == 0
+    finally:
+        proxy.close()
+    log = w.log()
+    assert "requeued 3 job(s) unfinished at shutdown" in log, log
+    assert counts(client, prefix) == {}  # none of them ran
+    queued = [json.loads(x)["jid"] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert sorted(queued) == sorted(jids)
     assert not client.exists(f"{prefix}:inprogress:{ident}")
 
 

@@ -97,12 +97,16 @@ def test_second_term_exits_at_once_after_requeue(worker, r, prefix):
 def test_finished_jobs_are_not_requeued_at_term(worker, r, prefix):
     """Only unfinished jobs go back: a clean TERM with jobs finishing during the wait
     leaves nothing behind and runs nothing twice."""
-    tj.slow.enqueue_many([(0.3 * i, f"j{i}") for i in range(5)])
+    tj.tracked.enqueue_many([(0.3 * i, f"j{i}") for i in range(5)])
     w = worker(settings={"SHUTDOWN_TIMEOUT": 5})
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="all fetched")
+    wait_until(
+        lambda: all(r.hexists(f"{prefix}:test:runs", f"j{i}:start") for i in range(5)),
+        10,
+        message="all five running",
+    )
     w.signal(signal.SIGTERM)
     assert w.wait(15) == 0
-    assert runs(r, prefix) == {f"j{i}": 1 for i in range(5)}
+    assert runs(r, prefix) == {f"j{i}:{at}": 1 for i in range(5) for at in ("start", "end")}
     assert r.llen(f"{prefix}:queue:default") == 0
     assert not r.keys(f"{prefix}:inprogress:*")
     assert "requeued" not in w.log()
@@ -128,17 +132,17 @@ def test_tstp_quiets(worker, r, prefix):
 
 
 def test_ttin_logs_every_threads_stack(worker, r, prefix):
-    tj.slow.enqueue(2, "busy")
+    tj.count_then_sleep.enqueue(3, "busy")
     w = worker(settings={"CONCURRENCY": 2})
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 5, message="the slow job fetched")
+    wait_until(lambda: r.hexists(f"{prefix}:test:runs", "busy"), 5, message="the job running")
     w.signal(signal.SIGTTIN)
     # One log line per thread, in no fixed order: wait for each (a busy machine may
     # show the log between two of them).
-    for name in ("MainThread", "processor-0", "processor-1", "heartbeat", "poller"):
+    for name in ("MainThread", "processor-0", "processor-1", "feeder", "heartbeat", "poller"):
         w.wait_for_log(rf"thread {name} \(\d+\):")
     log = w.log()
     # The busy thread's stack shows the job.
-    assert re.search(r"in slow\n\s+time\.sleep\(seconds\)", log)
+    assert re.search(r"in count_then_sleep\n\s+time\.sleep\(seconds\)", log)
     assert w.proc.poll() is None
     assert w.stop() == 0
 
@@ -265,10 +269,10 @@ def test_group_wide_term_to_processes_still_waits_for_jobs(worker, r, prefix):
     """systemd's default KillMode (and Ctrl-C in a terminal) signals every process: each
     child gets TERM directly and again from the supervisor. That is one stop, not two:
     running jobs still get their shutdown timeout."""
-    tj.slow.enqueue_many([(2.0, "g0"), (2.0, "g1")])
+    tj.count_then_sleep.enqueue_many([(2.0, "g0"), (2.0, "g1")])
     w = worker(args=["--processes", "2"], settings={"SHUTDOWN_TIMEOUT": 10}, wait=False)
     w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
-    wait_until(lambda: r.llen(f"{prefix}:queue:default") == 0, 10, message="both taken")
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2, 10, message="both running")
     children = _children(w.pid)
     assert len(children) == 2
     for pid in [w.pid, *children]:  # as a cgroup-wide kill would (not killpg: that is us)

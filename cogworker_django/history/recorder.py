@@ -24,7 +24,6 @@ Duties:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -34,6 +33,7 @@ from collections import deque
 from typing import Any
 
 from .. import conf, errors, locks, payload
+from ..codec import CompactJSON
 from ..middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
@@ -57,37 +57,10 @@ BACKOFF_MAX = 60.0
 # A run as buffered: (jid, job, queue, status, started_at, duration, error_class,
 # error_message, periodic, wait). The worker identity is added when it is written.
 Run = tuple
-# The record encoder; api/history.py matches fields written by exactly this encoder.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def _make_dumps() -> Any:
-    """``_ENCODER.encode``, but with CPython's C encoder built once instead of on every
-    call (what ``encode`` does; it is most of the cost of encoding a small record). Same
-    text; no circular check, which a record (a flat dict of scalars) can't need."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _ENCODER.encode
-    e = _ENCODER
-    iterencode = make(
-        None,
-        e.default,
-        json.encoder.encode_basestring,
-        e.indent,
-        e.key_separator,
-        e.item_separator,
-        e.sort_keys,
-        e.skipkeys,
-        e.allow_nan,
-    )
-
-    def dumps(value: Any) -> str:
-        return "".join(iterencode(value, 0))
-
-    return dumps
-
-
-dumps = _make_dumps()
+# The record encoder: compact JSON, non-ASCII kept (json.JSONEncoder(separators=(",", ":"),
+# ensure_ascii=False) text, byte for byte); api/history.py matches fields written by
+# exactly this encoding.
+dumps = CompactJSON()
 
 
 def enabled() -> bool:

@@ -1,18 +1,38 @@
-"""Sharing reliable fetch among a pool of processor threads: several jobs, and every
-pending ack, per round trip.
+"""Reliable fetch's job source: one feeder thread per process fetches for the processor
+threads, several jobs and every pending ack per round trip.
 
-A thread that needs work takes a job another thread already fetched for it; else, if
-no fetch under way is bringing one for it, it fetches itself (up to
-``FETCHES_IN_FLIGHT`` fetches at once): all acks waiting so far, plus one job for itself
-and one for each thread then waiting that no other fetch is bringing one for. A job is
-fetched only for a thread that is idle at that moment, so no job waits behind a slow one
-(but for the moment between a fetch's start and its return: a waiting thread served by
-another fetch meanwhile leaves its job to the next thread that comes free); under load a
-round trip carries as many jobs as threads came free meanwhile. Several fetches in
-flight keep a thread that comes free just after a fetch started from waiting for that
-one to return before it can start its own. Jobs fetched but
-not yet taken are on the in-progress list like any other: the shutdown hand-over
-requeues them, and the heartbeat's reconcile counts them as known (:meth:`known`).
+The processor threads never touch Redis to get work. A thread that comes free hands in
+the job it finished (to ack) and waits on the ready queue; the feeder collects what the
+threads handed in and, in one round trip (lua/fetch.lua), acks every finished job and
+moves one job for each thread then free into this process's in-progress list, then puts
+those jobs on the ready queue. While a fetch is out, threads that come free meanwhile
+are counted, and the next fetch, sent as soon as this one returns, carries their acks
+and asks for their jobs: under load a round trip carries as many jobs as threads came
+free during the last one.
+
+Why this shape (docs/performance.md "The run layer"):
+
+- Jobs are fetched only for threads that are free at the moment the fetch is sent, so no
+  job waits behind a slow one: the ready queue never holds more jobs than there are
+  threads waiting for one.
+- An ack leaves with the next fetch, and a fetch is sent as soon as the one in flight
+  returns: an ack waits at most one fetch round trip, so the window in which a crash can
+  re-run a finished job stays one round trip. At shutdown the acks still waiting are
+  flushed (:meth:`Dispatcher.flush`) before the hand-over.
+- One fetch in flight, from one thread: the processor threads hand jobs in and take
+  them out through C-implemented queues (no Python-level lock or condition per job),
+  and a drain makes a fraction of the fetches it made when each thread fetched for
+  itself, each carrying more jobs. On a worker bound by its interpreter lock that CPU is
+  the throughput.
+- When the queues run dry the feeder polls with a backoff (from ``IDLE_FIRST_PAUSE`` up
+  to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent at once; while Redis is
+  away it backs off from ``IDLE_FIRST_PAUSE`` up to ``ERROR_MAX_PAUSE`` and reports the
+  outage once (errors.report); the acks a failed fetch carried stay pending in the record
+  for the heartbeat to send.
+
+Jobs fetched but not yet taken are on the in-progress list like any other: the shutdown
+hand-over requeues them, and the heartbeat's reconcile counts them as known
+(:meth:`Dispatcher.known`).
 
 The dispatcher owns the record's side of acks: a finished job handed in stays *running*
 in the record until the fetch carrying its ack returns (then it is settled), or, if that
@@ -21,17 +41,27 @@ fetch fails, is left *pending* for the heartbeat to ack.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
-from collections import deque
+import time
 from typing import Any, Protocol
 
-from .. import errors
+from .. import connection, errors
 from .record import ACK, Control, Record, Work
 
-# How often a waiting thread re-checks quiet while another thread's fetch is under way.
+log = logging.getLogger("cogworker_django")
+
+# How often a waiting thread, and the feeder while it has nothing to do, re-check quiet
+# and stop.
 WAIT_SLICE = 0.25
-# Fetches a process may have in flight at once (each carrying the acks waiting so far).
-FETCHES_IN_FLIGHT = 3
+# First pause after a fetch that failed or found nothing; doubles up to its cap
+# (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
+IDLE_FIRST_PAUSE = 0.02
+ERROR_MAX_PAUSE = 2.0
+# A feeder loop that raised (a bug, never an outage: those are caught and reported)
+# starts again after this pause; its state (threads waiting, acks) is kept.
+RESTART_PAUSE = 1.0
 
 
 class BatchFetch(Protocol):
@@ -43,7 +73,9 @@ class BatchFetch(Protocol):
 
 
 class Dispatcher:
-    blocking = False
+    """The processor threads' side (:meth:`next`, :meth:`release`, :meth:`give_back`),
+    the feeder thread's (:meth:`start`, :meth:`join`), and what the heartbeat and the
+    shutdown read (:meth:`known`, :meth:`flush`)."""
 
     def __init__(
         self, strategy: BatchFetch, record: Record, control: Control, concurrency: int
@@ -52,80 +84,42 @@ class Dispatcher:
         self.record = record
         self.control = control
         self.concurrency = concurrency
-        self._cond = threading.Condition()
+        # Threads -> feeder: one item per thread that came free (the job it finished, to
+        # ack, or None). Feeder -> threads: the jobs fetched for them.
+        self._handed_in: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
+        # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
+        # Plain dict operations, atomic under the interpreter lock.
+        self._fetched: dict[int, Work] = {}
+        # The feeder's state, kept across a restart of its loop.
+        self._wanting = 0  # threads that came free and have no job on its way
         self._acks: list[Work] = []
-        self._ready: deque[Work] = deque()
-        self._in_flight = 0  # fetches under way
-        self._promised = 0  # jobs those fetches bring for threads that were waiting
-        self._waiting = 0
-        self.max_in_flight = max(1, min(FETCHES_IN_FLIGHT, concurrency))
-        # Fetches that found fewer jobs than wanted (the queues ran dry): a thread that
-        # waited through one idles instead of fetching again at once.
-        self._dry_fetches = 0
+        self._thread: threading.Thread | None = None
+        self._link = connection.Held()  # the feeder's own connection
+        self._in_fetch = False
+        # How many fetches went out and how many jobs and acks they carried (for tests
+        # and the performance notes; never read on the hot path).
+        self.fetches = 0
+        self.fetched_jobs = 0
+        self.acks_sent = 0
+
+    # The processor threads' side ----------------------------------------------------------
 
     def next(self, conn: Any, done: Work | None) -> Work | None:
-        """Hand in ``done`` (a finished job to ack) and get the next job, or None when
-        there is none (the caller idles) or the process is quiet."""
-        with self._cond:
-            if done is not None:
-                self._acks.append(done)
-            seen = self._dry_fetches
-            if self.control.stopping.is_set():
-                # Jobs fetched but not taken stay listed: the hand-over requeues them.
-                return None
-            while not self._ready:
-                if self.control.quiet.is_set():
+        """Hand in ``done`` (a finished job to ack) and wait for the next job; None once
+        the process is quiet (the caller leaves its loop)."""
+        self._handed_in.put(done)
+        control, ready = self.control, self._ready
+        while not control.stopping.is_set():
+            try:
+                work = ready.get(timeout=WAIT_SLICE)
+            except queue.Empty:
+                if control.quiet.is_set():
                     return None
-                # The queues ran dry while this thread waited: idle, unless acks are
-                # still waiting (they go now, not after an idle pause).
-                if self._dry_fetches != seen and not self._acks:
-                    return None
-                # No fetch under way is bringing a job for this thread: fetch (if room).
-                uncovered = self._waiting >= self._promised
-                if uncovered and self._in_flight < self.max_in_flight:
-                    break
-                self._waiting += 1
-                try:
-                    self._cond.wait(WAIT_SLICE)
-                finally:
-                    self._waiting -= 1
-            else:
-                return self._ready.popleft()
-            self._in_flight += 1
-            acks, self._acks = self._acks, []
-            extra = min(max(0, self._waiting - self._promised), self.concurrency - 1)
-            self._promised += extra
-        return self._fetch(conn, acks, extra)
-
-    def _fetch(self, conn: Any, acks: list[Work], extra: int) -> Work | None:
-        wanted = 1 + extra
-        try:
-            works = self.strategy.fetch_many(conn, [a.raw for a in acks], wanted)
-        except BaseException:
-            with self._cond:
-                self._in_flight -= 1  # a waiter fetches next (and meets the outage itself)
-                self._promised -= extra
-                self._cond.notify_all()
-            for work in acks:
-                self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
-            raise
-        with self._cond:
-            self._in_flight -= 1
-            self._promised -= extra
-            self._ready.extend(works[1:])
-            if len(works) < wanted:
-                self._dry_fetches += 1
-                self._cond.notify_all()  # every waiter learns the queues ran dry
-            else:
-                # Wake as many waiters as jobs came for them, and one more to fetch in
-                # this fetch's place if some are left waiting (waking every thread for
-                # each fetch costs more CPU than the jobs themselves).
-                more = self._waiting > len(works) - 1 and self._in_flight < self.max_in_flight
-                self._cond.notify(len(works) - 1 + (1 if more else 0))
-        for work in acks:
-            self.record.settled(work.raw, ACK)
-            self.record.finished(work)
-        return works[0] if works else None
+                continue
+            self._fetched.pop(id(work), None)
+            return work
+        return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
     def release(self, conn: Any, done: Work) -> None:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
@@ -139,24 +133,22 @@ class Dispatcher:
         self.record.finished(done)
 
     def give_back(self, work: Work) -> bool:
-        """A job fetched while the process stops: not run, kept listed (and known) for the
+        """A job taken as the process stops: not run, kept listed (and known) for the
         hand-over to requeue."""
-        with self._cond:
-            self._ready.appendleft(work)
+        self._fetched[id(work)] = work
         return True
+
+    # What the heartbeat and the shutdown read ---------------------------------------------
 
     def known(self) -> set[str]:
         """Jobs fetched and not yet taken by a thread (known to this process)."""
-        with self._cond:
-            return {w.raw for w in self._ready}
-
-    ready_raws = known
+        return {w.raw for w in self._fetched.copy().values()}
 
     def flush(self, conn: Any) -> None:
-        """At shutdown: send the acks still waiting for a fetch (raises on failure; the
-        hand-over then drops them from the list, as pending acks)."""
-        with self._cond:
-            acks, self._acks = self._acks, []
+        """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
+        failure; the hand-over then drops them from the list, as pending acks)."""
+        self._collect()
+        acks, self._acks = self._acks, []
         if not acks:
             return
         try:
@@ -166,3 +158,122 @@ class Dispatcher:
                 self.record.finished(work)
         for work in acks:
             self.record.settled(work.raw, ACK)
+
+    # The feeder thread --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the feeder to stop (it stops once the process is
+        stopping and no fetch of its is out); True when it was inside a fetch when this
+        was called (what that fetch took after the hand-over needs a second pass)."""
+        thread = self._thread
+        if thread is None:
+            return False
+        was_fetching = self._in_fetch
+        thread.join(timeout)
+        return was_fetching or thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while not self.control.stopping.is_set():
+                try:
+                    self._feed()
+                except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
+                    log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
+                    self.control.stopping.wait(RESTART_PAUSE)
+        finally:
+            self._link.close()
+
+    def _feed(self) -> None:
+        control = self.control
+        idle_pause = error_pause = IDLE_FIRST_PAUSE
+        not_before = 0.0  # no fetch for jobs before this (the queues ran dry)
+        error_until = 0.0  # no fetch at all before this (Redis away)
+        while not control.stopping.is_set():
+            now = time.monotonic()
+            wanted = self._wanted()
+            if now < error_until:
+                until = error_until  # Redis was away: not before the pause is over
+            elif self._acks or (wanted and now >= not_before):
+                until = now  # send now
+            elif wanted:
+                until = not_before  # the queues ran dry: poll after the pause
+            else:
+                until = now + WAIT_SLICE  # every thread is busy: wait for one
+            if until > now:
+                try:
+                    self._take_in(self._handed_in.get(timeout=min(WAIT_SLICE, until - now)))
+                except queue.Empty:
+                    pass
+                continue
+            self._collect()
+            wanted = self._wanted()
+            began = time.monotonic()
+            try:
+                got = self._fetch(wanted)
+            except Exception as exc:  # noqa: BLE001 - Redis away: back off, report once
+                errors.report("Fetch", exc, began=began)
+                error_until = time.monotonic() + error_pause
+                error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
+                continue
+            error_pause = IDLE_FIRST_PAUSE
+            error_until = 0.0
+            errors.recovered("Fetch")
+            if wanted and got < wanted:
+                # The queues ran dry: poll again after a pause (doubling), unless a thread
+                # hands in an ack meanwhile (it goes at once, asking for jobs too).
+                not_before = time.monotonic() + idle_pause
+                idle_pause = min(idle_pause * 2, control.idle_max)
+            elif got:
+                idle_pause = IDLE_FIRST_PAUSE
+                not_before = 0.0
+
+    def _wanted(self) -> int:
+        """Jobs to ask for: one per thread free with none on its way (none once quiet)."""
+        if self.control.quiet.is_set():
+            return 0
+        return min(self._wanting, self.concurrency)
+
+    def _take_in(self, done: Work | None) -> None:
+        self._wanting += 1
+        if done is not None:
+            self._acks.append(done)
+
+    def _collect(self) -> None:
+        """Take in everything the threads handed in so far, without waiting."""
+        get = self._handed_in.get_nowait
+        while True:
+            try:
+                done = get()
+            except queue.Empty:
+                return
+            self._take_in(done)
+
+    def _fetch(self, wanted: int) -> int:
+        """One round trip: every ack waiting, and up to ``wanted`` jobs onto the ready
+        queue; returns how many came."""
+        acks, self._acks = self._acks, []
+        self._in_fetch = True
+        try:
+            works = self.strategy.fetch_many(self._link, [a.raw for a in acks], wanted)
+        except BaseException:
+            for work in acks:
+                self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
+            raise
+        finally:
+            self._in_fetch = False
+        self.fetches += 1
+        self.fetched_jobs += len(works)
+        self.acks_sent += len(acks)
+        fetched, ready = self._fetched, self._ready
+        for work in works:
+            fetched[id(work)] = work  # known before a thread can take it
+            ready.put(work)
+        self._wanting -= len(works)
+        for work in acks:
+            self.record.settled(work.raw, ACK)
+            self.record.finished(work)
+        return len(works)

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from .. import conf, connection, keys, payload, priority, scripts
+from .. import conf, connection, errors, keys, payload, priority, scripts
 from ..codec import raw_text, wire
 from ..conf import QueueSpec
 from .record import ACK, Filing, Record, Work
@@ -67,7 +67,6 @@ class FetchStrategy:
     """What both modes share; see the module docstring for the interface."""
 
     name = ""
-    blocking = False
     settle_key = ""  # the in-progress list a settle script acks from ("" for none)
     left_behind = ""  # what a hand-over that never went through leaves (for the log)
 
@@ -118,7 +117,6 @@ class FetchStrategy:
 
 class ReliableFetch(FetchStrategy):
     name = "reliable"
-    blocking = False
     left_behind = (
         "this process's in-progress jobs stay listed and are recovered after ORPHAN_THRESHOLD"
     )
@@ -144,7 +142,7 @@ class ReliableFetch(FetchStrategy):
         works = self.fetch_many(conn, [ack.raw] if ack else [], 1)
         return works[0] if works else None
 
-    def fetch_many(self, conn: redis.Redis, acks: list[str], count: int) -> list[Work]:
+    def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]:
         """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
         dispatch.py for how a pool of threads shares it)."""
         order = weighted_order(self.queues)
@@ -249,7 +247,6 @@ class ReliableFetch(FetchStrategy):
 
 class BasicFetch(FetchStrategy):
     name = "basic"
-    blocking = True
     left_behind = "with basic fetch, the unfinished jobs not requeued are lost"
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
@@ -338,16 +335,18 @@ class BasicSource:
     """Basic fetch's job source: each thread fetches for itself (BRPOP), and a finished
     job needs no ack (BRPOP removed it from Redis)."""
 
-    blocking = True
-
     def __init__(self, strategy: BasicFetch, record: Record) -> None:
         self.strategy = strategy
         self.record = record
 
     def next(self, conn: redis.Redis, done: Work | None) -> Work | None:
+        """The next job (None when every queue stayed empty); raises while Redis is away
+        (the processor reports it and backs off)."""
         if done is not None:
             self.release(conn, done)
-        return self.strategy.fetch(conn)
+        work = self.strategy.fetch(conn)
+        errors.recovered("Fetch")
+        return work
 
     def release(self, conn: redis.Redis, done: Work) -> None:
         self.record.settled(done.raw, ACK)
@@ -355,6 +354,13 @@ class BasicSource:
 
     def give_back(self, work: Work) -> bool:
         """A job fetched as the process stops: it exists only here, so it runs."""
+        return False
+
+    def start(self) -> None:
+        """Nothing to start: each processor thread fetches for itself."""
+
+    def join(self, timeout: float) -> bool:
+        """No fetching of its own to wait for (the processor threads' are waited for)."""
         return False
 
     def known(self) -> set[str]:

@@ -169,6 +169,7 @@ class Launcher:
             except queue.Empty:
                 continue
             if signum in (signal.SIGTERM, signal.SIGINT, ADMIN_STOP):
+                self.manager.begin_stop()  # no job fetched or started from here
                 log.info(
                     "%s: stopping (waiting up to %ss for running jobs)",
                     f"{signal.Signals(signum).name} received"

@@ -84,6 +84,7 @@ class Manager:
 
     def start(self) -> None:
         self.watchdog.start()
+        self.source.start()
         for p in self.processors:
             p.start()
 
@@ -141,11 +142,17 @@ class Manager:
         log.error("%s died; starting a replacement", dead.name)
         fresh.start()
 
+    def begin_stop(self) -> None:
+        """From now on no job is fetched or started: what a fetch brings back is left
+        listed for the hand-over (:meth:`stop`). Called as soon as a stop is asked for,
+        before the other parts of the process are stopped."""
+        self.control.stopping.set()
+        self.quiet()
+
     def stop(self, timeout: float, force: threading.Event) -> None:
         """Quiet, wait up to ``timeout`` for running jobs (less if ``force`` is set), wait
         out processors inside a fetch, then hand over everything unfinished."""
-        self.control.stopping.set()
-        self.quiet()
+        self.begin_stop()
         deadline = time.monotonic() + timeout
         for p in self.processors:
             while p.busy and p.alive() and not force.is_set():
@@ -182,11 +189,13 @@ class Manager:
         limits.release_all()
 
     def _join_fetchers(self, seconds: float) -> bool:
-        """Wait up to ``seconds`` for the threads not running a job to exit; True when
-        some had not exited by the time this was called (they were inside a fetch)."""
-        waiting = [p for p in self.processors if not p.busy and p.alive()]
+        """Wait up to ``seconds`` for the job source's fetching (reliable fetch's feeder
+        thread) to stop and the threads not running a job to exit; True when some of them
+        were still inside a fetch (or had not exited) by the time this was called."""
         deadline = time.monotonic() + seconds
+        fetching = self.source.join(seconds)
+        waiting = [p for p in self.processors if not p.busy and p.alive()]
         for p in waiting:
             assert p.thread is not None
             p.thread.join(max(0.0, deadline - time.monotonic()))
-        return bool(waiting)
+        return fetching or bool(waiting)

@@ -50,6 +50,7 @@ from ..codec import wire
 from ..controls import expiry, limits
 from ..controls.errors import JobCancelled, JobExpired, JobTimeout
 from . import failures
+from .dispatch import ERROR_MAX_PAUSE, IDLE_FIRST_PAUSE
 from .record import ACK, Control, Filing, Record, Work, WorkBoard
 
 log = logging.getLogger("cogworker_django")
@@ -65,9 +66,6 @@ BUILTIN_SERVER_MIDDLEWARE = (
     "cogworker_django.djtasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
     "cogworker_django.workflows.middleware.BatchMiddleware",  # batches: outcomes, callbacks
 )
-# First pause after a fetch that failed or found nothing; doubles up to its cap.
-IDLE_FIRST_PAUSE = 0.02
-ERROR_MAX_PAUSE = 2.0
 
 
 # Job controls' outcomes in the worker metrics (telemetry.py).
@@ -189,7 +187,6 @@ class Processor:
         control, source = self.control, self.source
         conn = connection.get_client()
         done: Work | None = None
-        idle_pause = IDLE_FIRST_PAUSE
         error_pause = IDLE_FIRST_PAUSE
         while not control.quiet.is_set() and not self.abandoned:
             began = time.monotonic()
@@ -202,13 +199,8 @@ class Processor:
                 error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
                 continue
             error_pause = IDLE_FIRST_PAUSE
-            errors.recovered("Fetch")
             if work is None:
-                if not source.blocking:
-                    control.quiet.wait(idle_pause)
-                    idle_pause = min(idle_pause * 2, control.idle_max)
-                continue
-            idle_pause = IDLE_FIRST_PAUSE
+                continue  # quiet (reliable fetch), or nothing came in a blocking wait (basic)
             if control.stopping.is_set() and source.give_back(work):
                 continue  # a fetch that returned after the stop began: the hand-over's
             done = self.process(work)

@@ -51,12 +51,13 @@ def reattach(token: contextvars.Token) -> None:
     _blocks.reset(token)
 
 
-def stamp(job: dict[str, Any], deferred: bool = False, using: str | None = None) -> None:
+def stamp(job: dict[str, Any], deferred: bool = False, using: str | None = None) -> bool:
     """Make ``job`` (being built) a member of the batch whose block is open here, if one
-    is; ``deferred``: it is pushed at the commit of database ``using``."""
+    is; ``deferred``: it is pushed at the commit of database ``using``. True when it
+    was made one (the job changed)."""
     block = active()
     if block is None or job.get("bid"):
-        return
+        return False
     if job.get("unique") in ("until_executed", "until_started"):
         raise WorkflowError(
             f"{job.get('func')}: a unique job (unique={job['unique']!r}) can't join a "
@@ -65,3 +66,4 @@ def stamp(job: dict[str, Any], deferred: bool = False, using: str | None = None)
     job["bid"] = block.batch.bid
     if deferred:
         block.deferred.add(using)
+    return True
