@@ -262,6 +262,9 @@ class Worker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=str(ROOT),
+            # Its own process group: the clean-up kills whatever it forked, even children
+            # whose supervisor a test killed (they keep the group).
+            start_new_session=True,
         )
         if wait:
             self.wait_for_log(r"cogworker \S+ started", timeout=30)
@@ -321,8 +324,28 @@ class Worker:
             self.proc.kill()
             self.proc.wait(10)
 
-    def cleanup(self) -> None:
+    def children(self) -> list[int]:
+        """The pids of the processes this one forked (``--processes``), now."""
+        assert self.proc is not None
+        try:
+            with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                return [int(p) for p in f.read().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL this process and everything it forked (its process group): a test's
+        clean-up leaves nothing running."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         self.kill()
+
+    def cleanup(self) -> None:
+        self.kill_all()
         try:
             self._log.close()
         except AttributeError:

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 from testapp import jobs as tj
 
+from cogworker_django import scripts
 from cogworker_django.worker.launcher import choose_fetch_mode
 
 from .helpers import wait_until
@@ -61,6 +62,7 @@ class Monitor:
         self.server = server
         self.client = server.client()
         self.counts: Counter = Counter()
+        self.scripts: Counter = Counter()
         self._marker = f"monitor-end-{secrets.token_hex(8)}"
         self._ready = threading.Event()
         self._saw_marker = False
@@ -82,7 +84,11 @@ class Monitor:
                         return
                     if cmd.get("client_type") == "lua":
                         continue
-                    self.counts[cmd["command"].split(" ", 1)[0].lower()] += 1
+                    words = cmd["command"].split(" ", 2)
+                    name = words[0].lower()
+                    self.counts[name] += 1
+                    if name == "evalsha" and len(words) > 1:
+                        self.scripts[words[1]] += 1  # by script (its sha)
         except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
             self._error = exc
 
@@ -95,7 +101,7 @@ class Monitor:
         assert self._saw_marker, "the MONITOR reader stopped before the end marker"
 
 
-def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, float]:
+def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, float, Counter]:
     client = server.client()
     client.sadd(f"{prefix}:paused", "default")
     w = worker(redis_url=server.url, args=args, settings={"CONCURRENCY": 5})
@@ -115,19 +121,23 @@ def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, floa
             message="the last acks",
         )
     assert w.stop() == 0
-    return mon.counts, took
+    return mon.counts, took, mon.scripts
 
 
 def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, configure, prefix):
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, took = _drain_under_monitor(worker, server, prefix, [], n)
+    counts, took, by_script = _drain_under_monitor(worker, server, prefix, [], n)
     per_job = {k: v / n for k, v in counts.most_common()}
-    print(f"\nreliable: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
-    # At most one EVALSHA per job (acks and fetches share it; under load one call takes
-    # several jobs, see worker/dispatch.py); idle polls and the heartbeat add a little.
-    assert per_job["evalsha"] <= 1.1, per_job
+    fetches = by_script[scripts.get("fetch").sha] / n
+    print(f"\nreliable: {n} jobs in {took:.2f}s; fetches per job {fetches:.3f}; {per_job}")
+    # At most one fetch per job: acks and jobs share it (one call acks every job finished
+    # since the last and takes one for each free thread, see worker/dispatch.py), plus the
+    # few polls that find the queue empty at the end. The timers' scripts (history,
+    # unsettled jobs, the key guard) are not per job: their count grows with the drain's
+    # time, not with n.
+    assert fetches <= 1.01, (fetches, per_job)
     # No separate ack: it rides on the next fetch (and the heartbeat never acks twice).
     assert "brpop" not in counts and "lrem" not in counts
     # Nothing else is paid per job: the heartbeat, poller and key guard run on timers
@@ -145,10 +155,12 @@ def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, took = _drain_under_monitor(worker, server, prefix, ["--fetch", "basic"], n)
+    counts, took, by_script = _drain_under_monitor(worker, server, prefix, ["--fetch", "basic"], n)
     per_job = {k: v / n for k, v in counts.most_common()}
-    print(f"\nbasic: {n} jobs in {took:.2f}s; client commands per job: {per_job}")
-    assert per_job["evalsha"] <= 1.1, per_job
+    fetches = by_script[scripts.get("basic_fetch").sha] / n
+    print(f"\nbasic: {n} jobs in {took:.2f}s; fetches per job {fetches:.3f}; {per_job}")
+    # One script per job, and one per thread that finds the queue empty at the end.
+    assert fetches <= 1.01, (fetches, per_job)
     assert "lrem" not in counts
     client = server.client()
     assert not client.keys(f"{prefix}:inprogress*")
@@ -176,11 +188,11 @@ def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode
 
 
 def test_threads_share_fetches_under_load(worker, redis_server, configure, prefix):
-    """The dispatcher (worker/dispatch.py): with several threads busy, one EVALSHA acks
+    """The dispatcher (worker/dispatch.py): with several threads busy, one fetch acks
     several finished jobs and takes several new ones, so a drain needs clearly fewer
-    calls than jobs. (A count of commands, not a timing.)"""
+    fetches than jobs. (A count of commands, not a timing.)"""
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, _ = _drain_under_monitor(worker, server, prefix, [], n)
-    assert counts["evalsha"] < 0.9 * n, counts
+    counts, _, by_script = _drain_under_monitor(worker, server, prefix, [], n)
+    assert by_script[scripts.get("fetch").sha] < 0.9 * n, (by_script, counts)

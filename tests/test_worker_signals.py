@@ -273,7 +273,7 @@ def test_group_wide_term_to_processes_still_waits_for_jobs(worker, r, prefix):
     w = worker(args=["--processes", "2"], settings={"SHUTDOWN_TIMEOUT": 10}, wait=False)
     w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2, 10, message="both running")
-    children = _children(w.pid)
+    children = w.children()
     assert len(children) == 2
     for pid in [w.pid, *children]:  # as a cgroup-wide kill would (not killpg: that is us)
         os.kill(pid, signal.SIGTERM)
@@ -283,9 +283,32 @@ def test_group_wide_term_to_processes_still_waits_for_jobs(worker, r, prefix):
     assert "requeued" not in w.log()
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
+def test_processes_children_stop_when_their_supervisor_is_killed(worker, r, prefix):
+    """The supervisor SIGKILLed (the OOM killer, a kill -9 of the main pid): each child
+    notices within a second, stops as on TERM (its running job requeued after the
+    shutdown timeout) and exits, instead of running on unsupervised."""
+    tj.count_then_sleep.enqueue(30, "long")
+    settings = {"CONCURRENCY": 1, "SHUTDOWN_TIMEOUT": 1}
+    w = worker(args=["--processes", "2"], settings=settings, wait=False)
+    w.wait_for_log(r"cogworker \S+ started", count=2, timeout=30)
+    wait_until(lambda: runs(r, prefix).get("long") == 1, 10, message="the long job running")
+    children = w.children()
+    assert len(children) == 2
+    w.kill()  # the supervisor only
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # A zombie until init reaps it: gone as far as running goes.
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_until(lambda: all(gone(p) for p in children), 20, message="both children stopped")
+    log = w.log()
+    assert log.count("the supervisor (pid") == 2, log
+    assert "requeued 1 job(s) unfinished at shutdown" in log, log
+    (raw,) = r.lrange(f"{prefix}:queue:default", 0, -1)
+    assert "count_then_sleep" in raw
+    assert not r.keys(f"{prefix}:inprogress:*")

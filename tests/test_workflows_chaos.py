@@ -102,15 +102,27 @@ def test_every_callback_fires_exactly_once_through_kills_and_a_redis_restart(
             repeats += 1  # the same callback job delivered again after its worker died
         runs[(label, event)].add(jid)
         if int(done) != int(size):
-            early.append(entry)
-    assert early == [], f"callbacks that ran before their batch finished: {early[:5]}"
+            early.append((label, event, int(done), int(size), entry))
+    batches = api.Batches()
+    statuses = {label: batches.get(bid) for label, bid in bids.items()}
+    # on_success waits for every member's success: it must see every member done.
+    # on_complete comes once every member has succeeded or failed at least once (a member
+    # whose own write met the Redis restart fails once, and is retried): it may see fewer
+    # done, but never fewer than the members that had not failed.
+    too_early = [
+        entry
+        for label, event, done, size, entry in early
+        if event == "success"
+        or statuses[label] is None
+        or done + statuses[label].failed_jobs < size
+    ]
+    assert too_early == [], f"callbacks that ran before their batch finished: {too_early[:5]}"
     doubled = {k: v for k, v in runs.items() if len(v) != 1}
     assert doubled == {}, f"callbacks pushed more than once: {list(doubled.items())[:5]}"
     assert len(runs) == 2 * BATCHES
 
-    batches = api.Batches()
-    for label, bid in bids.items():
-        status = batches.get(bid)
+    for label in bids:
+        status = statuses[label]
         assert status is not None and status.state == "succeeded", (label, status)
         assert status.total == SIZE and status.succeeded == SIZE
         assert {status.complete_jid} == runs[(label, "complete")]
@@ -119,5 +131,6 @@ def test_every_callback_fires_exactly_once_through_kills_and_a_redis_restart(
     assert kills >= 3 and restarted
     print(
         f"\n{BATCHES} batches of {SIZE}: {kills} SIGKILLs, one Redis restart, "
-        f"{repeats} callback re-deliveries after a kill, {time.monotonic() - started:.1f}s"
+        f"{repeats} callback re-deliveries after a kill, {len(early)} on_complete after a "
+        f"member's failure, {time.monotonic() - started:.1f}s"
     )

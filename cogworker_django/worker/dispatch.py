@@ -221,7 +221,6 @@ class Dispatcher:
                 continue
             error_pause = IDLE_FIRST_PAUSE
             error_until = 0.0
-            errors.recovered("Fetch")
             if wanted and got < wanted:
                 # The queues ran dry: poll again after a pause (doubling), unless a thread
                 # hands in an ack meanwhile (it goes at once, asking for jobs too).
@@ -265,6 +264,7 @@ class Dispatcher:
             raise
         finally:
             self._in_fetch = False
+        errors.recovered("Fetch")  # (logged before any job this fetch took can start)
         self.fetches += 1
         self.fetched_jobs += len(works)
         self.acks_sent += len(acks)

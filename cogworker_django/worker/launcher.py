@@ -82,8 +82,12 @@ class Launcher:
         tag: str = "",
         shutdown_timeout: float,
         started_at: float | None = None,
+        supervisor: int | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # A --processes child: the supervisor's pid. Once it is gone (killed, or died) this
+        # process stops as on TERM: nothing would replace or stop it any more.
+        self.supervisor = supervisor
         self.queues = queues
         self.requested_fetch = fetch_mode
         self.tag = tag
@@ -167,6 +171,16 @@ class Launcher:
             try:
                 signum = self._signals.get(timeout=1.0)
             except queue.Empty:
+                if self.supervisor is not None and os.getppid() != self.supervisor:
+                    self.manager.begin_stop()
+                    log.warning(
+                        "the supervisor (pid %d) is gone: stopping (waiting up to %ss for "
+                        "running jobs)",
+                        self.supervisor,
+                        self.shutdown_timeout,
+                    )
+                    self._stopping = True
+                    return
                 continue
             if signum in (signal.SIGTERM, signal.SIGINT, ADMIN_STOP):
                 self.manager.begin_stop()  # no job fetched or started from here

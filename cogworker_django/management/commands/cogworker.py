@@ -224,6 +224,8 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
             lambda: telemetry.Supervision(port, kwargs["concurrency"], addr, count), metrics
         )
 
+    supervisor = os.getpid()
+
     def spawn(slot: int) -> None:
         pid = os.fork()
         if pid == 0:
@@ -232,7 +234,9 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
             try:
                 if supervision is not None:
                     supervision.child_started()
-                code = run_one(kwargs)
+                # The child stops by itself if this process dies (SIGKILL, OOM): it would
+                # otherwise run on unsupervised, past deploys that stop the supervisor.
+                code = run_one({**kwargs, "supervisor": supervisor})
             finally:
                 logging.shutdown()
                 os._exit(code)
