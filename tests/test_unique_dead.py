@@ -14,6 +14,11 @@ from cogworker_django import keys, payload, unique
 from .helpers import wait_until
 from .unique_helpers import lock_of, stop_keeping_data
 
+# How long the sleeper runs in the tests that stop Redis once it has started: long
+# enough for a loaded machine to stop Redis before it returns (its release must meet
+# the outage), short enough to keep the tests quick.
+RUN_SECONDS = 3.0
+
 
 def dead_jobs(r):
     return [json.loads(x) for x in r.zrange(keys.dead(), 0, -1)]
@@ -154,10 +159,10 @@ def test_release_while_redis_is_away_goes_through_within_a_beat_of_its_return(
     configure(REDIS_URL=server.url)
     c = server.client()
     job = tj.sleeper.using(unique="until_executed")
-    key = lock_of(1.0, func=tj.sleeper.path)
+    key = lock_of(RUN_SECONDS, func=tj.sleeper.path)
     w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": beat})
     ident = re.search(r"identity=(\S+)", w.log()).group(1)
-    jid = job.enqueue(1.0)
+    jid = job.enqueue(RUN_SECONDS)
     wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
     stop_keeping_data(server)  # Redis away (connection refused), its data kept
     # The job returns while Redis is away: its release fails and is deferred.
@@ -192,9 +197,9 @@ def test_a_release_waiting_for_redis_goes_through_at_shutdown(
     configure(REDIS_URL=server.url)
     c = server.client()
     job = tj.sleeper.using(unique="until_executed", unique_for=600)
-    key = lock_of(1.0, func=tj.sleeper.path)
+    key = lock_of(RUN_SECONDS, func=tj.sleeper.path)
     w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": 5})
-    jid = job.enqueue(1.0)
+    jid = job.enqueue(RUN_SECONDS)
     wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
     stop_keeping_data(server)
     w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
@@ -204,7 +209,7 @@ def test_a_release_waiting_for_redis_goes_through_at_shutdown(
     assert w.wait(20) == 0
     c = server.client()
     assert not c.exists(key), (c.get(key), c.ttl(key), w.log()[-3000:])
-    assert job.enqueue(1.0) is not None
+    assert job.enqueue(RUN_SECONDS) is not None
 
 
 def test_a_release_lost_with_its_process_lapses_at_the_ttl(worker, redis_server, configure, prefix):
@@ -214,9 +219,9 @@ def test_a_release_lost_with_its_process_lapses_at_the_ttl(worker, redis_server,
     configure(REDIS_URL=server.url)
     c = server.client()
     job = tj.sleeper.using(unique="until_executed", unique_for=4)
-    key = lock_of(1.0, func=tj.sleeper.path)
+    key = lock_of(RUN_SECONDS, func=tj.sleeper.path)
     w = worker(redis_url=server.url)
-    jid = job.enqueue(1.0)
+    jid = job.enqueue(RUN_SECONDS)
     wait_until(lambda: c.hexists(f"{prefix}:test:timeline", f"{jid}:start"), message="start")
     stop_keeping_data(server)
     w.wait_for_log(rf"Unique lock: release of {key} deferred", timeout=10)
@@ -227,7 +232,7 @@ def test_a_release_lost_with_its_process_lapses_at_the_ttl(worker, redis_server,
     ttl = c.ttl(key)
     assert c.get(key) in (None, jid) and ttl <= 4, ttl
     wait_until(lambda: not c.exists(key), 6, message="the lock's TTL to lapse")
-    assert job.enqueue(1.0) is not None
+    assert job.enqueue(RUN_SECONDS) is not None
 
 
 def test_a_killed_while_executing_run_takes_its_lock_back_and_releases_it(worker, r, prefix):
