@@ -252,13 +252,21 @@ class _Enqueuer:
         kwargs: dict[str, Any],
         at: float | None = None,
         now: float | None = None,
+        *,
+        fields: dict[str, Any] | None = None,
+        on_commit: bool | None = None,
+        jid: str | None = None,
     ) -> tuple[dict[str, Any], str | None]:
         """The job and its checked payload text (None when something changed the job
-        after it was encoded: it joined a batch)."""
+        after it was encoded: it joined a batch). ``fields`` (the options' payload
+        fields at ``now``), ``on_commit`` and ``jid`` are given by a bulk enqueue, which
+        works them out once per call."""
         opts = self._opts
         if now is None:
             now = _now()
-        extra: dict[str, Any] = _lazy.controls().payload_fields(opts, now, at)
+        extra: dict[str, Any] = (
+            dict(fields) if fields is not None else _lazy.controls().payload_fields(opts, now, at)
+        )
         if at is not None:
             extra["at"] = at
         unique = opts.get("unique")
@@ -275,12 +283,15 @@ class _Enqueuer:
             kwargs,
             queue=opts["queue"],
             retry=opts.get("retry", True),
+            jid=jid,
             now=now,
             **extra,
         )
         # Inside a Batch block: a member (checked already: the push happens at commit for
         # an on_commit enqueue, and its arguments were encoded above).
-        if _lazy.workflow().stamp(job, self._on_commit(), opts.get("using_db")):
+        if on_commit is None:
+            on_commit = self._on_commit()
+        if _lazy.workflow().stamp(job, on_commit, opts.get("using_db")):
             return job, None
         return job, text
 
@@ -314,16 +325,23 @@ class _Enqueuer:
         with :func:`call`; returns the jids (None in the places of refused duplicates)."""
         jobs: list[dict[str, Any]] = []
         texts: list[str | None] = []
-        now = _now()  # one enqueue time for the whole call
-        for item in calls:
+        items = list(calls)
+        # Worked out once for the whole call: the enqueue time, the options' fields, the
+        # commit mode, and the jids (96 random bits each, from one read of the OS's source).
+        now = _now()
+        fields = _lazy.controls().payload_fields(self._opts, now, None)
+        on_commit = self._on_commit()
+        jids = payload.new_jids(len(items))
+        for item, jid in zip(items, jids, strict=True):
             args, kwargs = _split_call(item)
-            job, data = self._build_encoded(args, kwargs, now=now)
+            job, data = self._build_encoded(
+                args, kwargs, now=now, fields=fields, on_commit=on_commit, jid=jid
+            )
             jobs.append(job)
             texts.append(data)
-        if self._on_commit():
-            jids = [j["jid"] for j in jobs]
+        if on_commit:
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
-            return jids
+            return [j["jid"] for j in jobs]
         return client.push_many(jobs, texts)
 
     def s(self, *args: Any, **kwargs: Any) -> Any:

@@ -37,6 +37,8 @@ ERROR_MESSAGE_LIMIT = 10_000
 TRACEBACK_LIMIT = 20_000
 
 _dumps = CompactJSON()
+# A string as JSON (quoted, escaped as the encoder escapes it, non-ASCII kept).
+_json_str = json.encoder.encode_basestring
 # NaN and infinities refused (ValueError): what a new payload is encoded with.
 _strict_dumps = CompactJSON(allow_nan=False)
 
@@ -64,6 +66,12 @@ def human_size(n: int) -> str:
 def new_jid() -> str:
     # 96 random bits from the OS (what secrets.token_hex uses, minus its overhead).
     return os.urandom(12).hex()
+
+
+def new_jids(count: int) -> list[str]:
+    """``count`` jids as :func:`new_jid` makes them, from one read of the OS's source."""
+    pool = os.urandom(12 * count).hex()
+    return [pool[i : i + 24] for i in range(0, 24 * count, 24)]
 
 
 def build(
@@ -94,23 +102,28 @@ def build_encoded(
     one encoding: a push that writes the job unchanged sends this text."""
     if now is None:
         now = time.time()
+    jid = jid or new_jid()
+    args_, kwargs_ = list(args), dict(kwargs or {})
     job = {
-        "jid": jid or new_jid(),
+        "jid": jid,
         "func": func,
-        "args": list(args),
-        "kwargs": dict(kwargs or {}),
+        "args": args_,
+        "kwargs": kwargs_,
         "queue": queue,
         "retry": retry,
         "retry_count": 0,
         "created_at": now,
         "enqueued_at": now,
     }
-    job.update(extra)
-    args_, kwargs_ = job["args"], job["kwargs"]
+    if extra:
+        job.update(extra)
     if (args_ or kwargs_) and not (_keys_are_strings(args_) and _keys_are_strings(kwargs_)):
         check_arguments(func, args_, kwargs_)  # raises, naming the key
     try:
-        data = _strict_dumps(job)
+        if extra or type(retry) is not bool or type(now) is not float:
+            data = _strict_dumps(job)
+        else:
+            data = _plain_text(jid, func, args_, kwargs_, queue, retry, now)
     except ValueError as exc:
         if "Circular" not in safe_str(exc):
             check_arguments(func, args_, kwargs_)  # raises, naming the NaN or infinity
@@ -119,6 +132,36 @@ def build_encoded(
         raise TypeError(_explain_unserialisable(job, exc)) from None
     _check_size_of(job, data)
     return job, data
+
+
+def _plain_text(
+    jid: str, func: str, args: list, kwargs: dict, queue: str, retry: bool, now: float
+) -> str:
+    """The text ``_strict_dumps`` makes of a job with no extra field, byte for byte
+    (tests/test_payload.py compares them), without walking the dict: the fixed parts
+    are literals and only the arguments go through the encoder. Most of a bulk
+    enqueue's time was this encoding."""
+    stamp = repr(now)  # what the encoder writes for a finite float
+    return "".join(
+        (
+            '{"jid":',
+            _json_str(jid),
+            ',"func":',
+            _json_str(func),
+            ',"args":',
+            _strict_dumps(args) if args else "[]",
+            ',"kwargs":',
+            _strict_dumps(kwargs) if kwargs else "{}",
+            ',"queue":',
+            _json_str(queue),
+            ',"retry":true' if retry else ',"retry":false',
+            ',"retry_count":0,"created_at":',
+            stamp,
+            ',"enqueued_at":',
+            stamp,
+            "}",
+        )
+    )
 
 
 def check_arguments(func: str, args: list, kwargs: dict) -> None:

@@ -73,6 +73,36 @@ def test_arguments_that_hold_themselves_are_refused_not_walked_forever():
     assert json.loads(payload.encode(job))["args"] == [[1, 2], {"again": [1, 2]}]
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, fields",
+    [
+        ((), {}, {}),
+        ((1, "x", None, True, 2.5, 10**30), {}, {}),
+        (('é "quoted" \\ \u2028 \x00 \U0001f600',), {"k": [1, {"n": None}]}, {}),
+        (([{"a": [1, 2, {"b": "c"}]}],), {"deep": {"x": -0.0, "y": 1e-7}}, {}),
+        ((), {}, {"retry": False}),
+        ((), {}, {"retry": 3}),
+        ((), {}, {"queue": "çà-queue", "jid": 'a"b\\c'}),
+        (("x",), {}, {"timeout": 5, "limits": ["api"]}),
+    ],
+)
+def test_the_text_built_is_the_reference_encoding_of_the_job(args, kwargs, fields):
+    """Every job's text is what json.dumps writes for it (compact, non-ASCII kept), byte
+    for byte, whichever way it was made (a plain job's fixed parts are written directly)."""
+    opts = {k: fields[k] for k in ("queue", "retry", "jid") if k in fields}
+    extra = {k: v for k, v in fields.items() if k not in opts}
+    job, text = payload.build_encoded("app.jobs.f", args, kwargs, **opts, **extra)
+    assert text == json.dumps(job, separators=(",", ":"), ensure_ascii=False)
+    assert json.loads(text) == job
+
+
+def test_jids_made_in_bulk_are_like_single_ones_and_distinct():
+    jids = payload.new_jids(1000)
+    assert len(jids) == len(set(jids)) == 1000
+    assert all(len(j) == len(payload.new_jid()) == 24 and int(j, 16) >= 0 for j in jids)
+    assert payload.new_jids(0) == []
+
+
 def test_the_text_built_is_the_text_pushed_and_checked_once():
     job, text = payload.build_encoded("app.jobs.f", (1,), {"k": "é"}, queue="low")
     assert text == payload.encode(job) and json.loads(text) == job
