@@ -87,12 +87,18 @@ def test_a_real_worker_shows_as_a_process_its_busy_thread_and_its_counts(client,
     tj.always_fails.using(queue="work", retry=False).enqueue()
     tj.slow.using(queue="work").enqueue(30, "busy")
 
+    seen: list = []
+
     def settled():
         m = scrape(client)
+        seen[:] = [m]
         done = m[("cogworker_processed_total", ())] == 3 and m[("cogworker_failed_total", ())] == 1
         return m if done and m[("cogworker_busy", ())] == 1 else None
 
-    m = wait_until(settled, 30, interval=0.2, message="counters flushed and one thread busy")
+    try:
+        m = wait_until(settled, 30, interval=0.2, message="counters flushed and one thread busy")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last scrape: {seen}\nworker log:\n{w.log()}") from None
     assert m[("cogworker_processes", ())] == 1
     assert m[("cogworker_concurrency", ())] == 2
     assert m[("cogworker_dead_size", ())] == 1
