@@ -132,10 +132,12 @@ def test_hand_over_is_retried_through_a_short_outage(worker, redis_server, confi
 def test_jobs_a_fetch_brings_back_after_the_stop_began_are_requeued_not_run(
     worker, redis_server, configure, prefix
 ):
-    """Fetched, not started: the fetch that takes jobs for the three idle threads ran in
-    Redis, but its reply is held back on the way (a real proxy) until TERM has been
-    received. The worker waits for that fetch, runs none of its jobs, and the hand-over
-    puts them back; the fetch took one job per free thread, not more. Production beat
+    """Fetched, not started: the fetch that takes jobs for the idle threads ran in Redis,
+    but its reply is held back on the way (a real proxy) until TERM has been received.
+    The worker waits for that fetch, runs none of its jobs, and the hand-over puts them
+    back; the fetch took at most one job per thread, not more. (It asks for the threads
+    free when it is sent: on a starved machine a thread may not have checked in yet when
+    the first fetch after boot goes out, so it can be fewer than three.) Production beat
     interval: no heartbeat reconcile comes within the test's window."""
     server = redis_server()
     configure(REDIS_URL=server.url)
@@ -147,7 +149,9 @@ def test_jobs_a_fetch_brings_back_after_the_stop_began_are_requeued_not_run(
         jids = tj.record.enqueue_many([(f"j{i}",) for i in range(5)])
         assert proxy.held.wait(10), "no fetch took the jobs"
         (ident,) = client.smembers(f"{prefix}:processes")
-        assert client.llen(f"{prefix}:inprogress:{ident}") == 3  # one per free thread
+        taken = client.llen(f"{prefix}:inprogress:{ident}")
+        assert 1 <= taken <= 3, taken  # at most one per thread
+        assert client.llen(f"{prefix}:queue:default") == 5 - taken
         w.signal(signal.SIGTERM)
         w.wait_for_log("SIGTERM received: stopping")
         proxy.release()
@@ -155,7 +159,7 @@ def test_jobs_a_fetch_brings_back_after_the_stop_began_are_requeued_not_run(
     finally:
         proxy.close()
     log = w.log()
-    assert "requeued 3 job(s) unfinished at shutdown" in log, log
+    assert f"requeued {taken} job(s) unfinished at shutdown" in log, log
     assert counts(client, prefix) == {}  # none of them ran
     queued = [json.loads(x)["jid"] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]
     assert sorted(queued) == sorted(jids)
