@@ -13,7 +13,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -302,6 +302,44 @@ def push_many(
     return _push_prepared(prepared, encoded)
 
 
+def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None]:
+    """Push the payload texts of plain jobs to ``queue`` in one round trip: what
+    :func:`push_many` does for jobs that wait on the queue's list (not scheduled, no
+    unique lock, no priority, no batch), without a dict per job. The caller has checked
+    that nothing else applies (no client middleware, no test-mode sink: jobs.py)."""
+    if not texts:
+        return []
+    pipe = connection.get_client().pipeline(transaction=False)
+    key = keys.queue(queue)
+    carried: list[range] = []
+    for start in range(0, len(texts), BULK_CHUNK):
+        end = min(start + BULK_CHUNK, len(texts))
+        pipe.lpush(key, *texts[start:end])
+        carried.append(range(start, end))
+    pipe.sadd(keys.queues(), queue)
+    results = pipe.execute(raise_on_error=False)
+    out: list[str | None] = list(jids)
+    refused = _refused_writes(out, carried, results)
+    _check_listing(results[-1], queue)
+    if refused:
+        raise BulkPushError(out, refused, len(texts))
+    return out
+
+
+def _refused_writes(
+    out: list[str | None], carried: Sequence[Iterable[int]], results: list[Any]
+) -> list[Exception]:
+    """Redis's refusals among a bulk push's ``results``; the jobs each refused write
+    carried (by position, ``carried``) are set to None in ``out``."""
+    refused: list[Exception] = []
+    for indices, result in zip(carried, results, strict=False):
+        if isinstance(result, Exception):
+            refused.append(result)
+            for i in indices:
+                out[i] = None
+    return refused
+
+
 def _keep(kept: list[dict[str, Any]], job: dict[str, Any]) -> str:
     # The end of push_many's client chain: the job as the middleware left it.
     kept.append(job)
@@ -379,12 +417,7 @@ def _push_prepared(
     results = pipe.execute(raise_on_error=False)
 
     out = [job["jid"] if job is not None else None for job in prepared]
-    refused: list[Exception] = []
-    for indices, result in zip(carried, results, strict=False):
-        if isinstance(result, Exception):
-            refused.append(result)
-            for i in indices:
-                out[i] = None
+    refused = _refused_writes(out, carried, results)
     if unique_jobs:
         from . import unique
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, payload, recording
+from . import client, conf, middleware, payload, recording
 from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
@@ -332,6 +332,20 @@ class _Enqueuer:
         fields = _lazy.controls().payload_fields(self._opts, now, None)
         on_commit = self._on_commit()
         jids = payload.new_jids(len(items))
+        if not (fields or on_commit) and self._plain_bulk():
+            opts = self._opts
+            return client.push_plain(
+                opts["queue"],
+                jids,
+                payload.plain_texts(
+                    self._fn.path,
+                    [_split_call(item) for item in items],
+                    jids,
+                    queue=opts["queue"],
+                    retry=opts.get("retry", True),
+                    now=now,
+                ),
+            )
         for item, jid in zip(items, jids, strict=True):
             args, kwargs = _split_call(item)
             job, data = self._build_encoded(
@@ -343,6 +357,21 @@ class _Enqueuer:
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
             return [j["jid"] for j in jobs]
         return client.push_many(jobs, texts)
+
+    def _plain_bulk(self) -> bool:
+        """True when every job of a bulk enqueue of these options (with no payload
+        fields, not at commit) is a plain one: no unique lock, a boolean retry, no open
+        batch block, no client middleware, no test-mode sink. Its jobs then go through
+        :func:`payload.plain_texts` and :func:`client.push_plain`, the same texts and
+        writes as the general path, without a dict per job."""
+        opts = self._opts
+        return (
+            not opts.get("unique")
+            and type(opts.get("retry", True)) is bool
+            and _lazy.workflow().active() is None
+            and client.active_sink() is None
+            and not middleware.has_client_middleware()
+        )
 
     def s(self, *args: Any, **kwargs: Any) -> Any:
         """A signature (workflows.Signature): this job with these arguments, checked now,

@@ -72,6 +72,12 @@ def client_middleware() -> tuple[Callable[..., Any], ...]:
     return _load(paths)
 
 
+def has_client_middleware() -> bool:
+    """Whether :func:`client_middleware` is a chain of any link (without loading it)."""
+    settings = conf.get()
+    return bool(settings.OTEL or settings.MIDDLEWARE["client"])
+
+
 def server_middleware() -> tuple[Callable[..., Any], ...]:
     return _load(tuple(conf.get().MIDDLEWARE["server"]))
 

@@ -80,6 +80,55 @@ def test_enqueue_many_item_shapes(r):
     assert ([3], {"token": "t"}) in args and ([4], {}) in args
 
 
+def test_a_bulk_enqueue_writes_each_job_as_a_single_enqueue_would(r):
+    """The plain bulk path (no dict per job) writes the fields, order and encoding of a
+    single enqueue, in the order given."""
+    single = tj.record.using(queue="bulk").enqueue("s", token="é")
+    jids = tj.record.using(queue="bulk").enqueue_many(
+        [("a",), {"token": "é"}, call("b", token=None), ()]
+    )
+    texts = r.lrange(keys.queue("bulk"), 0, -1)[::-1]  # LPUSH: oldest last
+    jobs_ = [json.loads(t) for t in texts]
+    assert [j["jid"] for j in jobs_] == [single, *jids]
+    assert [(j["args"], j["kwargs"]) for j in jobs_[1:]] == [
+        (["a"], {}),
+        ([], {"token": "é"}),
+        (["b"], {"token": None}),
+        ([], {}),
+    ]
+    assert all(list(j) == list(jobs_[0]) for j in jobs_)  # the same fields, in order
+    for text, job in zip(texts, jobs_, strict=True):
+        assert text == json.dumps(job, separators=(",", ":"), ensure_ascii=False)
+    assert len({j["created_at"] for j in jobs_[1:]}) == 1  # one enqueue time per call
+    assert all(j["queue"] == "bulk" and j["retry"] is True for j in jobs_)
+    assert "bulk" in r.smembers(keys.queues())
+
+
+@pytest.mark.parametrize(
+    "options, field, value",
+    [
+        ({"retry": False}, "retry", False),
+        ({"retry": 3}, "retry", 3),
+        ({"timeout": 7}, "timeout", 7),
+        ({"expires_in": 60}, "expires_at", None),
+        ({"limits": ["bulk-api"]}, "limits", ["bulk-api"]),
+    ],
+)
+def test_a_bulk_enqueue_keeps_every_option(configure, r, options, field, value):
+    configure(LIMITS={"bulk-api": {"concurrency": 2}})
+    tj.record.using(**options).enqueue_many([("a",), ("b",)])
+    for job in queued(r):
+        assert field in job and (value is None or job[field] == value)
+
+
+def test_a_bulk_enqueue_to_a_queue_of_the_wrong_type_says_none_went_through(r):
+    r.set(keys.queue("broken"), "not a list")
+    with pytest.raises(client.BulkPushError, match="2 of 2 jobs were not pushed") as info:
+        tj.record.using(queue="broken").enqueue_many([("a",), ("b",)])
+    assert info.value.results == [None, None]
+    assert tj.record.enqueue_many([]) == []
+
+
 def test_using_changes_queue_and_retry(r):
     tj.record.using(queue="critical", retry=False).enqueue("x")
     [job] = queued(r, "critical")

@@ -96,6 +96,89 @@ def test_the_text_built_is_the_reference_encoding_of_the_job(args, kwargs, field
     assert json.loads(text) == job
 
 
+BULK_CASES = [
+    ((), {}),
+    ((1, "x", None, True, 2.5, 10**30), {}),
+    (['é "quoted" \\ \u2028 \x00 \U0001f600'], {"k": [1, {"n": None}]}),
+    (([{"a": [1, 2, {"b": "c"}]}],), {"deep": {"x": -0.0, "y": 1e-7}}),
+    ((), {"only": "keywords"}),
+    (([1, 2], ([3],)), {}),  # tuples inside, written as lists
+]
+
+
+@pytest.mark.parametrize("queue", ["default", "çà-queue"])
+@pytest.mark.parametrize("retry", [True, False])
+def test_bulk_texts_are_the_single_builders_texts_byte_for_byte(queue, retry):
+    """A bulk enqueue's texts (built once per call, not per job) are what build_encoded
+    makes of each job, for any arguments, queue and retry."""
+    now = 1765000000.123456
+    jids = payload.new_jids(len(BULK_CASES))
+    texts = payload.plain_texts("app.jobs.f", BULK_CASES, jids, queue=queue, retry=retry, now=now)
+    for (args, kwargs), jid, text in zip(BULK_CASES, jids, texts, strict=True):
+        job, single = payload.build_encoded(
+            "app.jobs.f", args, kwargs, queue=queue, retry=retry, jid=jid, now=now
+        )
+        assert text == single
+        assert json.loads(text)["jid"] == job["jid"] == jid
+
+
+def test_bulk_texts_with_a_whole_number_time_are_the_single_builders_too():
+    [text] = payload.plain_texts(
+        "app.jobs.f", [((1,), {})], ["a" * 24], queue="q", retry=True, now=1765000000
+    )
+    single = payload.build_encoded("app.jobs.f", (1,), {}, queue="q", jid="a" * 24, now=1765000000)[
+        1
+    ]
+    assert text == single and '"created_at":1765000000,' in text
+
+
+def _loop():
+    value: list = []
+    value.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((1, object()), {}),
+        ((), {"when": {1, 2}}),
+        ((1, [{"x": float("nan")}]), {}),
+        ((), {"ratio": float("inf")}),
+        (({1: "a"},), {}),
+        ((), {3: "x"}),
+        ((_loop(),), {}),
+    ],
+)
+def test_bulk_texts_refuse_what_a_single_build_refuses_with_its_words(args, kwargs):
+    good = ((), {})
+    with pytest.raises((TypeError, ValueError)) as single:
+        payload.build_encoded("app.jobs.f", args, kwargs, jid="b" * 24, now=1.5)
+    with pytest.raises(type(single.value)) as bulk:
+        payload.plain_texts(
+            "app.jobs.f",
+            [good, (args, kwargs)],
+            ["a" * 24, "b" * 24],
+            queue="default",
+            retry=True,
+            now=1.5,
+        )
+    assert str(bulk.value) == str(single.value)
+
+
+def test_bulk_texts_over_the_limit_are_refused_and_near_it_kept(configure):
+    configure(MAX_PAYLOAD_BYTES=1000)
+    calls = [(("x" * 700,), {}), (("€" * 280,), {})]  # 700 and 840 bytes of arguments
+    texts = payload.plain_texts(
+        "app.jobs.f", calls, ["a" * 24, "b" * 24], queue="default", retry=True, now=1.5
+    )
+    assert [json.loads(t)["args"] for t in texts] == [["x" * 700], ["€" * 280]]
+    with pytest.raises(payload.PayloadTooLarge, match=r"app.jobs.f: the payload is 1,"):
+        payload.plain_texts(
+            "app.jobs.f", [(("€" * 400,), {})], ["a" * 24], queue="default", retry=True, now=1.5
+        )
+
+
 def test_jids_made_in_bulk_are_like_single_ones_and_distinct():
     jids = payload.new_jids(1000)
     assert len(jids) == len(set(jids)) == 1000

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from testapp import jobs as tj
 
-from cogworker_django import testing, tracing
+from cogworker_django import keys, testing, tracing
 
 from .helpers import wait_until
 
@@ -131,6 +131,19 @@ def test_the_context_field_in_the_payload(configure, spans):
         with trace.get_tracer("tests").start_as_current_span("request"):
             tj.record.enqueue("b")
         assert tracing.FIELD not in tj.record.jobs[1]
+
+
+def test_a_bulk_enqueue_carries_the_context_in_each_payload(configure, r, spans):
+    """With OTEL on, a bulk enqueue goes through the client chain (not the plain bulk
+    path, which has no middleware): each job carries the trace it was enqueued in."""
+    configure(OTEL=True)
+    with trace.get_tracer("tests").start_as_current_span("request") as request:
+        tj.record.using(queue="traced-bulk").enqueue_many([("a",), ("b",)])
+    trace_id = f"{request.get_span_context().trace_id:032x}"
+    texts = r.lrange(keys.queue("traced-bulk"), 0, -1)
+    assert len(texts) == 2
+    for text in texts:
+        assert trace_id in json.loads(text)[tracing.FIELD]["traceparent"]
 
 
 def test_a_garbled_context_starts_a_root_span():
