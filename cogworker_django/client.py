@@ -197,14 +197,16 @@ def _push_one(
     return job["jid"]
 
 
-def _check_listing(result: Any, queue: str) -> None:
+def _check_listing(result: Any, *queues: str) -> None:
     if isinstance(result, Exception):
-        # An outage: list it again with the next push. A deterministic error (P:queues of
-        # the wrong type, until the key guard moves it): again after QUEUE_LISTING_REFRESH,
-        # never an error line per push (rule 5).
+        # An outage: list them again with the next push. A deterministic error (P:queues
+        # of the wrong type, until the key guard moves it): again after
+        # QUEUE_LISTING_REFRESH, never an error line per push (rule 5).
         if errors.is_unavailable(result):
-            _forget_listing(queue)
-        errors.report("Queue listing", result, f"{keys.queues()} not updated for {queue!r}")
+            for queue in queues:
+                _forget_listing(queue)
+        names = ", ".join(repr(q) for q in queues)
+        errors.report("Queue listing", result, f"{keys.queues()} not updated for {names}")
     else:
         errors.recovered("Queue listing")
 
@@ -427,8 +429,8 @@ def _push_prepared(
                 out[i] = None
             else:
                 out[i] = unique.interpret(job, result)
-    if by_queue:
-        _check_listing(results[-1], ", ".join(by_queue))
+    if queues:
+        _check_listing(results[-1], *sorted(queues))
     if refused:
         raise BulkPushError(out, refused, sum(j is not None for j in prepared))
     return out

@@ -24,6 +24,7 @@ import re
 import sysconfig
 import time
 import traceback as tb
+from collections.abc import Iterable
 from typing import Any
 
 from . import conf
@@ -136,7 +137,7 @@ def build_encoded(
 
 def plain_texts(
     func: str,
-    calls: list[tuple[tuple[Any, ...] | list[Any], dict[str, Any]]],
+    calls: Iterable[tuple[tuple[Any, ...] | list[Any], dict[str, Any]]],
     jids: list[str],
     *,
     queue: str,
@@ -149,7 +150,8 @@ def plain_texts(
     (tests/test_payload.py compares them), with the same checks and errors. What is the
     same for every job is written once per call, not once per job: a bulk enqueue spent
     most of its time building a dict per job and walking it. ``jids`` are
-    :func:`new_jids`' (hex: nothing to escape)."""
+    :func:`new_jids`' (hex: nothing to escape). ``calls`` is read one job at a time, as
+    the jobs are built (an error is the first job's to have one)."""
     if type(now) is not float:  # (build_encoded writes another type as it is)
         return [
             build_encoded(func, a, k, queue=queue, retry=retry, jid=j, now=now)[1]
@@ -163,6 +165,10 @@ def plain_texts(
     texts: list[str] = []
     append = texts.append
     for (args, kwargs), jid in zip(calls, jids, strict=True):
+        if type(kwargs) is not dict:
+            # A dict subclass is read as build_encoded reads it, through a copy: a
+            # QueryDict's items() would give one value of each key's list.
+            kwargs = dict(kwargs)
         if not args and not kwargs:
             text = head + jid + middle + '[],"kwargs":{}' + tail
         else:

@@ -117,8 +117,64 @@ def test_a_bulk_enqueue_writes_each_job_as_a_single_enqueue_would(r):
 def test_a_bulk_enqueue_keeps_every_option(configure, r, options, field, value):
     configure(LIMITS={"bulk-api": {"concurrency": 2}})
     tj.record.using(**options).enqueue_many([("a",), ("b",)])
-    for job in queued(r):
+    jobs_ = queued(r)
+    assert len(jobs_) == 2
+    for job in jobs_:
         assert field in job and (value is None or job[field] == value)
+
+
+@pytest.fixture
+def plain_pushes(monkeypatch):
+    """Counts the bulk pushes that took the plain path (client.push_plain)."""
+    calls = []
+    original = client.push_plain
+
+    def spy(queue, jids, texts):
+        calls.append(len(texts))
+        return original(queue, jids, texts)
+
+    monkeypatch.setattr(client, "push_plain", spy)
+    return calls
+
+
+def test_a_plain_bulk_enqueue_takes_the_plain_path(r, plain_pushes):
+    assert all(tj.record.enqueue_many([("a",), ("b",)]))
+    assert plain_pushes == [2]
+
+
+@pytest.mark.parametrize(
+    "options, settings",
+    [
+        ({"retry": 3}, {}),
+        ({"timeout": 5}, {}),
+        ({"unique": "until_executed"}, {}),
+        ({}, {"MIDDLEWARE": {"client": ["tests.test_jobs.AddTag"], "server": []}}),
+        ({}, {"OTEL": True}),
+    ],
+)
+def test_a_bulk_enqueue_with_more_to_do_takes_the_general_path(
+    configure, r, plain_pushes, options, settings
+):
+    if settings:
+        configure(**settings)
+    assert all(tj.record.using(**options).enqueue_many([("a",), ("b",)]))
+    assert plain_pushes == [] and len(queued(r)) == 2
+
+
+def test_a_query_dict_item_is_written_as_a_single_enqueue_writes_it(r):
+    from django.http import QueryDict
+
+    form = QueryDict("tag=a&tag=b&page=2")
+    tj.slow.enqueue(**form)  # (a single enqueue copies the mapping too)
+    tj.slow.enqueue_many([form])
+    single, bulk = (json.loads(t)["kwargs"] for t in r.lrange(keys.queue("default"), 0, -1)[::-1])
+    assert single == bulk == {"tag": ["a", "b"], "page": ["2"]}
+
+
+def test_a_bulk_enqueue_raises_the_first_bad_items_error(r):
+    with pytest.raises(TypeError, match=r"positional argument 0 \(object\)"):
+        tj.record.enqueue_many([(object(),), jobs.Call((1, {}))])
+    assert r.llen(keys.queue("default")) == 0
 
 
 def test_a_bulk_enqueue_to_a_queue_of_the_wrong_type_says_none_went_through(r):

@@ -132,6 +132,25 @@ def test_bulk_texts_with_a_whole_number_time_are_the_single_builders_too():
     assert text == single and '"created_at":1765000000,' in text
 
 
+def test_bulk_texts_of_a_query_dict_and_around_the_size_check_are_the_single_builders(
+    configure,
+):
+    """A dict subclass that reads differently through items() (a QueryDict) is copied as
+    build_encoded copies it; texts either side of the quarter of MAX_PAYLOAD_BYTES (kept
+    as written, or handed to build_encoded) are the same too."""
+    from django.http import QueryDict
+
+    configure(MAX_PAYLOAD_BYTES=1000)  # texts up to 250 characters are kept as written
+    calls = [((), QueryDict("tag=a&tag=b")), (("x" * 60,), {}), (("x" * 100,), {})]
+    jids = payload.new_jids(3)
+    texts = payload.plain_texts("app.jobs.f", calls, jids, queue="q", retry=True, now=1.5)
+    assert len(texts[1]) < 250 < len(texts[2])
+    for (args, kwargs), jid, text in zip(calls, jids, texts, strict=True):
+        single = payload.build_encoded("app.jobs.f", args, kwargs, queue="q", jid=jid, now=1.5)
+        assert text == single[1]
+    assert json.loads(texts[0])["kwargs"] == {"tag": ["a", "b"]}
+
+
 def _loop():
     value: list = []
     value.append(value)
