@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import client, history, keys, payload
+from cogworker_django import client, history, keys, payload, scripts
 from cogworker_django.api import history as history_api
 from cogworker_django.middleware import Reschedule
 
@@ -176,6 +177,37 @@ def test_flush_writes_in_batches_capped_by_max_runs(configure, r):
     # MAXLEN ~ trims whole stream nodes (100 entries each by default).
     assert 10 <= r.xlen(keys.history()) <= 110
     assert len(history.buffer) == 0
+
+
+def test_flush_writes_each_run_as_one_entry_whatever_its_text_holds(r):
+    """The batch goes to the script as one argument, a record a line: a message with
+    line breaks, quotes or non-ASCII text is still one entry, read back as written."""
+    messages = ["two\nlines", 'a "quote" and \\n', "é\r\n\u2028", "", "x" * 5000]
+    written = []
+    for message in messages:
+        run = history.capture(
+            {"jid": payload.new_jid(), "func": "app.jobs.f"},
+            "q",
+            time.time(),
+            0.1,
+            ValueError(message),
+        )
+        history.buffer.add(run)
+        written.append(history.as_dict(run, history.buffer.worker))
+    assert history.flush() == len(messages)
+    texts = [fields["run"] for _, fields in r.xrange(keys.history())]
+    assert texts == [history.dumps(record) for record in written]  # as written, no more
+    assert [json.loads(text) for text in texts] == written
+
+
+def test_the_history_script_still_takes_a_record_an_argument(r):
+    """How an earlier release's worker calls it (during a rolling upgrade)."""
+    records = [
+        history.record_text(("j1", "f", "q", "success", 1.5, 0.1, None, None, None, None), "h:1"),
+        history.record_text(("j2", "f", "q", "failed", 2.5, 0.1, "E", "m", None, None), "h:1"),
+    ]
+    assert scripts.run("history_add", r, [keys.history()], [100, *records]) == 2
+    assert [fields["run"] for _, fields in r.xrange(keys.history())] == records
 
 
 def test_flush_while_redis_is_unreachable_keeps_the_runs(configure):

@@ -20,6 +20,7 @@ from .recorder import (
     capture,
     dumps,
     enabled,
+    record_text,
 )
 from .writer import HistoryFlusher, Writer, flush, flush_safely, writer
 
@@ -42,5 +43,6 @@ __all__ = [
     "enabled",
     "flush",
     "flush_safely",
+    "record_text",
     "writer",
 ]
