@@ -200,6 +200,25 @@ def test_flush_writes_each_run_as_one_entry_whatever_its_text_holds(r):
     assert [json.loads(text) for text in texts] == written
 
 
+def test_a_message_redis_cant_take_as_utf8_costs_no_other_run(r):
+    """A job's exception text with a lone surrogate (bytes decoded with surrogateescape,
+    say) can't be sent as UTF-8: it is written with "?" in its place, and the other runs
+    of its batch are written too, not dropped with it."""
+    for message in ("before", "bad \udc80 byte", "after"):
+        history.buffer.add(
+            history.capture(
+                {"jid": payload.new_jid(), "func": "app.jobs.f"},
+                "q",
+                time.time(),
+                0.1,
+                ValueError(message),
+            )
+        )
+    assert history.flush() == 3
+    runs = [json.loads(fields["run"]) for _, fields in r.xrange(keys.history())]
+    assert [run["error_message"] for run in runs] == ["before", "bad ? byte", "after"]
+
+
 def test_the_history_script_still_takes_a_record_an_argument(r):
     """How an earlier release's worker calls it (during a rolling upgrade)."""
     records = [

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import conf, errors, locks, payload
 from ..codec import CompactJSON
+from ..errors import CogworkerError
 from ..middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
@@ -175,8 +176,8 @@ def as_dict(run: Run, worker: str) -> dict[str, Any]:
 _json_str = json.encoder.encode_basestring  # what dumps writes for a string
 
 
-class _Unusual(Exception):
-    """A field record_text doesn't write itself (dumps does)."""
+class _Unusual(CogworkerError):
+    """A field record_text doesn't write itself (dumps does); never leaves this module."""
 
 
 def _text(value: Any) -> str:

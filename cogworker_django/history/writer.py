@@ -68,7 +68,12 @@ class Writer:
         worker = buffer.worker
         # One argument for the whole batch, a record a line (JSON text holds no raw line
         # break): packing a hundred arguments cost redis-py more than the records did.
-        records = "\n".join([record_text(run, worker) for run in runs])
+        records = "\n".join([record_text(run, worker) for run in runs]).encode(
+            # A lone surrogate (an exception text decoded with surrogateescape, say) can't
+            # go to Redis as UTF-8: "?" in its place, rather than the batch dropped.
+            "utf-8",
+            "replace",
+        )
         try:
             scripts.run(
                 "history_add", conn, [keys.history()], [conf.get().HISTORY_MAX_RUNS, records]
