@@ -115,7 +115,7 @@ def push(
     is when nothing changes the job on the way (no client middleware, a plain push)."""
     try:
         if final is None:
-            if encoded is not None and not middleware.client_middleware():
+            if encoded is not None and not middleware.has_client_middleware():
                 return _push_one(job, encoded=encoded)
             return middleware.run_client_chain(job, _push_one)
         return middleware.run_client_chain(job, lambda j: _push_one(j, final))
@@ -312,12 +312,7 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
     if not texts:
         return []
     pipe = connection.get_client().pipeline(transaction=False)
-    key = keys.queue(queue)
-    carried: list[range] = []
-    for start in range(0, len(texts), BULK_CHUNK):
-        end = min(start + BULK_CHUNK, len(texts))
-        pipe.lpush(key, *texts[start:end])
-        carried.append(range(start, end))
+    carried = _lpush_chunks(pipe, keys.queue(queue), texts, range(len(texts)))
     pipe.sadd(keys.queues(), queue)
     results = pipe.execute(raise_on_error=False)
     out: list[str | None] = list(jids)
@@ -326,6 +321,19 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
     if refused:
         raise BulkPushError(out, refused, len(texts))
     return out
+
+
+def _lpush_chunks(
+    pipe: Any, key: str, values: Sequence[str], positions: Sequence[int]
+) -> list[Sequence[int]]:
+    """Queue LPUSHes of ``values`` to ``key`` on ``pipe``, BULK_CHUNK values each; returns
+    the positions (in the caller's list of jobs) each LPUSH carries, for
+    :func:`_refused_writes`."""
+    carried: list[Sequence[int]] = []
+    for start in range(0, len(values), BULK_CHUNK):
+        pipe.lpush(key, *values[start : start + BULK_CHUNK])
+        carried.append(positions[start : start + BULK_CHUNK])
+    return carried
 
 
 def _refused_writes(
@@ -394,12 +402,9 @@ def _push_prepared(
 
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)
-    carried: list[list[int]] = []
+    carried: list[Sequence[int]] = []
     for key, entries in by_queue.items():
-        for start in range(0, len(entries), BULK_CHUNK):
-            chunk = entries[start : start + BULK_CHUNK]
-            pipe.lpush(key, *(data for _, data in chunk))
-            carried.append([i for i, _ in chunk])
+        carried += _lpush_chunks(pipe, key, [d for _, d in entries], [i for i, _ in entries])
     for key, members in prioritised.items():
         for start in range(0, len(members), BULK_CHUNK):
             zchunk = members[start : start + BULK_CHUNK]

@@ -63,6 +63,11 @@ def shown(value: Any) -> str:
     return reply_text(value, "backslashreplace")
 
 
+# The text CompactJSON writes for a str (non-ASCII kept): for code that writes a record's
+# fixed parts itself (a plain job's payload, a history record) and must match it.
+json_string = json.encoder.encode_basestring
+
+
 class CompactJSON(threading.local):
     """Compact JSON text (``separators=(",", ":")``, non-ASCII kept), as
     ``json.JSONEncoder(...).encode`` makes it, byte for byte, but with CPython's C
@@ -83,7 +88,7 @@ class CompactJSON(threading.local):
             self._chunks = make(
                 self._markers,
                 base.default,
-                json.encoder.encode_basestring,
+                json_string,
                 None,  # indent
                 base.key_separator,
                 base.item_separator,

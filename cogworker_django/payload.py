@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import conf
-from .codec import CompactJSON
+from .codec import CompactJSON, json_string
 from .errors import CogworkerError, safe_str
 
 DEFAULT_MAX_RETRIES = 25
@@ -39,7 +39,6 @@ TRACEBACK_LIMIT = 20_000
 
 _dumps = CompactJSON()
 # A string as JSON (quoted, escaped as the encoder escapes it, non-ASCII kept).
-_json_str = json.encoder.encode_basestring
 # NaN and infinities refused (ValueError): what a new payload is encoded with.
 _strict_dumps = CompactJSON(allow_nan=False)
 
@@ -158,10 +157,9 @@ def plain_texts(
             for (a, k), j in zip(calls, jids, strict=True)
         ]
     head = '{"jid":"'
-    middle = '","func":' + _json_str(func) + ',"args":'
+    middle = '","func":' + json_string(func) + ',"args":'
     tail = _plain_tail(queue, retry, now)
     quarter = max_payload_bytes() // 4
-    dumps = _strict_dumps
     texts: list[str] = []
     append = texts.append
     for (args, kwargs), jid in zip(calls, jids, strict=True):
@@ -169,25 +167,12 @@ def plain_texts(
             # A dict subclass is read as build_encoded reads it, through a copy: a
             # QueryDict's items() would give one value of each key's list.
             kwargs = dict(kwargs)
-        if not args and not kwargs:
-            text = head + jid + middle + '[],"kwargs":{}' + tail
-        else:
-            try:
-                if not (_keys_are_strings(args) and _keys_are_strings(kwargs)):
-                    raise TypeError
-                text = "".join(
-                    (
-                        head,
-                        jid,
-                        middle,
-                        dumps(list(args)) if args else "[]",
-                        ',"kwargs":',
-                        dumps(kwargs) if kwargs else "{}",
-                        tail,
-                    )
-                )
-            except (TypeError, ValueError):
-                text = ""  # build_encoded below raises the error, naming the argument
+        try:
+            if (args or kwargs) and not (_keys_are_strings(args) and _keys_are_strings(kwargs)):
+                raise TypeError
+            text = head + jid + middle + _plain_arguments(list(args), kwargs) + tail
+        except (TypeError, ValueError):
+            text = ""  # build_encoded below raises the error, naming the argument
         if not text or len(text) > quarter:
             # The rare case (refused arguments, or a payload that may be too large):
             # build_encoded's checks and its error, exactly.
@@ -206,14 +191,23 @@ def _plain_text(
     return "".join(
         (
             '{"jid":',
-            _json_str(jid),
+            json_string(jid),
             ',"func":',
-            _json_str(func),
+            json_string(func),
             ',"args":',
+            _plain_arguments(args, kwargs),
+            _plain_tail(queue, retry, now),
+        )
+    )
+
+
+def _plain_arguments(args: list, kwargs: dict) -> str:
+    """A plain job's arguments and keyword arguments, as the encoder writes them."""
+    return "".join(
+        (
             _strict_dumps(args) if args else "[]",
             ',"kwargs":',
             _strict_dumps(kwargs) if kwargs else "{}",
-            _plain_tail(queue, retry, now),
         )
     )
 
@@ -224,7 +218,7 @@ def _plain_tail(queue: str, retry: bool, now: float) -> str:
     return "".join(
         (
             ',"queue":',
-            _json_str(queue),
+            json_string(queue),
             ',"retry":true' if retry else ',"retry":false',
             ',"retry_count":0,"created_at":',
             stamp,

@@ -220,7 +220,8 @@ def test_a_message_redis_cant_take_as_utf8_costs_no_other_run(r):
 
 
 def test_the_history_script_still_takes_a_record_an_argument(r):
-    """How an earlier release's worker calls it (during a rolling upgrade)."""
+    """Every argument after the cap is read as records, a record a line: one record an
+    argument is read alike."""
     records = [
         history.record_text(("j1", "f", "q", "success", 1.5, 0.1, None, None, None, None), "h:1"),
         history.record_text(("j2", "f", "q", "failed", 2.5, 0.1, "E", "m", None, None), "h:1"),

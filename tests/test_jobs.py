@@ -13,6 +13,8 @@ from testapp import jobs as tj
 
 from cogworker_django import call, client, jobs, keys, middleware, payload
 
+from .helpers import free_port
+
 # Pushing is the same on a Redis Cluster: every test runs on both (tests/cluster_support.py).
 pytestmark = pytest.mark.cluster
 
@@ -159,6 +161,15 @@ def test_a_bulk_enqueue_with_more_to_do_takes_the_general_path(
         configure(**settings)
     assert all(tj.record.using(**options).enqueue_many([("a",), ("b",)]))
     assert plain_pushes == [] and len(queued(r)) == 2
+
+
+def test_a_bulk_enqueue_while_redis_is_away_raises_and_is_not_retried(configure, plain_pushes):
+    """Redis unreachable: the plain path's pipeline raises the connection error to the
+    caller (a push is never retried by itself: rule 1), as the general path does."""
+    configure(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(redis.ConnectionError):
+        tj.record.enqueue_many([("a",), ("b",)])
+    assert plain_pushes == [2]  # it was the plain path that raised
 
 
 def test_a_query_dict_item_is_written_as_a_single_enqueue_writes_it(r):

@@ -24,7 +24,6 @@ Duties:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -34,7 +33,7 @@ from collections import deque
 from typing import Any
 
 from .. import conf, errors, locks, payload
-from ..codec import CompactJSON
+from ..codec import CompactJSON, json_string
 from ..errors import CogworkerError
 from ..middleware import Reschedule
 
@@ -173,9 +172,6 @@ def as_dict(run: Run, worker: str) -> dict[str, Any]:
     }
 
 
-_json_str = json.encoder.encode_basestring  # what dumps writes for a string
-
-
 class _Unusual(CogworkerError):
     """A field record_text doesn't write itself (dumps does); never leaves this module."""
 
@@ -184,7 +180,7 @@ def _text(value: Any) -> str:
     if value is None:
         return "null"
     if type(value) is str:
-        return _json_str(value)
+        return json_string(value)
     raise _Unusual
 
 

@@ -2,9 +2,9 @@
 -- one round trip per run (docs/internals.md). The records are built in Python (rule 3).
 -- KEYS[1] = P:history (stream)
 -- ARGV[1] = HISTORY_MAX_RUNS (an approximate cap: MAXLEN ~)
--- ARGV[2] = the runs, one JSON record a line ("\n" between them; JSON text holds no raw
---   line break); ARGV[3..] = more runs, one each (how earlier releases called it: one
---   record is one line, so both forms are read alike)
+-- ARGV[2..] = the runs, one JSON record a line ("\n" between them; JSON text holds no raw
+--   line break); the writer sends one argument per batch. (Each process runs the script
+--   of its own release, by its SHA: no other caller.)
 -- Returns how many runs were added. A key of the wrong type fails the first XADD, so a
 -- failed call added nothing.
 local added = 0
