@@ -152,8 +152,10 @@ def _push_one(
     ``encoded`` (see :func:`push`) is sent only by a plain LPUSH of a job built a moment
     ago in the same call, whose ``enqueued_at`` is then the build's."""
     now = time.time()
+    # With a home per queue the claim record (the prefix's home) and the queue are in two
+    # slots, so no one script can hold both: the record is marked first (docs/cluster.md).
     if final is not None and (
-        job.get("bid") or active_sink() is not None or _is_scheduled(job, now)
+        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or keys.spread()
     ):
         if not final.other():
             return None
@@ -166,9 +168,12 @@ def _push_one(
     if job.get("unique") in ("until_executed", "until_started"):
         from . import unique
 
-        return unique.push(job, final)
+        pushed = unique.push(job, final)
+        if pushed is not None:
+            _list_apart(job["queue"])
+        return pushed
     if _is_scheduled(job, now):
-        connection.get_client().zadd(keys.schedule(), {payload.encode(job): float(job["at"])})
+        _schedule(job)
         return job["jid"]
     if encoded is None or "at" in job or final is not None:
         job.pop("at", None)
@@ -185,16 +190,48 @@ def _push_one(
     queue = job["queue"]
     if not _needs_listing(queue):
         conn.lpush(keys.queue(queue), data)
-        return job["jid"]
-    pipe = conn.pipeline(transaction=False)
-    pipe.lpush(keys.queue(queue), data)
-    pipe.sadd(keys.queues(), queue)
-    pushed, listed = pipe.execute(raise_on_error=False)
-    if isinstance(pushed, Exception):
-        _forget_listing(queue)
-        raise pushed
-    _check_listing(listed, queue)
+    else:
+        _write_and_list(conn, queue, lambda pipe: pipe.lpush(keys.queue(queue), data))
     return job["jid"]
+
+
+def _write_and_list(conn: Any, queue: str, write: Any) -> None:
+    """``write`` (queued on a pipeline) and the queue's listing, in one round trip; the
+    write's failure raises, the listing's is reported (:func:`_check_listing`)."""
+    pipe = conn.pipeline(transaction=False)
+    write(pipe)
+    pipe.sadd(keys.queues(), queue)
+    written, listed = pipe.execute(raise_on_error=False)
+    if isinstance(written, Exception):
+        _forget_listing(queue)
+        raise written
+    _check_listing(listed, queue)
+
+
+def _list_apart(queue: str) -> None:
+    """With a home per queue, a push whose script could not list its queue (P:queues is
+    in another slot) lists it here, best effort (a failure is reported, never raised:
+    the job is in)."""
+    if not (keys.spread() and _needs_listing(queue)):
+        return
+    try:
+        listed: Any = connection.get_client().sadd(keys.queues(), queue)
+    except Exception as exc:  # noqa: BLE001 - reported by _check_listing
+        listed = exc
+    _check_listing(listed, queue)
+
+
+def _schedule(job: dict[str, Any]) -> None:
+    """A scheduled job into its queue's home's schedule. With a home per queue the queue
+    is listed too (the poller finds a home by its queue), in the same round trip."""
+    conn = connection.get_client()
+    queue = job["queue"]
+    entry = {payload.encode(job): float(job["at"])}
+    key = keys.schedule(keys.home_of(queue))
+    if not (keys.spread() and _needs_listing(queue)):
+        conn.zadd(key, entry)
+    else:
+        _write_and_list(conn, queue, lambda pipe: pipe.zadd(key, entry))
 
 
 def _check_listing(result: Any, *queues: str) -> None:
@@ -225,13 +262,15 @@ class WrongKeyType(CogworkerError, redis.ResponseError):
 def _push_keys(job: dict[str, Any]) -> dict[str, str]:
     """Every key a push of ``job`` may write, with the type it must hold."""
     queue = job.get("queue")
-    found = {keys.schedule(): "zset", keys.queues(): "set"}
+    found = {keys.queues(): "set"}
     if isinstance(queue, str) and queue:
+        home = keys.home_of(queue)
+        found[keys.schedule(home)] = "zset"
         found[keys.queue(queue)] = "list"
         found[keys.priority_queue(queue)] = "zset"
-    digest = job.get("unique_digest")
-    if job.get("unique") and isinstance(digest, str) and digest:
-        found[keys.unique(digest)] = "string"
+        digest = job.get("unique_digest")
+        if job.get("unique") and isinstance(digest, str) and digest:
+            found[keys.unique(digest, home)] = "string"
     return found
 
 
@@ -253,6 +292,10 @@ def wrong_key_type(exc: BaseException, job: dict[str, Any]) -> WrongKeyType | No
     except redis.RedisError:
         pass  # the message below still says what happened
     interval = conf.get().KEYGUARD_INTERVAL
+    queue = job.get("queue")
+    aside = keys.quarantine_root(
+        keys.home_of(queue) if isinstance(queue, str) and queue else keys.root()
+    )
     what = (
         "; ".join(f"{k} holds a {a}, not a {e}" for k, (a, e) in found.items())
         if found
@@ -260,7 +303,7 @@ def wrong_key_type(exc: BaseException, job: dict[str, Any]) -> WrongKeyType | No
     )
     return WrongKeyType(
         f"Redis refused to push {job.get('func')} (WRONGTYPE): {what}. The key guard of a "
-        f"running worker moves a key of the wrong type aside (into {keys.quarantine_root()}"
+        f"running worker moves a key of the wrong type aside (into {aside}"
         f"..., see the admin's Quarantined keys) within KEYGUARD_INTERVAL ({interval:g} s); "
         "the push works again after that.",
         found,
@@ -370,7 +413,7 @@ def _push_prepared(
     by_queue: dict[str, list[tuple[int, str]]] = {}  # list key -> (index, payload)
     prioritised: dict[str, list[tuple[int, str, float]]] = {}  # zset key -> members
     queues: set[str] = set()
-    scheduled: list[tuple[int, str, float]] = []
+    scheduled: dict[str, list[tuple[int, str, float]]] = {}  # schedule key -> members
     unique_jobs: list[tuple[int, dict[str, Any]]] = []  # (index, job)
     plain: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
     for i, job in enumerate(prepared):
@@ -379,7 +422,12 @@ def _push_prepared(
         if job.get("unique") in ("until_executed", "until_started"):
             unique_jobs.append((i, job))
         elif _is_scheduled(job, now):
-            scheduled.append((i, payload.encode(job), float(job["at"])))
+            home = keys.home_of(job["queue"])
+            scheduled.setdefault(keys.schedule(home), []).append(
+                (i, payload.encode(job), float(job["at"]))
+            )
+            if keys.spread():
+                queues.add(job["queue"])  # the poller finds a home by its queue
         else:
             data = encoded[i] if encoded is not None else None
             if data is not None and "at" not in job and not priority.routes(job):
@@ -410,10 +458,11 @@ def _push_prepared(
             zchunk = members[start : start + BULK_CHUNK]
             pipe.zadd(key, {data: score for _, data, score in zchunk})
             carried.append([i for i, _, _ in zchunk])
-    for start in range(0, len(scheduled), BULK_CHUNK):
-        zchunk = scheduled[start : start + BULK_CHUNK]
-        pipe.zadd(keys.schedule(), {data: score for _, data, score in zchunk})
-        carried.append([i for i, _, _ in zchunk])
+    for key, members in scheduled.items():
+        for start in range(0, len(members), BULK_CHUNK):
+            zchunk = members[start : start + BULK_CHUNK]
+            pipe.zadd(key, {data: score for _, data, score in zchunk})
+            carried.append([i for i, _, _ in zchunk])
     if unique_jobs:
         from . import unique
 

@@ -398,8 +398,17 @@ def _check_cluster(v: dict) -> None:
                 "PREFIX",
                 prefix,
                 "with CLUSTER on, a PREFIX may hold one hash tag such as '{cogworker}' (then "
-                "used as it is) or no braces at all (then wrapped in braces)",
+                "used as it is) or no braces at all (then each queue gets its own tag)",
             )
+    elif isinstance(prefix, str) and "|" in prefix:
+        # keys.home_of: a queue's tag is "{PREFIX|queue}"; a "|" in the prefix could make
+        # two prefixes' homes one and the same.
+        raise _bad(
+            "PREFIX",
+            prefix,
+            "with CLUSTER on, a PREFIX without braces may not contain '|' (it separates the "
+            "prefix from the queue in each queue's hash tag)",
+        )
 
 
 def _validate(user: Any) -> Settings:

@@ -9,7 +9,9 @@ filed in, a registry failing every beat. Every worker process checks, at boot an
 - per queue (configured here, and members of ``P:queues``): ``P:queue:<q>`` list and
   ``P:pqueue:<q>`` zset (django.tasks priorities, priority.py);
 - per process (members of ``P:processes``): ``P:process:<id>`` and ``P:work:<id>``
-  hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list;
+  hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list (one per home);
+- with a home per queue (keys.py), each known queue's home's own sets
+  (:func:`keys.home_types`);
 - per periodic entry (fields of ``P:periodic:schedule``): ``last_slot`` and ``running``
   strings;
 - per batch (the :data:`GUARDED_BATCHES` most recently active members of ``P:batches``):
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from . import codec, conf, connection, errors, keys, scripts, stats
+from . import codec, conf, connection, errors, homes, keys, scripts, stats
 
 log = logging.getLogger("cogworker_django")
 
@@ -83,6 +85,7 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     pipe.smembers(keys.periodic_claimers())
     pipe.hkeys(keys.periodic_schedule())
     pipe.zrevrange(keys.batches(), 0, GUARDED_BATCHES - 1)
+    pipe.zrange(keys.live_queues(), 0, -1)
     listed = []
     for result in pipe.execute(raise_on_error=False):
         if isinstance(result, Exception):
@@ -90,14 +93,20 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
                 raise result
             result = ()
         listed.append(sorted(display(m) for m in result))
-    queue_names, process_ids, inprogress_ids, claimers, entries, batch_ids = listed
-    for name in dict.fromkeys([*queues, *queue_names]):
+    queue_names, process_ids, inprogress_ids, claimers, entries, batch_ids, live = listed
+    every = list(dict.fromkeys([*queues, *queue_names]))
+    for name in every:
         types.update(_per_queue(name))
+    home_list = [h for h, _ in homes.group_by_home([*every, *live])] or [keys.root()]
+    if keys.spread():
+        for home in home_list:
+            types.update(keys.home_types(home))
     for ident in process_ids:
         types[keys.process(ident)] = "hash"
         types[keys.work(ident)] = "hash"
     for ident in inprogress_ids:
-        types[keys.inprogress(ident)] = "list"
+        for home in home_list:
+            types[keys.inprogress(ident, home)] = "list"
     for ident in claimers:
         types[keys.periodic_claims(ident)] = "hash"
     for entry in entries:
@@ -202,11 +211,30 @@ def timer(queues: Iterable[str]) -> Callable[[redis.Redis], list[str]]:
     return lambda conn: check(conn, names)
 
 
+def quarantine_patterns() -> list[str]:
+    """SCAN globs that together match every quarantined copy of this prefix, in every
+    home."""
+    patterns = [glob_escape(keys.quarantine_root(keys.root())) + "*"]
+    spread = keys.queue_homes_pattern()
+    if spread is not None:
+        patterns.append(spread + ":quarantine:*")
+    return patterns
+
+
+def scan_copies(conn: redis.Redis) -> Iterable[str]:
+    """The name of every quarantined copy of this prefix (SCAN on every master)."""
+    for pattern in quarantine_patterns():
+        for name in conn.scan_iter(match=pattern, count=SCAN_COUNT):
+            name = display(name)
+            if parse_copy(name):
+                yield name
+
+
 def parse_copy(name: str) -> tuple[str, int] | None:
     """(original key, moved_at ms) of a quarantine copy's name, or None for any other."""
-    root = keys.quarantine_root()
-    if not name.startswith(root):
+    if not keys.is_quarantined(name):
         return None
+    root = keys.quarantine_root(keys.home_part(name))
     original, sep, suffix = name[len(root) :].rpartition(":")
     original, sep2, ms = original.rpartition(":")
     if not sep or not sep2 or not original or not COPY_SUFFIX.match(f"{ms}:{suffix}"):
@@ -214,4 +242,14 @@ def parse_copy(name: str) -> tuple[str, int] | None:
     return original, int(ms)
 
 
-__all__ = ["check", "copies", "expected_types", "parse_copy", "prune", "quarantine", "timer"]
+__all__ = [
+    "check",
+    "copies",
+    "expected_types",
+    "parse_copy",
+    "prune",
+    "quarantine",
+    "quarantine_patterns",
+    "scan_copies",
+    "timer",
+]

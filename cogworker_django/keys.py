@@ -3,15 +3,23 @@
 All keys live under ``COGWORKER["PREFIX"]`` (``P`` below), so two prefixes on one
 Redis never see each other's keys. Nothing else in the package builds a key name.
 
-With ``COGWORKER["CLUSTER"]`` on, the root of every name is the prefix as a Redis
-Cluster hash tag, ``{P}`` (a PREFIX that already holds one, ``{P}`` or ``app:{P}``, is
-used as given): every key hashes to one slot, so each Lua script, MULTI and multi-key
-command touches one slot, as Redis Cluster requires (docs/cluster.md says why one tag
-and not one per queue). With it off the names are exactly what they always were (an
-upgrade must not orphan jobs in flight: tests/test_cluster.py pins every one).
+Homes. Keys live in *homes*: the prefix's own (:func:`root`) and, on a Redis Cluster,
+one per queue. What one Lua script touches is always in one home, so in one hash slot:
 
-The key guard reads :func:`fixed_types` (and knows the types of the per-queue,
-per-process and per-entry keys) for what type each key must hold.
+- with ``COGWORKER["CLUSTER"]`` off there is one home, ``P``, and the names are exactly
+  what they always were (an upgrade must not orphan jobs in flight: tests/test_cluster.py
+  pins every one);
+- with it on and a PREFIX without braces (:func:`spread`), the prefix's home is ``{P}``
+  and each queue ``q`` has its own, ``{P|q}``: the queue list, its priority zset, and the
+  paused, schedule, retry, dead and unsettled sets and the in-progress lists of the jobs
+  of that home's queues. Queues then hash to different slots, so to different masters;
+- with it on and a PREFIX that holds a tag itself (``{P}`` or ``app:{P}``), every key
+  is in that one tag's home: one slot, the user's choice (docs/cluster.md).
+
+Functions that take ``home`` are per-home keys; callers get the home from
+:func:`home_of` (a queue's) or from ``homes.py`` (every home, for listings and
+chores). The key guard reads :func:`fixed_types` and :func:`home_types` for what type
+each key must hold.
 """
 
 from __future__ import annotations
@@ -29,6 +37,30 @@ def root() -> str:
     return hash_tag(s.PREFIX) if s.CLUSTER else s.PREFIX
 
 
+def spread() -> bool:
+    """Each queue in its own home (a Redis Cluster and a PREFIX without a tag of its own)."""
+    return False  # one home until every caller walks homes
+
+
+def home_of(queue: str) -> str:
+    """The home of ``queue``'s keys: ``{P|queue}`` when :func:`spread`, else :func:`root`
+    (conf forbids ``|`` in such a PREFIX, so no two queues share a home by accident)."""
+    if not spread():
+        return root()
+    # Redis hashes up to the first "}": a queue "a}b" is in queue "a"'s slot, so its home.
+    return "{" + prefix() + "|" + queue.split("}", 1)[0] + "}"
+
+
+def home_part(key: str) -> str:
+    """The home a key name belongs to: its leading hash tag, or the root (the one home
+    off a cluster)."""
+    if key.startswith("{"):
+        end = key.find("}")
+        if end > 0:
+            return key[: end + 1]
+    return root()
+
+
 def hash_tag(name: str) -> str:
     """``name`` as a hash tag, ``{name}``; a name that already holds one is kept (conf
     allows only one well-formed tag in a cluster PREFIX)."""
@@ -39,6 +71,10 @@ def _k(*parts: str) -> str:
     return ":".join((root(), *parts))
 
 
+def _h(home: str, *parts: str) -> str:
+    return ":".join((home, *parts))
+
+
 # Fixed keys -------------------------------------------------------------------------------
 
 
@@ -46,20 +82,20 @@ def queues() -> str:  # set: known queue names (listing only)
     return _k("queues")
 
 
-def paused() -> str:  # set: paused queues
-    return _k("paused")
+def paused(home: str) -> str:  # set: paused queues (per home)
+    return _h(home, "paused")
 
 
-def schedule() -> str:  # zset: run at
-    return _k("schedule")
+def schedule(home: str) -> str:  # zset: run at (per home)
+    return _h(home, "schedule")
 
 
-def retry() -> str:  # zset: retry at
-    return _k("retry")
+def retry(home: str) -> str:  # zset: retry at (per home)
+    return _h(home, "retry")
 
 
-def dead() -> str:  # zset: failed at
-    return _k("dead")
+def dead(home: str) -> str:  # zset: failed at (per home)
+    return _h(home, "dead")
 
 
 def processes() -> str:  # set: worker identities
@@ -78,8 +114,8 @@ def live_queues() -> str:  # zset: queue -> last time a process read it
     return _k("live_queues")
 
 
-def unsettled() -> str:  # list: finished jobs a stopping process could not file
-    return _k("unsettled")
+def unsettled(home: str) -> str:  # list: finished jobs a stopping process could not file
+    return _h(home, "unsettled")
 
 
 def periodic_schedule() -> str:  # hash: entry name -> entry JSON
@@ -113,12 +149,12 @@ def cancels() -> str:  # zset: jid -> when api.cancel flagged it while running
 # Per-queue, per-process, per-entry keys -----------------------------------------------------
 
 
-def queue(name: str) -> str:  # list
-    return _k("queue", name)
+def queue(name: str) -> str:  # list (in the queue's home)
+    return _h(home_of(name), "queue", name)
 
 
 def priority_queue(name: str) -> str:  # zset: the queue's jobs with a priority (priority.py)
-    return _k("pqueue", name)
+    return _h(home_of(name), "pqueue", name)
 
 
 def process(identity: str) -> str:  # hash: presence
@@ -129,16 +165,20 @@ def work(identity: str) -> str:  # hash: thread -> running job
     return _k("work", identity)
 
 
-def inprogress(identity: str) -> str:  # list: reliable fetch
-    return _k("inprogress", identity)
+def inprogress(identity: str, home: str) -> str:  # list: reliable fetch (per home)
+    return _h(home, "inprogress", identity)
+
+
+def inprogress_homes(identity: str) -> str:  # set: homes of a process's lists (spread only)
+    return _k("inprogress_homes", identity)
 
 
 def signal(identity: str) -> str:  # pub/sub channel
     return _k("signal", identity)
 
 
-def unique(digest: str) -> str:  # string: owner jid
-    return _k("unique", digest)
+def unique(digest: str, home: str) -> str:  # string: owner jid (in its job's queue's home)
+    return _h(home, "unique", digest)
 
 
 def periodic_last_slot(name: str) -> str:  # string: epoch
@@ -211,32 +251,59 @@ def limit_keys(name: str) -> dict[str, str]:
 
 
 def quarantine_prefix(key: str) -> str:
-    """Copies of ``key`` are ``<this><ms>:<rand>``."""
-    return _k("quarantine", key) + ":"
+    """Copies of ``key`` are ``<this><ms>:<rand>``, in the key's own home (a rename stays
+    in its slot)."""
+    return _h(home_part(key), "quarantine", key) + ":"
 
 
 def quarantine(key: str, ms: int, rand: str) -> str:
     return f"{quarantine_prefix(key)}{ms}:{rand}"
 
 
-def quarantine_root() -> str:
-    """Every quarantined copy's name starts with this (``P:quarantine:``)."""
-    return _k("quarantine") + ":"
+def quarantine_root(home: str) -> str:
+    """Every quarantined copy of a key of ``home`` starts with this (``P:quarantine:``)."""
+    return _h(home, "quarantine") + ":"
+
+
+def is_quarantined(name: str) -> bool:
+    """A quarantined copy's name, in any home of this prefix."""
+    return name.startswith(quarantine_root(home_part(name))) and _ours(home_part(name))
+
+
+def _ours(home: str) -> bool:
+    return home == root() or (spread() and home.startswith("{" + prefix() + "|"))
+
+
+def queue_homes_pattern() -> str | None:
+    """A SCAN glob matching the start of every queue home's key names (``{P|*}``), or
+    None when there is one home (the caller escapes nothing: the prefix is escaped here)."""
+    if not spread():
+        return None
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix())
+    return "{" + escaped + "|*}"
+
+
+def home_types(home: str) -> dict[str, str]:
+    """Key -> Redis TYPE for every fixed key of one home."""
+    return {
+        paused(home): "set",
+        schedule(home): "zset",
+        retry(home): "zset",
+        dead(home): "zset",
+        unsettled(home): "list",
+    }
 
 
 def fixed_types() -> dict[str, str]:
-    """Key -> Redis TYPE for every fixed key (the key guard's list)."""
-    return {
+    """Key -> Redis TYPE for every fixed key of the prefix's home (the key guard's list;
+    with one home, that home's per-home keys too)."""
+    types = {} if spread() else home_types(root())
+    return types | {
         queues(): "set",
-        paused(): "set",
-        schedule(): "zset",
-        retry(): "zset",
-        dead(): "zset",
         processes(): "set",
         inprogress_ids(): "set",
         last_beat(): "hash",
         live_queues(): "zset",
-        unsettled(): "list",
         periodic_schedule(): "hash",
         periodic_disabled(): "set",
         periodic_claimers(): "set",

@@ -168,7 +168,7 @@ def job_locks(job: dict) -> list[str]:
     ``while_executing`` left behind by a run whose worker died) and the running lock of an
     ``until_executed`` periodic entry. Every write to them is owner-checked, so naming a
     lock the job does not hold (any more) is harmless."""
-    from . import keys
+    from . import homes, keys
 
     found = []
     digest = job.get("unique_digest")
@@ -177,7 +177,7 @@ def job_locks(job: dict) -> list[str]:
         and isinstance(digest, str)
         and job.get("unique") in ("until_executed", "until_started", "while_executing")
     ):
-        found.append(keys.unique(digest))
+        found.append(keys.unique(digest, homes.job_home(job)))
     entry = job.get("periodic")
     if entry and isinstance(entry, str) and job.get("periodic_until_executed"):
         found.append(keys.periodic_running(entry))
@@ -197,7 +197,7 @@ def extend_job_locks(job: dict, wait: float) -> None:
     """On a retried failure: keep the job's locks for the ``wait`` until the retry plus
     each lock's own lifetime while queued (the unique lock's ``unique_for``; the periodic
     running lock's queued TTL, ``UNIQUE_LOCK_TTL``)."""
-    from . import conf, keys
+    from . import conf, homes, keys
 
     jid = job.get("jid")
     if not isinstance(jid, str):
@@ -205,7 +205,7 @@ def extend_job_locks(job: dict, wait: float) -> None:
     queued_ttl = conf.get().UNIQUE_LOCK_TTL
     for key in job_locks(job):
         own: float = queued_ttl
-        if key.startswith(keys.unique("")):
+        if key.startswith(keys.unique("", homes.job_home(job))):
             own = _seconds(job.get("unique_for"), queued_ttl)
         ttl = min(_seconds(wait, 0.0) + own, MAX_LOCK_TTL)
         errors.best_effort("Lock extension", functools.partial(expire, key, jid, ttl), key)

@@ -17,7 +17,7 @@ import math
 import time
 from typing import Any
 
-from . import conf, connection, errors, keys, locks, payload, priority, scripts
+from . import conf, connection, errors, homes, keys, locks, payload, priority, scripts
 from .middleware import Reschedule
 
 # Modes whose lock is taken by the push script (the others take none at push).
@@ -41,7 +41,8 @@ def digest(func: str, args: Any, kwargs: Any, queue: str) -> str:
 
 def lock_key(job: dict[str, Any]) -> str | None:
     d = job.get("unique_digest")
-    return keys.unique(d) if isinstance(d, str) and d else None
+    # In the job's queue's home: unique_push.lua takes it with the push, in one slot.
+    return keys.unique(d, homes.job_home(job)) if isinstance(d, str) and d else None
 
 
 def lock_ttl(job: dict[str, Any]) -> float:
@@ -77,12 +78,16 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
         job.pop("at", None)
         job["enqueued_at"] = now
     if scheduled:
-        target, data, score = keys.schedule(), payload.encode(job), repr(float(job["at"]))
+        home = homes.job_home(job)
+        target, data, score = keys.schedule(home), payload.encode(job), repr(float(job["at"]))
     else:
         where = priority.route(job, now)  # the list, or a django.tasks priority's zset
         target, data, score = where.key, where.value, where.score_arg
+    # P:queues is in the prefix's home: with a home per queue the push can't list the
+    # queue (client.py lists it once per bulk call instead).
+    listing = [] if keys.spread() else [keys.queues()]
     return (
-        [lock, target, keys.queues()],
+        [lock, target, *listing],
         [job["jid"], _push_ttl(job, now), data, score, job["queue"]],
     )
 

@@ -14,7 +14,7 @@ def make_job(func: str = "testapp.jobs.record", *args, queue: str = "default", *
 def add_to(r, set_name: str, job: dict, score: float | None = None) -> str:
     """ZADD ``job`` to schedule/retry/dead; returns the raw member."""
     raw = payload.encode(job)
-    r.zadd(getattr(keys, set_name)(), {raw: score if score is not None else time.time()})
+    r.zadd(getattr(keys, set_name)(keys.root()), {raw: score if score is not None else time.time()})
     return raw
 
 
@@ -29,5 +29,5 @@ def unique_job(r, func: str = "testapp.jobs.record", *args, queue: str = "defaul
     """A job holding an until_executed unique lock (value = its jid)."""
     job = make_job(func, *args, queue=queue, unique="until_executed")
     job["unique_digest"] = f"digest-{job['jid']}"
-    r.set(keys.unique(job["unique_digest"]), job["jid"], ex=3600)
+    r.set(keys.unique(job["unique_digest"], keys.root()), job["jid"], ex=3600)
     return job

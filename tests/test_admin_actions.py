@@ -46,7 +46,7 @@ def test_retry_selected_dead_jobs(admin_client, r):
     jobs = [make_job(token=i, queue="low") for i in range(3)]
     for j in jobs:
         add_to(r, "dead", j)
-    r.zadd(keys.dead(), {b"not json": time.time()})
+    r.zadd(keys.dead(keys.root()), {b"not json": time.time()})
     keys_ = [rec.key for rec in DeadSet().page()]
     response = post(admin_client, "deadjob", "retry", key=keys_, next=url("deadjob") + "?p=1")
     assert response.status_code == 302 and response["Location"] == url("deadjob") + "?p=1"
@@ -73,7 +73,7 @@ def test_enqueue_scheduled_now_and_delete(admin_client, r):
     assert json.loads(r.lindex(keys.queue("default"), 0))["token"] == "a"
     post(admin_client, "scheduledjob", "delete", key=second.key)
     assert ScheduledSet().size() == 0
-    assert not r.exists(keys.unique(locked["unique_digest"]))
+    assert not r.exists(keys.unique(locked["unique_digest"], keys.root()))
 
 
 def test_kill_a_retry(admin_client, r):
@@ -117,11 +117,11 @@ def test_pause_resume_and_clear_queue(admin_client, r):
     push(r, locked)
     push(r, make_job())
     post(admin_client, "queue", "pause", name="default")
-    assert r.sismember(keys.paused(), "default")
+    assert r.sismember(keys.paused(keys.root()), "default")
     html = admin_client.get(url("queue")).content.decode()
     assert "paused</span>" in html and 'data-action="resume"' in html
     post(admin_client, "queue", "resume", name="default")
-    assert not r.sismember(keys.paused(), "default")
+    assert not r.sismember(keys.paused(keys.root()), "default")
 
     response = post(admin_client, "queue", "clear", name="default")
     assert response.status_code == 200
@@ -131,7 +131,7 @@ def test_pause_resume_and_clear_queue(admin_client, r):
     assert r.llen(keys.queue("default")) == 2
     post(admin_client, "queue", "clear", name="default", confirmed="yes")
     assert r.llen(keys.queue("default")) == 0
-    assert not r.exists(keys.unique(locked["unique_digest"]))
+    assert not r.exists(keys.unique(locked["unique_digest"], keys.root()))
     assert "2 jobs deleted" in messages_of(admin_client.get(url("queue")))[0]
 
 
@@ -159,7 +159,7 @@ def test_quiet_and_stop_reach_a_subscriber(admin_client, r):
 def test_quarantine_delete(admin_client, r):
     from cogworker_django import keyguard
 
-    r.set(keys.retry(), "wrong type")
+    r.set(keys.retry(keys.root()), "wrong type")
     keyguard.check()
     copy = quarantine_api.quarantined()[0]["key"]
     post(admin_client, "quarantinedkey", "delete", key=copy)

@@ -84,7 +84,7 @@ def test_scheduled_enqueue_now(r):
 
 
 def test_undecodable_entries_show_and_stay_on_retry(r):
-    r.zadd(keys.dead(), {b"\xff not json <script>": time.time()})
+    r.zadd(keys.dead(keys.root()), {b"\xff not json <script>": time.time()})
     dead = DeadSet()
     rec = dead.page()[0]
     assert rec.unparseable
@@ -101,16 +101,16 @@ def test_delete_releases_locks(r):
     add_to(r, "schedule", job, time.time() + 60)
     s = ScheduledSet()
     assert s.delete(s.page()[0]) == Outcome.DONE
-    assert not r.exists(keys.unique(job["unique_digest"]))
+    assert not r.exists(keys.unique(job["unique_digest"], keys.root()))
 
 
 def test_delete_does_not_release_a_lock_someone_else_owns(r):
     job = unique_job(r)
     add_to(r, "retry", job)
-    r.set(keys.unique(job["unique_digest"]), "newer-jid")  # a newer job took the lock
+    r.set(keys.unique(job["unique_digest"], keys.root()), "newer-jid")  # a newer job took the lock
     rs = RetrySet()
     rs.delete(rs.page()[0])
-    assert r.get(keys.unique(job["unique_digest"])) == "newer-jid"
+    assert r.get(keys.unique(job["unique_digest"], keys.root())) == "newer-jid"
 
 
 def test_kill_moves_retry_to_dead_and_releases_locks(r, configure):
@@ -121,7 +121,7 @@ def test_kill_moves_retry_to_dead_and_releases_locks(r, configure):
     assert rs.kill(rec) == Outcome.DONE
     assert rs.size() == 0 and DeadSet().size() == 1
     assert DeadSet().page()[0].raw == rec.raw
-    assert not r.exists(keys.unique(job["unique_digest"]))
+    assert not r.exists(keys.unique(job["unique_digest"], keys.root()))
     assert rs.kill(rec) == Outcome.GONE
 
 
@@ -139,7 +139,7 @@ def test_retry_all_in_batches_leaves_invalid_entries(r):
     now = time.time()
     for i in range(7):
         add_to(r, "dead", make_job(token=i, queue="q1" if i % 2 else "q2"), now - i)
-    r.zadd(keys.dead(), {b"garbage": now - 100, b"{}": now - 3.5})
+    r.zadd(keys.dead(keys.root()), {b"garbage": now - 100, b"{}": now - 3.5})
     result = DeadSet().retry_all(batch=3)
     assert (result.done, result.invalid, result.gone) == (7, 2, 0)
     assert r.llen(keys.queue("q1")) + r.llen(keys.queue("q2")) == 7
@@ -168,18 +168,18 @@ def test_delete_all_releases_locks_in_batches(r):
     add_to(r, "dead", make_job())
     result = DeadSet().delete_all(batch=2)
     assert result.done == 6 and DeadSet().size() == 0
-    assert not any(r.exists(keys.unique(j["unique_digest"])) for j in jobs)
+    assert not any(r.exists(keys.unique(j["unique_digest"], keys.root())) for j in jobs)
     assert DeadSet().delete_all().done == 0
 
 
 def test_actions_retry_deferred_lock_releases_first(r):
     from cogworker_django import locks
 
-    r.set(keys.unique("deferred"), "owner")
-    locks.deferred.add(keys.unique("deferred"), "owner")
+    r.set(keys.unique("deferred", keys.root()), "owner")
+    locks.deferred.add(keys.unique("deferred", keys.root()), "owner")
     add_to(r, "dead", make_job())
     DeadSet().delete(DeadSet().page()[0])
-    assert not r.exists(keys.unique("deferred"))
+    assert not r.exists(keys.unique("deferred", keys.root()))
     assert locks.deferred.pending() == {}
 
 

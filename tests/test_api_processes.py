@@ -72,8 +72,10 @@ def test_awaiting_recovery_lists_lists_without_a_presence(configure, r):
     dead, alive, empty, unstamped = "h1:11:aaaa", "h2:22:bbbb", "h3:33:cccc", "h4:44:dddd"
     r.sadd(keys.inprogress_ids(), dead, alive, empty, unstamped)
     for ident in (dead, alive, unstamped):
-        r.lpush(keys.inprogress(ident), json.dumps({"jid": f"j-{ident}", "func": "a.b"}))
-    r.lpush(keys.inprogress(dead), "not json")
+        r.lpush(
+            keys.inprogress(ident, keys.root()), json.dumps({"jid": f"j-{ident}", "func": "a.b"})
+        )
+    r.lpush(keys.inprogress(dead, keys.root()), "not json")
     r.hset(keys.process(alive), mapping={"info": "{}", "beat": now})
     r.hset(keys.last_beat(), mapping={dead: int(now) - 10, alive: int(now), empty: int(now) - 99})
     found = AwaitingRecovery().list()

@@ -131,11 +131,11 @@ def test_every_key_of_a_cluster_prefix_lives_in_one_slot(configure, cluster_url,
     built = [
         keys.queue("a"),
         keys.queue("b"),
-        keys.inprogress("id"),
-        keys.retry(),
-        keys.dead(),
-        keys.schedule(),
-        keys.unique("d"),
+        keys.inprogress("id", keys.root()),
+        keys.retry(keys.root()),
+        keys.dead(keys.root()),
+        keys.schedule(keys.root()),
+        keys.unique("d", keys.root()),
         keys.periodic_running("n"),
         keys.periodic_lock("n", 1),
         keys.periodic_claims("id"),
@@ -150,6 +150,25 @@ def test_every_key_of_a_cluster_prefix_lives_in_one_slot(configure, cluster_url,
     assert {key_slot(k.encode()) for k in built} == {key_slot(b"app")}
     configure(PREFIX="{jobs}")  # already a tag: used as given
     assert keys.queue("a") == "{jobs}:queue:a"
+
+
+# Keys of a home (keys.py): with CLUSTER off there is one, the prefix's own, passed last.
+PER_HOME = {
+    "paused",
+    "schedule",
+    "retry",
+    "dead",
+    "unsettled",
+    "quarantine_root",
+    "inprogress",
+    "unique",
+}
+
+
+def _built(name, args=()):
+    if name in PER_HOME:
+        args = (*args, keys.root())
+    return getattr(keys, name)(*args)
 
 
 # Every key name with CLUSTER off, spelled out: an upgrade must find the jobs, locks and
@@ -181,6 +200,7 @@ PINNED_WITH_ARGS = {
     ("process", ("h:1:ab",)): "cw:process:h:1:ab",
     ("work", ("h:1:ab",)): "cw:work:h:1:ab",
     ("inprogress", ("h:1:ab",)): "cw:inprogress:h:1:ab",
+    ("inprogress_homes", ("h:1:ab",)): "cw:inprogress_homes:h:1:ab",
     ("signal", ("h:1:ab",)): "cw:signal:h:1:ab",
     ("unique", ("d1",)): "cw:unique:d1",
     ("periodic_last_slot", ("n",)): "cw:periodic:last_slot:n",
@@ -204,27 +224,31 @@ PINNED_WITH_ARGS = {
 def test_without_cluster_every_key_name_is_what_it_always_was(configure):
     configure(PREFIX="cw")
     for name, expected in PINNED.items():
-        assert getattr(keys, name)() == expected, name
+        assert _built(name) == expected, name
     for (name, args), expected in PINNED_WITH_ARGS.items():
-        assert getattr(keys, name)(*args) == expected, name
+        assert _built(name, args) == expected, name
     # Every key function is pinned above (a new one must be added here, with its name).
     functions = {
         n
         for n, f in vars(keys).items()
         if callable(f) and getattr(f, "__module__", "") == keys.__name__ and not n.startswith("_")
     }
-    helpers = {"prefix", "root", "hash_tag", "fixed_types", "batch_keys", "limit_keys"}
+    helpers = {
+        *("prefix", "root", "hash_tag", "fixed_types", "batch_keys", "limit_keys"),
+        *("spread", "home_of", "home_part", "home_types", "is_quarantined"),
+        "queue_homes_pattern",
+    }
     assert functions - helpers == set(PINNED) | {n for n, _ in PINNED_WITH_ARGS}
     assert keys.root() == "cw"
 
 
 def test_with_cluster_each_name_is_the_same_under_the_tag(configure, cluster_url):
     configure(PREFIX="cw")
-    plain = {name: getattr(keys, name)() for name in PINNED}
+    plain = {name: _built(name) for name in PINNED}
     configure(REDIS_URL=cluster_url, CLUSTER=True)
     for name, before in plain.items():
-        assert getattr(keys, name)() == "{cw}" + before[len("cw") :], name
-    assert keys.quarantine(keys.dead(), 5, "ab") == "{cw}:quarantine:{cw}:dead:5:ab"
+        assert _built(name) == "{cw}" + before[len("cw") :], name
+    assert keys.quarantine(keys.dead(keys.root()), 5, "ab") == "{cw}:quarantine:{cw}:dead:5:ab"
 
 
 def test_the_worker_says_at_boot_how_many_masters_answer(worker, cluster_url):

@@ -19,18 +19,18 @@ def _copies(r, key):
 
 
 def test_a_fixed_key_of_the_wrong_type_is_moved_aside_with_one_error_line(r, caplog):
-    r.set(keys.dead(), "oops")
-    r.zadd(keys.retry(), {"fine": 1})
+    r.set(keys.dead(keys.root()), "oops")
+    r.zadd(keys.retry(keys.root()), {"fine": 1})
     with caplog.at_level(logging.ERROR, logger="cogworker_django"):
-        assert keyguard.check(queues=["default"]) == [keys.dead()]
-    assert not r.exists(keys.dead())
-    assert r.zcard(keys.retry()) == 1
-    (copy,) = _copies(r, keys.dead())
+        assert keyguard.check(queues=["default"]) == [keys.dead(keys.root())]
+    assert not r.exists(keys.dead(keys.root()))
+    assert r.zcard(keys.retry(keys.root())) == 1
+    (copy,) = _copies(r, keys.dead(keys.root()))
     assert r.get(copy) == "oops"
     assert 29 * 86400 < r.ttl(copy) <= 30 * 86400
     lines = [rec.getMessage() for rec in caplog.records]
     assert len(lines) == 1
-    assert f"{keys.dead()} held a string, not a zset: moved to {copy}" in lines[0]
+    assert f"{keys.dead(keys.root())} held a string, not a zset: moved to {copy}" in lines[0]
     assert keyguard.check(queues=["default"]) == []  # nothing left to do
 
 
@@ -47,7 +47,7 @@ def test_every_kind_of_key_is_checked(r, prefix):
     assert expected[keys.queue("listed")] == "list"
     assert expected[keys.process("p1")] == "hash"
     assert expected[keys.work("p1")] == "hash"
-    assert expected[keys.inprogress("p2")] == "list"
+    assert expected[keys.inprogress("p2", keys.root())] == "list"
     assert expected[keys.periodic_last_slot("nightly")] == "string"
     assert expected[keys.periodic_running("nightly")] == "string"
     # and each of them, holding a wrong type, is moved in one pass (the registries that
@@ -71,17 +71,19 @@ def test_a_registry_of_the_wrong_type_lists_nothing_and_is_moved(r):
 
 
 def test_the_type_is_rechecked_atomically_with_the_move(r):
-    r.zadd(keys.dead(), {"a": 1})
-    assert keyguard.quarantine(r, keys.dead(), "zset") is None  # right type: left alone
-    assert keyguard.quarantine(r, keys.schedule(), "zset") is None  # gone: nothing to move
-    assert r.zcard(keys.dead()) == 1
-    assert not list(r.scan_iter(match=keys.quarantine_root() + "*"))
+    r.zadd(keys.dead(keys.root()), {"a": 1})
+    assert keyguard.quarantine(r, keys.dead(keys.root()), "zset") is None  # right type: left alone
+    assert (
+        keyguard.quarantine(r, keys.schedule(keys.root()), "zset") is None
+    )  # gone: nothing to move
+    assert r.zcard(keys.dead(keys.root())) == 1
+    assert not list(r.scan_iter(match=keys.quarantine_root(keys.root()) + "*"))
 
 
 def test_a_ttl_on_the_wrong_key_is_replaced_by_the_quarantine_ttl(r):
-    r.set(keys.paused(), "x", ex=5)
+    r.set(keys.paused(keys.root()), "x", ex=5)
     keyguard.check(r, [])
-    (copy,) = _copies(r, keys.paused())
+    (copy,) = _copies(r, keys.paused(keys.root()))
     assert r.ttl(copy) > 86400
 
 
@@ -106,15 +108,15 @@ def test_only_the_newest_five_copies_of_exactly_that_key_are_kept(r):
 
 
 def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
-    r.set(keys.dead(), "abc")
-    keyguard.quarantine(r, keys.dead(), "zset")
-    r.rpush(keys.retry(), "x", "y")
-    keyguard.quarantine(r, keys.retry(), "zset")
+    r.set(keys.dead(keys.root()), "abc")
+    keyguard.quarantine(r, keys.dead(keys.root()), "zset")
+    r.rpush(keys.retry(keys.root()), "x", "y")
+    keyguard.quarantine(r, keys.retry(keys.root()), "zset")
     listed = quarantine_api.quarantined()
-    assert [q["original_key"] for q in listed] == [keys.retry(), keys.dead()]
+    assert [q["original_key"] for q in listed] == [keys.retry(keys.root()), keys.dead(keys.root())]
     first = listed[0]
     assert first["type"] == "list" and first["size"] == 2
-    assert first["key"].startswith(keys.quarantine_prefix(keys.retry()))
+    assert first["key"].startswith(keys.quarantine_prefix(keys.retry(keys.root())))
     assert isinstance(first["moved_at"], int) and first["moved_at"] >= listed[1]["moved_at"]
     assert first["ttl"] > 0
     assert listed[1]["type"] == "string" and listed[1]["size"] == 3
@@ -135,7 +137,7 @@ def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
 )
 def test_preview_is_bounded_for_every_type(r, kind, make):
     expected = "hash" if kind != "hash" else "list"
-    key = keys.unsettled() if expected == "list" else keys.last_beat()
+    key = keys.unsettled(keys.root()) if expected == "list" else keys.last_beat()
     make(r, key)
     copy = keyguard.quarantine(r, key, expected)
     text = quarantine_api.preview(copy)
@@ -145,18 +147,18 @@ def test_preview_is_bounded_for_every_type(r, kind, make):
 
 
 def test_preview_and_delete_refuse_other_keys(r):
-    r.zadd(keys.dead(), {"job": 1})
-    for bad in (keys.dead(), keys.quarantine_root() + "nope", "other:key"):
+    r.zadd(keys.dead(keys.root()), {"job": 1})
+    for bad in (keys.dead(keys.root()), keys.quarantine_root(keys.root()) + "nope", "other:key"):
         with pytest.raises(ValueError):
             quarantine_api.preview(bad)
         with pytest.raises(ValueError):
             quarantine_api.delete(bad)
-    assert r.zcard(keys.dead()) == 1
+    assert r.zcard(keys.dead(keys.root())) == 1
 
 
 def test_delete_removes_a_copy(r):
-    r.set(keys.dead(), "x")
-    copy = keyguard.quarantine(r, keys.dead(), "zset")
+    r.set(keys.dead(keys.root()), "x")
+    copy = keyguard.quarantine(r, keys.dead(keys.root()), "zset")
     assert quarantine_api.delete(copy) is True
     assert quarantine_api.delete(copy) is False
     assert quarantine_api.preview(copy) == "(gone: expired or deleted)"

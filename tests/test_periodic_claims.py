@@ -150,7 +150,7 @@ def test_a_unique_jobs_lock_script_removes_the_record_with_the_push(r, monkeypat
         False,
     )
     assert [j["jid"] for j in queued(r)] == [first["jid"]]
-    assert records(r, "me:1:eeee") == {} and r.exists(keys.unique("d" * 40))
+    assert records(r, "me:1:eeee") == {} and r.exists(keys.unique("d" * 40, keys.root()))
     # Pushed again from the same record (a second recoverer): nothing written.
     assert claims.push(r, "me:1:eeee", claims.field("e", T0), dict(first)) == (None, True)
 
@@ -474,7 +474,7 @@ def test_paths_that_mark_first_write_the_job_then_drop_the_record(r):
     later = claim_and_die(r, e, slot=T0 + 60, identity=me)
     later["at"] = 4_000_000_000.0  # 2096: scheduled, whatever the machine's clock says
     assert claims.push(r, me, claims.field(e.name, T0 + 60), later) == (later["jid"], False)
-    (member,) = r.zrange(keys.schedule(), 0, -1)
+    (member,) = r.zrange(keys.schedule(keys.root()), 0, -1)
     assert json.loads(member)["jid"] == later["jid"]
     assert records(r, me) == {} and queued(r) == []
 

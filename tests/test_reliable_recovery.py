@@ -270,7 +270,12 @@ def test_two_processes_requeue_the_same_list_exactly_once(r, prefix):
 
         def requeue(order: list[str], ident: str = ident) -> Callable[[Any], int]:
             return lambda conn: requeue_from_list(
-                conn, ident, order, count_orphaning=True, fallback_queue="default"
+                conn,
+                ident,
+                order,
+                home=keys.root(),
+                count_orphaning=True,
+                fallback_queue="default",
             )
 
         moved = _at_once(requeue(raws), requeue(list(reversed(raws))))
@@ -338,7 +343,7 @@ def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(
     assert dead["testapp.jobs.record"]["error_class"] == "OrphanedTooOften"
     assert dead["testapp.jobs.record"]["orphan_count"] == 3
     assert r.llen(f"{prefix}:queue:default") == 0
-    assert keys.inprogress(ident) not in {k for k in r.keys(f"{prefix}:*")}
+    assert keys.inprogress(ident, keys.root()) not in {k for k in r.keys(f"{prefix}:*")}
 
 
 def test_recovery_works_where_time_is_refused(worker, redis_server, configure, prefix):

@@ -61,7 +61,9 @@ def test_a_broken_result_key_never_fails_the_task(worker, r):
     wait_until(lambda: r.hget(tt.test_key("runs"), "broken") == "1", 10, message="the run")
     w.wait_for_log("WRONGTYPE")
     wait_until(lambda: not r.exists(keys.queue("default")), 5, message="the ack")
-    assert r.zcard(keys.retry()) == 0 and r.zcard(keys.dead()) == 0  # succeeded (rule 4)
+    assert (
+        r.zcard(keys.retry(keys.root())) == 0 and r.zcard(keys.dead(keys.root())) == 0
+    )  # succeeded (rule 4)
 
 
 def test_a_signal_receiver_that_raises_never_fails_the_task(worker):

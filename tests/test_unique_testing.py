@@ -21,7 +21,9 @@ def test_fake_refuses_a_duplicate_while_the_first_is_recorded(r):
         assert [j["jid"] for j in tj.record.jobs][0] == jid and len(tj.record.jobs) == 3
         tj.record.drain()
         assert UE.enqueue("a") is not None  # performed: accepted again
-    assert r.llen(keys.queue("default")) == 0 and not list(r.scan_iter(keys.unique("*")))
+    assert r.llen(keys.queue("default")) == 0 and not list(
+        r.scan_iter(keys.unique("*", keys.root()))
+    )
 
 
 def test_fake_enqueue_many_returns_none_for_duplicates():

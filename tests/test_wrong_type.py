@@ -33,8 +33,10 @@ def test_enqueue_names_the_key_of_the_wrong_type(r):
 
 
 def test_a_scheduled_push_names_the_schedule(r):
-    r.rpush(keys.schedule(), "not a zset")
-    with pytest.raises(client.WrongKeyType, match=f"{keys.schedule()} holds a list, not a zset"):
+    r.rpush(keys.schedule(keys.root()), "not a zset")
+    with pytest.raises(
+        client.WrongKeyType, match=f"{keys.schedule(keys.root())} holds a list, not a zset"
+    ):
         tj.record.enqueue_in(60, "x")
 
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, departures, keys, locks, payload, priority
+from .. import conf, departures, homes, keys, locks, payload, priority
 from ..controls.spec import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
@@ -91,20 +91,23 @@ def running_on(jid: str) -> list[str]:
     )
     if not idents:
         return []
+    lists = homes.inprogress_keys(conn, idents)
     pipe = conn.pipeline(transaction=False)
     for ident in idents:
         pipe.exists(keys.process(ident))
-        pipe.lrange(keys.inprogress(ident), 0, -1)
         pipe.hvals(keys.work(ident))
-    replies = pipe.execute(raise_on_error=False)
+        for key in lists[ident]:
+            pipe.lrange(key, 0, -1)
+    replies = iter(pipe.execute(raise_on_error=False))
     needle = f'"jid":"{jid}"'
     escaped = f'\\"jid\\":\\"{jid}\\"'  # a payload inside the work snapshot's JSON
     found = []
-    for i, ident in enumerate(idents):
-        alive, listed, work = replies[3 * i : 3 * i + 3]
+    for ident in idents:
+        alive, work = next(replies), next(replies)
+        listed = [next(replies) for _ in lists[ident]]
         if isinstance(alive, Exception) or not alive:
             continue
-        rows = [text(r) for r in (listed if isinstance(listed, list) else [])]
+        rows = [text(r) for part in listed if isinstance(part, list) for r in part]
         rows += [text(r) for r in (work if isinstance(work, list) else [])]
         if any(needle in row or escaped in row for row in rows):
             found.append(ident)

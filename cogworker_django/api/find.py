@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from .. import errors, keys
+from .. import errors, homes, keys
 from ._util import as_bytes, client, text
 from .history import History, Run
 from .jobs import DeadSet, RetrySet, ScheduledSet
@@ -95,17 +95,19 @@ def _in_progress(jid: str) -> list[Found]:
     idents = sorted(text(m) for m in conn.smembers(keys.inprogress_ids()))
     if not idents:
         return []
+    lists = homes.inprogress_keys(conn, idents)
     pipe = conn.pipeline(transaction=False)
     for ident in idents:
-        pipe.lrange(keys.inprogress(ident), 0, -1)  # small: what one process has taken
         pipe.exists(keys.process(ident))
-    replies = pipe.execute(raise_on_error=False)
+        for key in lists[ident]:
+            pipe.lrange(key, 0, -1)  # small: what one process has taken
+    replies = iter(pipe.execute(raise_on_error=False))
     needle = f'"jid":"{jid}"'.encode()
     out = []
-    for i, ident in enumerate(idents):
-        rows, alive = replies[2 * i], replies[2 * i + 1]
-        if not isinstance(rows, list):
-            continue
+    for ident in idents:
+        alive = next(replies)
+        taken = [next(replies) for _ in lists[ident]]
+        rows = [raw for part in taken if isinstance(part, list) for raw in part]
         for raw in rows:
             if needle in as_bytes(raw):
                 record = JobRecord.from_raw(raw, None, "inprogress")

@@ -4,6 +4,11 @@ Members are raw payload JSON scored by epoch (run at, retry at, failed at). Read
 paginated by rank (ZRANGE with offsets: O(log n) at any depth) or searched with a
 bounded ZSCAN (search.py); nothing ever loads a whole set.
 
+With a home per queue (keys.py, a Redis Cluster) each set is one sorted set per home:
+sizes are summed, pages merged by score, searches and bulk actions walk the homes in
+turn, and an action on an entry runs in the home it was read from (its record's
+``home``), so each script touches one slot.
+
 Actions add before they remove, in one script (rule 2), with new payloads built here in
 Python (rule 3). A job that leaves the system (delete, kill, delete all) releases its
 locks; releases that fail are deferred and retried before the next action.
@@ -13,18 +18,22 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import heapq
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from .. import conf, departures, keys, locks, payload, priority, scripts
+from .. import conf, departures, homes, keys, locks, payload, priority, scripts
 from . import search as scanning
 from ._util import as_bytes, client
 from .records import JobRecord, parse_entry_key
 
 # Entries read, moved or removed per round trip by the bulk actions.
 BULK_BATCH = 500
+# A search cursor over several homes: the home's index in its low bits, the ZSCAN
+# cursor of that home's set above them.
+HOME_BITS = 16
 
 
 class Outcome(enum.StrEnum):
@@ -62,24 +71,57 @@ class JobSet:
 
     @property
     def key(self) -> str:
-        key: str = getattr(keys, self.name)()
+        """The set in the prefix's home: the only one without a home per queue."""
+        return self.key_in(keys.root())
+
+    def key_in(self, home: str) -> str:
+        key: str = getattr(keys, self.name)(home)
         return key
+
+    def _homes(self, conn: Any) -> list[str]:
+        return homes.all_homes(conn)
+
+    def _record(self, raw: Any, score: Any, home: str) -> JobRecord:
+        record = JobRecord.from_raw(raw, float(score), self.name)
+        return replace(record, home=home) if keys.spread() else record
+
+    def _key_of(self, record: JobRecord) -> str:
+        """The set ``record`` was read from (its job's home when it says none)."""
+        return self.key_in(record.home or homes.job_home(record.job))
 
     # Reads ------------------------------------------------------------------------------
 
     def size(self) -> int:
-        return int(client().zcard(self.key))
+        conn = client()
+        every = self._homes(conn)
+        if len(every) == 1:
+            return int(conn.zcard(self.key_in(every[0])))
+        pipe = conn.pipeline(transaction=False)
+        for home in every:
+            pipe.zcard(self.key_in(home))
+        return sum(int(n) for n in pipe.execute())
 
     def page(self, start: int = 0, count: int = 25) -> list[JobRecord]:
-        """Entries ``start`` .. ``start + count - 1`` in display order."""
+        """Entries ``start`` .. ``start + count - 1`` in display order (over several
+        homes: the first ``start + count`` of each, merged by score)."""
         start = max(int(start), 0)
         end = start + max(int(count), 1) - 1
         conn = client()
-        if self.newest_first:
-            rows = conn.zrevrange(self.key, start, end, withscores=True)
-        else:
-            rows = conn.zrange(self.key, start, end, withscores=True)
-        return [JobRecord.from_raw(raw, float(score), self.name) for raw, score in rows]
+        every = self._homes(conn)
+        first = 0 if len(every) > 1 else start
+        pipe = conn.pipeline(transaction=False)
+        for home in every:
+            if self.newest_first:
+                pipe.zrevrange(self.key_in(home), first, end, withscores=True)
+            else:
+                pipe.zrange(self.key_in(home), first, end, withscores=True)
+        rows = [
+            [(float(score), raw, home) for raw, score in found]
+            for home, found in zip(every, pipe.execute(), strict=True)
+        ]
+        merged = heapq.merge(*rows, key=lambda row: row[0], reverse=self.newest_first)
+        picked = list(merged)[start - first : end - first + 1]
+        return [self._record(raw, score, home) for score, raw, home in picked]
 
     def get(self, entry_key: str) -> JobRecord | None:
         """The entry with this :attr:`JobRecord.key`, or None if it has gone."""
@@ -87,10 +129,11 @@ class JobSet:
         if parsed is None:
             return None
         score, digest = parsed
-        rows = client().zrangebyscore(self.key, score, score, withscores=True)
-        for raw, s in rows:
-            if hashlib.sha1(as_bytes(raw)).hexdigest().startswith(digest):
-                return JobRecord.from_raw(raw, float(s), self.name)
+        conn = client()
+        for home in self._homes(conn):
+            for raw, s in conn.zrangebyscore(self.key_in(home), score, score, withscores=True):
+                if hashlib.sha1(as_bytes(raw)).hexdigest().startswith(digest):
+                    return self._record(raw, s, home)
         return None
 
     def search(
@@ -98,32 +141,63 @@ class JobSet:
     ) -> scanning.SearchPage:
         """Entries whose payload contains ``term`` (any case), in scan order; continue
         with the returned cursor until it is 0. At most ``budget`` ZSCAN calls."""
-        return scanning.scan(
-            client(),
-            self.key,
-            scanning.contains_pattern(term),
-            self.name,
-            cursor=cursor,
-            want=count,
-            budget=budget,
-        )
+        return self._scan(scanning.contains_pattern(term), cursor, count, budget)
 
     def find(self, jid: str, budget: int = scanning.FIND_BUDGET) -> JobRecord | None:
-        """The entry with this jid, looking at about 300,000 entries at most (see
-        search.FIND_BUDGET; None when not found within that cap)."""
-        page = scanning.scan(
-            client(),
-            self.key,
-            scanning.jid_pattern(jid),
-            self.name,
-            want=1,
-            budget=budget,
-            scan_count=scanning.FIND_SCAN_COUNT,
-        )
-        for record in page.records:
-            if record.jid == jid:
-                return record
+        """The entry with this jid, looking at about 300,000 entries at most in each
+        home (see search.FIND_BUDGET; None when not found within that cap)."""
+        conn = client()
+        for home in self._homes(conn):
+            page = scanning.scan(
+                conn,
+                self.key_in(home),
+                scanning.jid_pattern(jid),
+                self.name,
+                want=1,
+                budget=budget,
+                scan_count=scanning.FIND_SCAN_COUNT,
+            )
+            for record in page.records:
+                if record.jid == jid:
+                    return replace(record, home=home) if keys.spread() else record
         return None
+
+    def _scan(self, pattern: str, cursor: int, count: int, budget: int) -> scanning.SearchPage:
+        conn = client()
+        every = self._homes(conn)
+        if len(every) == 1:
+            return scanning.scan(
+                conn,
+                self.key_in(every[0]),
+                pattern,
+                self.name,
+                cursor=cursor,
+                want=count,
+                budget=budget,
+            )
+        # Several homes: one cursor walks them in turn (a home listed meanwhile may be
+        # passed over by a search already under way).
+        mask = (1 << HOME_BITS) - 1
+        index, inner = int(cursor) & mask, int(cursor) >> HOME_BITS
+        out = scanning.SearchPage()
+        while index < len(every) and out.calls < budget and len(out.records) < count:
+            home = every[index]
+            page = scanning.scan(
+                conn,
+                self.key_in(home),
+                pattern,
+                self.name,
+                cursor=inner,
+                want=count - len(out.records),
+                budget=budget - out.calls,
+            )
+            out.calls += page.calls
+            out.records += [replace(r, home=home) for r in page.records]
+            inner = page.cursor
+            if inner == 0:
+                index += 1
+        out.cursor = 0 if index >= len(every) else (inner << HOME_BITS) | index
+        return out
 
     def iter_records(self, batch: int = BULK_BATCH) -> Iterator[JobRecord]:
         """Every entry in display order, read ``batch`` at a time (for scripts)."""
@@ -141,12 +215,13 @@ class JobSet:
         """Send the entry to its queue now ("retry now" / "enqueue now")."""
         locks.retry_deferred()
         where = requeue_route(record.job)
-        if where is None:
+        key = self._key_of(record)
+        if where is None or not _same_home(key, where.key):
             return Outcome.INVALID
         moved = scripts.run(
             "requeue_due",
             client(),
-            [self.key, where.key, keys.queues()],
+            [key, where.key, *_listing()],
             [record.raw, where.value, record.queue, where.score_arg],
         )
         return Outcome.DONE if moved else Outcome.GONE
@@ -154,7 +229,7 @@ class JobSet:
     def delete(self, record: JobRecord) -> Outcome:
         """Remove the entry; the job leaves the system, so its locks are released."""
         locks.retry_deferred()
-        if not client().zrem(self.key, record.raw):
+        if not client().zrem(self._key_of(record), record.raw):
             return Outcome.GONE
         departures.job_left(record.job, f"deleted from {self.name} by an operator")
         return Outcome.DONE
@@ -165,36 +240,45 @@ class JobSet:
         per round trip. Entries that can't be requeued stay where they are."""
         locks.retry_deferred()
         conn, result = client(), BulkResult()
-        last = _last_score(conn, self.key) if until is None else until
-        if last is None:
-            return result
+        every = self._homes(conn)
+        if until is None:
+            lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
+            if not lasts:
+                return result
+            until = max(lasts)
+        for home in every:
+            self._retry_home(conn, home, batch, until, result)
+        return result
+
+    def _retry_home(
+        self, conn: Any, home: str, batch: int, last: float, result: BulkResult
+    ) -> None:
+        key = self.key_in(home)
         script = scripts.get("requeue_due")
         offset = 0  # entries left in place sit at the lowest ranks
         while True:
-            rows = conn.zrange(self.key, offset, offset + batch - 1, withscores=True)
+            rows = conn.zrange(key, offset, offset + batch - 1, withscores=True)
             rows = [(raw, score) for raw, score in rows if score <= last]
             if not rows:
-                return result
+                return
             conn.script_load(script.source)  # the pipeline below can't reload it
             pipe = conn.pipeline(transaction=False)
             queued = 0
             for raw, _score in rows:
                 job = payload.decode(raw)
                 where = requeue_route(job)
-                if where is None:
+                if where is None or not _same_home(key, where.key):
                     result.invalid += 1
                     offset += 1
                     continue
-                q = job["queue"]
+                targets = [key, where.key, *_listing()]
                 pipe.evalsha(
                     script.sha,
-                    3,
-                    self.key,
-                    where.key,
-                    keys.queues(),
+                    len(targets),
+                    *targets,
                     raw,
                     where.value,
-                    q,
+                    job["queue"],
                     where.score_arg,
                 )
                 queued += 1
@@ -204,7 +288,7 @@ class JobSet:
                 else:
                     result.gone += 1
             if len(rows) < batch:
-                return result
+                return
 
     def delete_all(self, batch: int = BULK_BATCH, until: float | None = None) -> BulkResult:
         """Remove every entry scored up to ``until`` (default: the highest score when the
@@ -212,21 +296,39 @@ class JobSet:
         any."""
         locks.retry_deferred()
         conn, result = client(), BulkResult()
-        last = _last_score(conn, self.key) if until is None else until
-        if last is None:
-            return result
-        while True:
-            rows = conn.zrange(self.key, 0, batch - 1, withscores=True)
-            members = [raw for raw, score in rows if score <= last]
-            if not members:
+        every = self._homes(conn)
+        if until is None:
+            lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
+            if not lasts:
                 return result
-            removed = conn.zrem(self.key, *members)
-            result.done += int(removed)
-            result.gone += len(members) - int(removed)
-            for raw in members:
-                departures.job_left(payload.decode(raw), f"deleted from {self.name} by an operator")
-            if len(members) < batch:
-                return result
+            until = max(lasts)
+        for home in every:
+            key = self.key_in(home)
+            while True:
+                rows = conn.zrange(key, 0, batch - 1, withscores=True)
+                members = [raw for raw, score in rows if score <= until]
+                if not members:
+                    break
+                removed = conn.zrem(key, *members)
+                result.done += int(removed)
+                result.gone += len(members) - int(removed)
+                for raw in members:
+                    departures.job_left(
+                        payload.decode(raw), f"deleted from {self.name} by an operator"
+                    )
+                if len(members) < batch:
+                    break
+        return result
+
+
+def _listing() -> list[str]:
+    """KEYS[3] of lua/requeue_due.lua: P:queues, in another slot with a home per queue."""
+    return [] if keys.spread() else [keys.queues()]
+
+
+def _same_home(key: str, target: str) -> bool:
+    """One script may move an entry from ``key`` to ``target`` (one slot)."""
+    return keys.home_part(key) == keys.home_part(target)
 
 
 def _last_score(conn: Any, key: str) -> float | None:
@@ -252,25 +354,28 @@ class RetrySet(JobSet):
         conn = client()
         job = record.job
         new = record.raw if not record.unparseable else payload.encode(job)
+        key = self._key_of(record)
+        home = keys.home_part(key)
         moved = scripts.run(
             "requeue_due",
             conn,
-            [self.key, keys.dead(), keys.queues()],
+            [key, keys.dead(home), *_listing()],
             [record.raw, new, "", repr(time.time())],
         )
         if not moved:
             return Outcome.GONE
-        _trim_dead(conn)
+        _trim_dead(conn, home)
         departures.job_left(job, "killed (moved to dead) by an operator")
         return Outcome.DONE
 
 
-def _trim_dead(conn: Any) -> None:
-    # Same caps as the worker applies when it files a job in dead (DEAD_TIMEOUT, DEAD_MAX_JOBS).
+def _trim_dead(conn: Any, home: str) -> None:
+    # Same caps as the worker applies when it files a job in dead (DEAD_TIMEOUT,
+    # DEAD_MAX_JOBS: per home, as the worker trims the set it files in).
     oldest, keep = conf.dead_trim()
     pipe = conn.pipeline(transaction=False)
-    pipe.zremrangebyscore(keys.dead(), "-inf", f"({oldest!r}")
-    pipe.zremrangebyrank(keys.dead(), 0, -(keep + 1))
+    pipe.zremrangebyscore(keys.dead(home), "-inf", f"({oldest!r}")
+    pipe.zremrangebyrank(keys.dead(home), 0, -(keep + 1))
     pipe.execute(raise_on_error=False)
 
 

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import conf, errors, keys
+from .. import conf, errors, homes, keys
 from ._util import as_datetime, client, epoch, text
 from .records import JobRecord
 
@@ -303,36 +303,42 @@ class AwaitingRecovery:
         idents = sorted(listed)
         if not idents:
             return []
+        lists = homes.inprogress_keys(conn, idents)
         pipe = conn.pipeline(transaction=False)
         pipe.time()
         pipe.hgetall(keys.last_beat())
         for ident in idents:
             pipe.exists(keys.process(ident))
-            pipe.llen(keys.inprogress(ident))
             pipe.hlen(keys.periodic_claims(ident))
+            for key in lists[ident]:
+                pipe.llen(key)
         replies = pipe.execute(raise_on_error=False)
         now = _redis_seconds(replies[0])
         beats = replies[1] if isinstance(replies[1], dict) else {}
         beats = {text(k): v for k, v in beats.items()}
+        rest = iter(replies[2:])
         orphans = []
-        for i, ident in enumerate(idents):
-            alive, size, claimed = replies[2 + 3 * i : 5 + 3 * i]
-            size = size if isinstance(size, int) else 0  # unreadable: checked again next time
+        for ident in idents:
+            alive, claimed = next(rest), next(rest)
+            # A size unreadable (the wrong type) counts 0: checked again next time.
+            sizes = [n if isinstance(n, int) else 0 for n in (next(rest) for _ in lists[ident])]
             claimed = claimed if isinstance(claimed, int) else 0
-            if alive != 0 or size + claimed == 0:
+            if alive != 0 or sum(sizes) + claimed == 0:
                 continue  # alive, or nothing to recover
-            orphans.append((ident, size, claimed))
+            orphans.append((ident, sum(sizes), claimed))
         if not orphans:
             return []
         count = max(int(jobs_per_process), 1)
         pipe = conn.pipeline(transaction=False)
         for ident, _, _ in orphans:
-            pipe.lrange(keys.inprogress(ident), 0, count - 1)
-        rows = pipe.execute(raise_on_error=False)
+            for key in lists[ident]:
+                pipe.lrange(key, 0, count - 1)
+        read = iter(pipe.execute(raise_on_error=False))
         threshold = float(conf.get().ORPHAN_THRESHOLD)
         out = []
-        for (ident, size, claimed), raws in zip(orphans, rows, strict=True):
-            raws = raws if isinstance(raws, list) else []
+        for ident, size, claimed in orphans:
+            parts = [next(read) for _ in lists[ident]]
+            raws = [r for part in parts if isinstance(part, list) for r in part][:count]
             out.append(
                 OrphanedProcess(
                     ident,

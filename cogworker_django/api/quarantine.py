@@ -66,10 +66,7 @@ def quarantined(
     ms), ttl (seconds). Found by SCAN over this prefix's keyspace."""
     conn = conn or connection.get_client()
     found = []
-    for name in conn.scan_iter(
-        match=keyguard.glob_escape(keys.quarantine_root()) + "*", count=keyguard.SCAN_COUNT
-    ):
-        name = keyguard.display(name)
+    for name in keyguard.scan_copies(conn):
         parsed = keyguard.parse_copy(name)
         if parsed:
             found.append((parsed[1], name, parsed[0]))
@@ -106,18 +103,13 @@ def count(*, conn: redis.Redis | None = None) -> int:
     :func:`quarantined`: its round trips grow with the keyspace, so callers that poll
     cache it)."""
     conn = conn or connection.get_client()
-    pattern = keyguard.glob_escape(keys.quarantine_root()) + "*"
-    return sum(
-        1
-        for name in conn.scan_iter(match=pattern, count=keyguard.SCAN_COUNT)
-        if keyguard.parse_copy(keyguard.display(name))
-    )
+    return sum(1 for _ in keyguard.scan_copies(conn))
 
 
 def _require_copy(key: str) -> None:
     if keyguard.parse_copy(key) is None:
         raise ValueError(
-            f"{key!r} is not a quarantined copy (names start with {keys.quarantine_root()!r})"
+            f"{key!r} is not a quarantined copy (names start with {keys.quarantine_root(keys.home_part(key))!r})"
         )
 
 

@@ -2,7 +2,8 @@
 
 Size, latency (now minus ``enqueued_at`` of the oldest job, the one at index -1),
 paused flag, pause/resume, clear, and a paginated view in run order. The known queues
-are ``P:queues`` (written by pushes and heartbeats) plus the paused ones.
+are ``P:queues`` (written by pushes and heartbeats) plus the paused ones. A queue's
+paused flag is in its home's paused set (keys.py: one per queue on a Redis Cluster).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from .. import departures, keys, locks, payload
+from .. import departures, homes, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
 from .jobs import Outcome
 from .records import JobRecord
@@ -53,16 +54,22 @@ class Queue:
     def key(self) -> str:
         return keys.queue(self.name)
 
+    @property
+    def paused_key(self) -> str:
+        return keys.paused(keys.home_of(self.name))
+
     # Listing ----------------------------------------------------------------------------
 
     @staticmethod
     def names() -> list[str]:
         conn = client()
+        every = homes.all_homes(conn)
         pipe = conn.pipeline(transaction=False)
         pipe.smembers(keys.queues())
-        pipe.smembers(keys.paused())
-        known, paused = pipe.execute()
-        return sorted({text(n) for n in known} | {text(n) for n in paused})
+        for home in every:
+            pipe.smembers(keys.paused(home))
+        known, *paused = pipe.execute()
+        return sorted({text(n) for n in known}.union(*({text(n) for n in p} for p in paused)))
 
     @classmethod
     def all(cls) -> list[Queue]:
@@ -80,10 +87,14 @@ class Queue:
             pipe.llen(keys.queue(n))
             pipe.lindex(keys.queue(n), -1)
             pipe.zcard(keys.priority_queue(n))  # django.tasks with a priority wait here
-        pipe.smembers(keys.paused())
+        groups = homes.group_by_home(names)
+        for home, _ in groups:
+            pipe.smembers(keys.paused(home))
         replies = pipe.execute(raise_on_error=False)
-        paused = replies[-1] if isinstance(replies[-1], set) else set()
-        paused_names = {text(p) for p in paused}
+        paused_names: set[str] = set()
+        for members in replies[len(replies) - len(groups) :]:
+            paused_names |= {text(p) for p in members} if isinstance(members, set) else set()
+        replies = replies[: len(replies) - len(groups)]
         now = time.time()
         out = []
         broken: list[tuple[int, str]] = []  # (index in out, key) of keys Redis refused
@@ -125,14 +136,14 @@ class Queue:
         return _latency(client().lindex(self.key, -1), time.time())
 
     def paused(self) -> bool:
-        return bool(client().sismember(keys.paused(), self.name))
+        return bool(client().sismember(self.paused_key, self.name))
 
     def info(self) -> QueueInfo:
         conn = client()
         pipe = conn.pipeline(transaction=False)
         pipe.llen(self.key)
         pipe.lindex(self.key, -1)
-        pipe.sismember(keys.paused(), self.name)
+        pipe.sismember(self.paused_key, self.name)
         pipe.zcard(keys.priority_queue(self.name))
         size, oldest, paused, prioritised = pipe.execute()
         return QueueInfo(
@@ -181,10 +192,13 @@ class Queue:
 
     def pause(self) -> None:
         """Workers stop fetching from this queue (within one fetch) until resumed."""
-        client().sadd(keys.paused(), self.name)
+        conn = client()
+        conn.sadd(self.paused_key, self.name)
+        if keys.spread():  # listed, so that names() finds its home's paused set
+            conn.sadd(keys.queues(), self.name)
 
     def resume(self) -> None:
-        client().srem(keys.paused(), self.name)
+        client().srem(self.paused_key, self.name)
 
     def clear(self, batch: int = CLEAR_BATCH) -> int:
         """Remove the jobs queued when the call starts; returns how many. Taken from the
@@ -215,7 +229,7 @@ class Queue:
         pipe.zcard(keys.priority_queue(self.name))
         pipe.delete(keys.priority_queue(self.name))
         removed += int(pipe.execute()[0])
-        if not conn.exists(self.key) and not conn.sismember(keys.paused(), self.name):
+        if not conn.exists(self.key) and not conn.sismember(self.paused_key, self.name):
             # Empty and not paused: drop it from the listing (a worker reading it, or the
             # next push, lists it again).
             conn.srem(keys.queues(), self.name)

@@ -49,6 +49,8 @@ class JobRecord:
     job: dict[str, Any] = field(repr=False)
     score: float | None = None
     source: str = ""  # "queue", "schedule", "retry", "dead" or "busy"
+    # The home (keys.py) of the set it was read from; "" when there is one home.
+    home: str = ""
 
     @classmethod
     def from_raw(

@@ -100,7 +100,7 @@ class Snapshot:
 
 def quarantined_count(max_age: float = QUARANTINE_REFRESH) -> int:
     """The number of quarantined copies, counted at most every ``max_age`` seconds."""
-    root = keys.quarantine_root()
+    root = keys.quarantine_root(keys.root())  # the cache's key: one count per prefix
     now = time.monotonic()
     with _quarantine_lock:
         cached = _quarantine_cache.get(root)

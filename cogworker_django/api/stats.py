@@ -89,9 +89,13 @@ class Stats:
         conn = client()
         pipe = conn.pipeline(transaction=False)
         pipe.mget([keys.stat("processed"), keys.stat("failed")])
-        for s in (ScheduledSet, RetrySet, DeadSet):
-            pipe.zcard(s().key)
-        (processed, failed), scheduled, retries, dead = pipe.execute()
+        if keys.spread():  # one set per home: summed by each set (api/jobs.py)
+            ((processed, failed),) = pipe.execute()
+            scheduled, retries, dead = (s().size() for s in (ScheduledSet, RetrySet, DeadSet))
+        else:
+            for s in (ScheduledSet, RetrySet, DeadSet):
+                pipe.zcard(s().key)
+            (processed, failed), scheduled, retries, dead = pipe.execute()
         history = self.daily(days)
         return Overview(
             processed=_int(processed),

@@ -1,7 +1,8 @@
 -- Move one due job from a sorted set (schedule or retry) to its queue: only if it is
 -- still there (another poller may have moved it), and adding before removing (rule 2).
 -- The new payload (re-stamped enqueued_at) is built in Python (rule 3).
--- KEYS[1] = source zset, KEYS[2] = target (queue list, or the dead zset), KEYS[3] = P:queues
+-- KEYS[1] = source zset, KEYS[2] = target (queue list, or the dead zset),
+-- KEYS[3] = P:queues (left out with a home per queue: another slot; the push listed it)
 -- ARGV[1] = raw member, ARGV[2] = new payload JSON, ARGV[3] = queue name,
 -- ARGV[4] = score when the target is a zset ("" to LPUSH on a list)
 -- Returns 1 if moved, 0 if the member was gone.
@@ -10,7 +11,9 @@ if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
 end
 if ARGV[4] == "" then
   redis.call("LPUSH", KEYS[2], ARGV[2])
-  redis.pcall("SADD", KEYS[3], ARGV[3])
+  if KEYS[3] then
+    redis.pcall("SADD", KEYS[3], ARGV[3])
+  end
 else
   redis.call("ZADD", KEYS[2], ARGV[4], ARGV[2])
 end

@@ -3,7 +3,8 @@
 -- stopped by an error keeps its earlier writes, and SET cannot fail on a key's type).
 -- KEYS[1] = unique lock, KEYS[2] = the queue list (or the schedule or a priority zset),
 -- KEYS[3] = P:queues, KEYS[4] (only for a claimed periodic slot's job) =
--- P:periodic:claims:<identity>
+-- P:periodic:claims:<identity>; with a home per queue only KEYS[1..2] (the others are in
+-- another slot: unique.py lists the queue, periodic/claims.py marks the claim first)
 -- ARGV[1] = owner jid, ARGV[2] = lock TTL (whole seconds), ARGV[3] = payload JSON,
 -- ARGV[4] = score for a zset target: the schedule, or a priority zset ("" to LPUSH on
 -- the queue list), ARGV[5] = queue name; with KEYS[4]: ARGV[6] = the claim's field
@@ -39,7 +40,9 @@ elseif kind ~= "none" then
 end
 if ARGV[4] == "" then
   redis.call("LPUSH", KEYS[2], ARGV[3])
-  redis.pcall("SADD", KEYS[3], ARGV[5])
+  if KEYS[3] then
+    redis.pcall("SADD", KEYS[3], ARGV[5])
+  end
 else
   redis.call("ZADD", KEYS[2], ARGV[4], ARGV[3])
 end

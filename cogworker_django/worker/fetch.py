@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from .. import conf, connection, errors, keys, payload, priority, scripts
+from .. import conf, connection, errors, homes, keys, payload, priority, scripts
 from ..codec import raw_text, wire
 from ..conf import QueueSpec
 from .record import ACK, Filing, Record, Work
@@ -38,6 +38,9 @@ log = logging.getLogger("cogworker_django")
 
 # How long a paused-set read stays fresh in basic mode (reliable fetch checks per call).
 PAUSED_REFRESH = 2.0
+# Basic fetch with queues in several homes blocks on the first home's lists only, this
+# long, so a job pushed to another home waits at most about this for a thread.
+SPREAD_BLOCK_SECONDS = 0.1
 
 # Raw payloads as text and back (codec.py); kept under these names for callers.
 text = raw_text
@@ -67,12 +70,17 @@ class FetchStrategy:
     """What both modes share; see the module docstring for the interface."""
 
     name = ""
-    settle_key = ""  # the in-progress list a settle script acks from ("" for none)
     left_behind = ""  # what a hand-over that never went through leaves (for the log)
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
         self.identity = identity
         self.queues = queues
+        self.fallback = queues[0].name
+
+    def settle_keys(self, raw: str) -> tuple[str, str]:
+        """The in-progress list a settle script acks ``raw`` from ("" for none), and the
+        home whose retry, dead and schedule sets it is filed in."""
+        return "", keys.home_of(queue_of(raw, self.fallback))
 
     def source(self, record: Record, control: Any, concurrency: int) -> Any:
         raise NotImplementedError
@@ -85,12 +93,13 @@ class FetchStrategy:
         (lua/settle.lua). Filed even when the job is no longer listed: a Redis that lost
         its data (a restart without persistence) lost the list too, and this filing is
         then the job's only trace."""
-        target = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}
+        listed, home = self.settle_keys(raw)
+        target = {"retry": keys.retry, "dead": keys.dead, "schedule": keys.schedule}
         min_score, keep = conf.dead_trim()
         scripts.run(
             "settle",
             conn,
-            [self.settle_key, target[filing.target]],
+            [listed, target[filing.target](home)],
             [
                 wire(raw),
                 repr(filing.score),
@@ -123,12 +132,20 @@ class ReliableFetch(FetchStrategy):
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
         super().__init__(identity, queues)
-        self.inprogress = self.settle_key = keys.inprogress(identity)
-        self.paused = keys.paused()
+        self.spread = keys.spread()
+        # One in-progress list per home this process reads (one off a cluster).
+        self.groups = homes.group_by_home(q.name for q in queues)
+        self.home = self.groups[0][0]
+        self.lists = {home: keys.inprogress(identity, home) for home, _ in self.groups}
+        self.inprogress = self.lists[self.home]
         self._script = scripts.get("fetch")
+        # With a home per queue: the home each fetched job came from, so its ack and its
+        # filing go to that home's list and sets (the payload's own queue is only the
+        # fallback: its bytes may name a queue of another home).
+        self._home_of: dict[str, str] = {}
         # Listed but unknown at the last beat: requeued if still so at the next (a fetch
-        # in flight is never taken for a lost reply).
-        self._unknown_last_beat: set[str] = set()
+        # in flight is never taken for a lost reply), with the home of their list.
+        self._unknown_last_beat: set[tuple[str, str]] = set()
 
     def source(self, record: Record, control: Any, concurrency: int) -> Any:
         from .dispatch import Dispatcher
@@ -144,13 +161,42 @@ class ReliableFetch(FetchStrategy):
 
     def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]:
         """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
-        dispatch.py for how a pool of threads shares it)."""
+        dispatch.py for how a pool of threads shares it). With a home per queue: the
+        homes in the order of their first queue in this call's weighted order, the
+        first asked first (with every ack, each to its home, in the same round trip),
+        the next only for what the first could not give."""
         order = weighted_order(self.queues)
+        if not self.spread:
+            return self._take(conn, self.home, order, acks, count)
+        acked: dict[str, list[str]] = {}
+        for raw in acks:
+            acked.setdefault(self.settle_keys(raw)[1], []).append(raw)
+        groups = homes.group_by_home(order)
+        first, first_queues = groups[0]
+        others = [h for h in acked if h != first]
+        if others:
+            self._ack_elsewhere(others, acked)
+        works = self._take(conn, first, first_queues, acked.get(first, []), count)
+        for home, queues in groups[1:]:
+            if len(works) >= count:
+                break
+            works += self._take(conn, home, queues, [], count - len(works))
+        for raw in acks:
+            self._home_of.pop(raw, None)
+        for work in works:
+            self._home_of[work.raw] = keys.home_of(work.queue)
+        return works
+
+    def _take(
+        self, conn: Any, home: str, order: list[str], acks: list[str], count: int
+    ) -> list[Work]:
+        """One fetch script on one home: ack ``acks``, take up to ``count`` jobs from
+        ``order`` (queues of that home)."""
         result = self._script(
             conn,
             [
-                self.inprogress,
-                self.paused,
+                self.lists[home],
+                keys.paused(home),
                 *(keys.queue(q) for q in order),
                 *(keys.priority_queue(q) for q in order),  # django.tasks priorities
             ],
@@ -160,9 +206,34 @@ class ReliableFetch(FetchStrategy):
             return []
         return [Work(text(result[i]), text(result[i + 1])) for i in range(0, len(result), 2)]
 
+    def _ack_elsewhere(self, others: list[str], acked: dict[str, list[str]]) -> None:
+        """The acks for homes other than the one fetched from first: one pipeline (a
+        round trip per master they are on, sent before the fetch so a failure leaves
+        every ack pending, as a failed fetch does)."""
+        pipe = connection.get_client().pipeline(transaction=False)
+        for home in others:
+            raws = acked[home]
+            self._script.pipelined(
+                pipe, [self.lists[home], keys.paused(home)], [len(raws), *map(wire, raws), 0]
+            )
+        pipe.execute()
+
+    def settle_keys(self, raw: str) -> tuple[str, str]:
+        if not self.spread:
+            return self.inprogress, self.home
+        home = self._home_of.get(raw) or keys.home_of(queue_of(raw, self.fallback))
+        if home not in self.lists:  # not a home this process reads: its first one
+            home = self.home
+        return self.lists[home], home
+
     def ack(self, conn: redis.Redis, raw: str) -> None:
         # redis-py types LREM's value as str; it sends bytes as they are (the exact payload).
-        conn.lrem(self.inprogress, 1, wire(raw))  # type: ignore[arg-type]
+        conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
+        self._home_of.pop(raw, None)
+
+    def file(self, conn: redis.Redis, raw: str, filing: Filing) -> None:
+        super().file(conn, raw, filing)
+        self._home_of.pop(raw, None)
 
     # Shutdown ----------------------------------------------------------------------------
 
@@ -172,24 +243,39 @@ class ReliableFetch(FetchStrategy):
         the list (unfinished jobs, a lost fetch reply) back on its queue. Raises if it
         could not run (nothing changed then)."""
         pending = record.pending()
+        by_home: dict[str, dict[str, Any]] = {home: {} for home in self.lists}
+        for raw, how in pending.items():
+            by_home[self.settle_keys(raw)[1]][raw] = how
+        for home, queues in self.groups:
+            self._hand_over_home(conn, record, home, queues[0], by_home[home])
+
+    def _hand_over_home(
+        self, conn: redis.Redis, record: Record, home: str, fallback: str, pending: dict
+    ) -> None:
+        """One home's list, in one script (a home once settled has nothing left to
+        settle, so a retry after another home failed repeats nothing)."""
         acks = [raw for raw, how in pending.items() if how == ACK]
         filings = {raw: how for raw, how in pending.items() if how != ACK}
-        listed = Counter(text(r) for r in conn.lrange(self.inprogress, 0, -1))
+        listed = Counter(text(r) for r in conn.lrange(self.lists[home], 0, -1))
         # Every copy on the list is requeued, except one per pending settlement (two
         # identical payloads are two jobs).
         for raw in pending:
             if listed[raw] > 0:
                 listed[raw] -= 1
         requeue = list(listed.elements())
-        fallback = self.queues[0].name
-        queue_keys = [priority.return_key(queue_of(r, fallback)) for r in requeue]
+        if not (requeue or pending):
+            return
+        queue_keys = [
+            priority.return_key(homes.home_queue(queue_of(r, fallback), home, fallback))
+            for r in requeue
+        ]
         args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
         for raw, filing in filings.items():
             assert isinstance(filing, Filing)
             args += [wire(raw), filing.unsettled_entry()]
         args += map(wire, requeue)
         _acked, handed, requeued = scripts.run(
-            "handover", conn, [self.inprogress, keys.unsettled(), *queue_keys], args
+            "handover", conn, [self.lists[home], keys.unsettled(home), *queue_keys], args
         )
         for raw, how in pending.items():
             record.settled(raw, how)
@@ -199,7 +285,7 @@ class ReliableFetch(FetchStrategy):
             log.warning(
                 "handed %d finished job(s) that could not be filed to %s",
                 handed,
-                keys.unsettled(),
+                keys.unsettled(home),
             )
 
     # The heartbeat -----------------------------------------------------------------------
@@ -207,7 +293,10 @@ class ReliableFetch(FetchStrategy):
     def beat(self, pipe: Any) -> list[str]:
         pipe.sadd(keys.inprogress_ids(), self.identity)
         scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [self.identity])
-        return ["in-progress registry", "last-beat stamp"]
+        if not self.spread:
+            return ["in-progress registry", "last-beat stamp"]
+        pipe.sadd(keys.inprogress_homes(self.identity), *self.lists)
+        return ["in-progress registry", "last-beat stamp", "in-progress homes"]
 
     def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
         """Requeue jobs on this process's list that it does not know it has (a fetch whose
@@ -215,20 +304,25 @@ class ReliableFetch(FetchStrategy):
         flight is never taken for one."""
         from .requeue import requeue_from_list
 
-        listed = {text(r) for r in conn.lrange(self.inprogress, 0, -1)}
+        listed = {
+            (home, text(r)) for home in self.lists for r in conn.lrange(self.lists[home], 0, -1)
+        }
         known = record.running_raws() | set(record.pending()) | source.known()
-        unknown = listed - known
+        unknown = {(home, raw) for home, raw in listed if raw not in known}
         confirmed = unknown & self._unknown_last_beat
         self._unknown_last_beat = unknown - confirmed
-        if not confirmed:
-            return
-        n = requeue_from_list(
-            conn,
-            self.identity,
-            confirmed,
-            count_orphaning=False,
-            fallback_queue=self.queues[0].name,
-        )
+        n = 0
+        for home, queues in self.groups:
+            raws = [raw for h, raw in confirmed if h == home]
+            if raws:
+                n += requeue_from_list(
+                    conn,
+                    self.identity,
+                    raws,
+                    home=home,
+                    count_orphaning=False,
+                    fallback_queue=queues[0],
+                )
         if n:
             log.warning(
                 "requeued %d job(s) this process had taken without knowing it (a lost fetch reply)",
@@ -236,12 +330,15 @@ class ReliableFetch(FetchStrategy):
             )
 
     def forget(self, conn: redis.Redis) -> None:
-        if conn.llen(self.inprogress) == 0:
+        if all(conn.llen(name) == 0 for name in self.lists.values()):
             # Nothing left for recovery to find: forget this identity.
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), self.identity)
             pipe.hdel(keys.last_beat(), self.identity)
-            pipe.delete(self.inprogress)
+            for name in self.lists.values():
+                pipe.delete(name)
+            if self.spread:
+                pipe.delete(keys.inprogress_homes(self.identity))
             pipe.execute(raise_on_error=False)
 
 
@@ -273,11 +370,13 @@ class BasicFetch(FetchStrategy):
     def _active(self, conn: redis.Redis) -> list[str]:
         now = time.monotonic()
         if now - self._paused_at > PAUSED_REFRESH:
-            try:
-                self._paused = {text(m) for m in conn.smembers(keys.paused())}
-            except redis.ResponseError:
-                self._paused = set()  # a paused set of the wrong type pauses nothing
-            self._paused_at = now
+            paused: set[str] = set()
+            for home, _queues in homes.group_by_home(q.name for q in self.queues):
+                try:
+                    paused |= {text(m) for m in conn.smembers(keys.paused(home))}
+                except redis.ResponseError:
+                    pass  # a paused set of the wrong type pauses nothing
+            self._paused, self._paused_at = paused, now
         return [q for q in weighted_order(self.queues) if q not in self._paused]
 
     def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
@@ -285,14 +384,20 @@ class BasicFetch(FetchStrategy):
         if not active:
             time.sleep(connection.FETCH_BLOCK_SECONDS)
             return None
-        by_key = {keys.queue(q): q for q in active}
         # django.tasks priorities wait in zsets BRPOP can't see (priority.py): one
-        # non-blocking script takes the next job in priority order from the zsets and
-        # lists; BRPOP only waits when it found nothing.
-        found = self._take(conn, [*by_key, *(keys.priority_queue(q) for q in active)], active)
-        if found:
-            return Work(text(found[0]), text(found[1]))
-        result = conn.brpop(list(by_key), timeout=connection.FETCH_BLOCK_SECONDS)
+        # non-blocking script per home takes the next job in priority order from the
+        # zsets and lists; BRPOP only waits when none found one, and only on the first
+        # home's lists (a blocking command must stay in one slot).
+        groups = homes.group_by_home(active)
+        for _home, queues in groups:
+            found = self._take(
+                conn, [*map(keys.queue, queues), *map(keys.priority_queue, queues)], queues
+            )
+            if found:
+                return Work(text(found[0]), text(found[1]))
+        by_key = {keys.queue(q): q for q in groups[0][1]}
+        wait = connection.FETCH_BLOCK_SECONDS if len(groups) == 1 else SPREAD_BLOCK_SECONDS
+        result = conn.brpop(list(by_key), timeout=wait)
         if not result:
             return None
         return Work(by_key[text(result[0])], text(result[1]))
@@ -310,10 +415,13 @@ class BasicFetch(FetchStrategy):
         for work in record.running():
             if work.raw not in pending:
                 items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
+        unsettled = set()
         for raw, how in pending.items():
             if isinstance(how, Filing):
                 entry = how.unsettled_entry().encode()
-                items.append((hash((raw, how)), keys.unsettled(), entry))
+                key = keys.unsettled(self.settle_keys(raw)[1])
+                unsettled.add(key)
+                items.append((hash((raw, how)), key, entry))
         for ident, key, value in items:
             if ident in self._handed:
                 continue
@@ -323,7 +431,7 @@ class BasicFetch(FetchStrategy):
                 failure = exc
                 continue
             self._handed.add(ident)
-            if key != keys.unsettled():
+            if key not in unsettled:
                 moved += 1
         if moved:
             log.warning("requeued %d job(s) unfinished at shutdown", moved)

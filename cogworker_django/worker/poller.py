@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, departures, errors, keys, payload, priority, scripts
+from .. import conf, connection, departures, errors, homes, keys, payload, priority, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery
 from .unsettled import file_unsettled
@@ -32,9 +32,21 @@ MAX_SCALE = 10
 
 
 def enqueue_due(conn: Any, now: float | None = None) -> int:
-    """Move every due job of the schedule and retry sets to its queue; returns how many."""
+    """Move every due job of every home's schedule and retry sets to its queue; returns
+    how many."""
     moved = 0
-    for source in (keys.schedule(), keys.retry()):
+    listed: set[str] = set()
+    for home in homes.all_homes(conn):
+        moved += _enqueue_due_home(conn, home, now, listed)
+    if listed and keys.spread():
+        # The queue listing is in another slot than the moves (lua/requeue_due.lua).
+        errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
+    return moved
+
+
+def _enqueue_due_home(conn: Any, home: str, now: float | None, listed: set[str]) -> int:
+    moved = 0
+    for source in (keys.schedule(home), keys.retry(home)):
         stuck = 0  # due entries that failed deterministically: skipped this pass (rule 6)
         while True:
             now_ = now if now is not None else time.time()
@@ -43,7 +55,7 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
                 break
             for raw in due:
                 try:
-                    moved += _move(conn, source, text(raw))
+                    moved += _move(conn, home, source, text(raw), listed)
                 except Exception as exc:
                     if errors.is_unavailable(exc):
                         raise
@@ -56,32 +68,43 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
     return moved
 
 
-def _move(conn: Any, source: str, raw: str) -> int:
+def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     job = payload.decode(wire(raw))
     queue = job.get("queue")
+    listing = [] if keys.spread() else [keys.queues()]  # lua/requeue_due.lua: one slot
+    why = ""
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
+        why = "the job has no queue"
+    elif keys.home_of(queue) != home:
+        # Its queue's keys are in another slot: one script can't move it there.
+        why = f"the job's queue {queue!r} is not in the hash slot of {source}"
+    if why:
         # Can't be requeued: bury it in dead with its bytes rather than retry it forever.
         leaving = job
         if job["func"] != payload.UNPARSEABLE:
-            job = payload.unparseable(wire(raw), None, "InvalidPayload", "the job has no queue")
+            job = payload.unparseable(wire(raw), None, "InvalidPayload", why)
         moved = scripts.run(
             "requeue_due",
             conn,
-            [source, keys.dead(), keys.queues()],
+            [source, keys.dead(home), *listing],
             [wire(raw), payload.encode(job), "", repr(time.time())],
         )
         if moved:
-            departures.job_left(leaving, "filed in dead: the job has no queue")
+            departures.job_left(leaving, f"filed in dead: {why}")
         return moved
+    assert isinstance(queue, str)  # checked above
     job.pop("at", None)
     job["enqueued_at"] = time.time()
     where = priority.route(job)  # the list, or the zset of a django.tasks priority
-    return scripts.run(
+    moved = scripts.run(
         "requeue_due",
         conn,
-        [source, where.key, keys.queues()],
+        [source, where.key, *listing],
         [wire(raw), where.value, queue, where.score_arg],
     )
+    if moved:
+        listed.add(queue)
+    return moved
 
 
 class Poller:

@@ -41,7 +41,7 @@ from typing import Any
 
 import redis
 
-from .. import codec, conf, errors, keys
+from .. import codec, conf, errors, homes, keys
 from ..codec import raw_text as text
 from ..controls import limits
 from ..periodic import claims
@@ -95,8 +95,15 @@ class OrphanRecovery:
             "about %.0fs from now, once it has missed ORPHAN_THRESHOLD",
             ident,
             now - last,
-            conn.llen(keys.inprogress(ident)),
+            self._listed_jobs(conn, ident),
             max(0.0, due - now),
+        )
+
+    def _listed_jobs(self, conn: Any, ident: str) -> int:
+        """How many jobs ``ident``'s in-progress lists hold, over every home."""
+        return sum(
+            int(conn.llen(keys.inprogress(ident, home)))
+            for home in homes.process_homes(conn, ident, [self.fallback_queue])
         )
 
     def run(self, conn: Any) -> int | None:
@@ -185,14 +192,18 @@ class OrphanRecovery:
     def _recover(self, conn: Any, ident: str) -> int:
         if conn.exists(keys.process(ident)):
             return 0  # alive (its stamp may be failing while its presence works)
-        raws = [text(r) for r in conn.lrange(keys.inprogress(ident), 0, -1)]
-        moved = requeue_from_list(
-            conn,
-            ident,
-            dict.fromkeys(raws),
-            count_orphaning=True,
-            fallback_queue=self.fallback_queue,
-        )
+        moved = 0
+        for home in homes.process_homes(conn, ident, [self.fallback_queue]):
+            raws = [text(r) for r in conn.lrange(keys.inprogress(ident, home), 0, -1)]
+            if raws:
+                moved += requeue_from_list(
+                    conn,
+                    ident,
+                    dict.fromkeys(raws),
+                    home=home,
+                    count_orphaning=True,
+                    fallback_queue=homes.a_queue_of(home, self.fallback_queue),
+                )
         if moved:
             log.warning("recovered %d job(s) from dead process %s", moved, ident)
         try:
@@ -209,7 +220,7 @@ class OrphanRecovery:
         # on a pass that finds none left.
         if claims.pending(conn, ident):
             self.claims.submit(ident)
-        elif conn.llen(keys.inprogress(ident)) == 0:
+        elif self._listed_jobs(conn, ident) == 0:
             # Forget the dead identity everywhere (its presence key is already gone).
             pipe = conn.pipeline(transaction=False)
             pipe.srem(keys.inprogress_ids(), ident)
@@ -217,6 +228,8 @@ class OrphanRecovery:
             pipe.hdel(keys.last_beat(), ident)
             pipe.srem(keys.processes(), ident)
             pipe.delete(keys.work(ident))
+            if keys.spread():
+                pipe.delete(keys.inprogress_homes(ident))
             pipe.execute(raise_on_error=False)
             self._unstamped.pop(ident, None)
         return moved

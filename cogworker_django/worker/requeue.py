@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .. import conf, departures, keys, payload, priority, scripts
+from .. import conf, departures, homes, keys, payload, priority, scripts
 from ..codec import wire
 from . import failures
 
@@ -22,18 +22,25 @@ log = logging.getLogger("cogworker_django")
 
 
 def requeue_from_list(
-    conn: Any, identity: str, raws: Iterable[str], *, count_orphaning: bool, fallback_queue: str
+    conn: Any,
+    identity: str,
+    raws: Iterable[str],
+    *,
+    home: str,
+    count_orphaning: bool,
+    fallback_queue: str,
 ) -> int:
-    """Move each of ``raws`` from ``identity``'s in-progress list to its queue (or to dead
-    past MAX_ORPHANINGS); returns how many this call moved."""
-    source = keys.inprogress(identity)
+    """Move each of ``raws`` from ``identity``'s in-progress list in ``home`` to its queue
+    (or to dead past MAX_ORPHANINGS); returns how many this call moved. A job whose
+    payload names no queue, or a queue of another home, goes to ``fallback_queue`` (a
+    queue of ``home``: one script moves it, in one slot)."""
+    source = keys.inprogress(identity, home)
+    listing = [] if keys.spread() else [keys.queues()]  # lua/recover_job.lua: one slot
     max_orphanings = conf.get().MAX_ORPHANINGS
     moved = 0
     for raw in raws:
         job = payload.decode(wire(raw))
-        queue = job.get("queue")
-        if not isinstance(queue, str) or not queue:
-            queue = fallback_queue
+        queue = homes.home_queue(job.get("queue"), home, fallback_queue)
         to_dead = job["func"] == payload.UNPARSEABLE
         if count_orphaning and not to_dead:
             try:
@@ -49,13 +56,13 @@ def requeue_from_list(
                 )
                 to_dead = True
         if to_dead:
-            target, score = keys.dead(), repr(time.time())
+            target, score = keys.dead(home), repr(time.time())
         else:
             job["enqueued_at"] = time.time()
             target, score = priority.return_key(queue), ""
         new = payload.encode(job)
         if scripts.run(
-            "recover_job", conn, [source, target, keys.queues()], [wire(raw), new, queue, score]
+            "recover_job", conn, [source, target, *listing], [wire(raw), new, queue, score]
         ):
             moved += 1
             if to_dead:

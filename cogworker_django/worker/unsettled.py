@@ -17,7 +17,7 @@ import math
 import time
 from typing import Any
 
-from .. import errors, keys, payload, scripts
+from .. import errors, homes, keys, payload, scripts
 from .fetch import text, wire
 from .record import Filing
 
@@ -28,24 +28,29 @@ TARGETS = ("retry", "dead", "schedule")
 
 
 def file_unsettled(conn: Any) -> int:
-    """One pass over the first BATCH entries; returns how many were filed. Raises only
-    when Redis is unavailable (the poller retries next pass)."""
+    """One pass over the first BATCH entries of every home; returns how many were filed.
+    Raises only when Redis is unavailable (the poller retries next pass)."""
+    return sum(_file_home(conn, home) for home in homes.all_homes(conn))
+
+
+def _file_home(conn: Any, home: str) -> int:
     filed = 0
-    for listed in conn.lrange(keys.unsettled(), 0, BATCH - 1):
+    for listed in conn.lrange(keys.unsettled(home), 0, BATCH - 1):
         entry = text(listed)
         try:
             filing = read_entry(entry)
         except (ValueError, KeyError, TypeError) as exc:
             # An entry we can't read is still a job: bury it in dead with its bytes.
-            filed += _bury(conn, entry, "InvalidUnsettledEntry", errors.safe_str(exc))
+            filed += _bury(conn, home, entry, "InvalidUnsettledEntry", errors.safe_str(exc))
             continue
         try:
-            filed += _file(conn, entry, filing)
+            filed += _file(conn, home, entry, filing)
         except Exception as exc:  # noqa: BLE001 - one entry never stops the others
             if errors.is_unavailable(exc):
                 raise
             filed += _bury(
                 conn,
+                home,
                 entry,
                 "UnfileableUnsettledEntry",
                 f"Redis refused to file it in {filing.target}: {errors.describe(exc)}",
@@ -65,31 +70,33 @@ def read_entry(entry: str) -> Filing:
     return filing
 
 
-def _file(conn: Any, entry: str, filing: Filing) -> int:
-    target = {"retry": keys.retry(), "dead": keys.dead(), "schedule": keys.schedule()}
+def _file(conn: Any, home: str, entry: str, filing: Filing) -> int:
+    """Into ``home``'s set: the entry was written to the list of the home the job was
+    fetched from, and one script files it (one slot)."""
+    target = {"retry": keys.retry, "dead": keys.dead, "schedule": keys.schedule}
     return int(
         scripts.run(
             "file_unsettled",
             conn,
-            [keys.unsettled(), target[filing.target]],
+            [keys.unsettled(home), target[filing.target](home)],
             [wire(entry), repr(filing.score), filing.payload],
         )
     )
 
 
-def _bury(conn: Any, entry: str, error_class: str, reason: str) -> int:
+def _bury(conn: Any, home: str, entry: str, error_class: str, reason: str) -> int:
     wrapper = payload.unparseable(wire(entry), None, error_class, reason)
     try:
-        done = _file(conn, entry, Filing("dead", time.time(), payload.encode(wrapper)))
+        done = _file(conn, home, entry, Filing("dead", time.time(), payload.encode(wrapper)))
     except Exception as exc:  # noqa: BLE001 - left listed; the others go on
         if errors.is_unavailable(exc):
             raise
         log.error(
             "an entry of %s can't be filed even in dead (%s): left listed",
-            keys.unsettled(),
+            keys.unsettled(home),
             errors.describe(exc),
         )
         return 0
     if done:
-        log.error("an entry of %s was filed in dead: %s", keys.unsettled(), reason)
+        log.error("an entry of %s was filed in dead: %s", keys.unsettled(home), reason)
     return done

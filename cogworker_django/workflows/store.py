@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import conf, connection, errors, keys, payload, priority, scripts
+from .. import conf, connection, errors, homes, keys, payload, priority, scripts
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 
 log = logging.getLogger("cogworker_django")
@@ -185,7 +185,7 @@ def _target(job: dict[str, Any], at_now: float) -> tuple[str, str, str]:
     """(key, value, score) of where ``job`` waits, as client.push would put it."""
     at = job.get("at")
     if at is not None and float(at) > at_now:
-        return keys.schedule(), payload.encode(job), repr(float(at))
+        return keys.schedule(homes.job_home(job)), payload.encode(job), repr(float(at))
     job.pop("at", None)
     job["enqueued_at"] = at_now
     where = priority.route(job, at_now)
@@ -201,7 +201,7 @@ def push(bid: str, jobs: list[dict[str, Any]]) -> int:
         key, value, score = _target(job, at_now)
         if key not in targets:
             targets.append(key)
-        listed = job["queue"] if key != keys.schedule() else ""
+        listed = job["queue"] if key != keys.schedule(homes.job_home(job)) else ""
         args += [7 + targets.index(key), value, score, job["jid"], listed]
     answer = scripts.run(
         "batch_push",

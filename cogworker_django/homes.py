@@ -1,0 +1,120 @@
+"""Which homes exist: the sets of keys that share a hash slot (keys.py).
+
+Off a cluster, and on a cluster with a PREFIX that holds its own tag, there is one home,
+:func:`keys.root`, and nothing here reads Redis. With a tag per queue (:func:`keys.spread`)
+each queue's schedule, retry, dead and unsettled sets and in-progress lists live in
+that queue's home, so the chores that walk them (the poller, orphan recovery, the key
+guard, the admin's listings) need every home a job may be in: the homes of every queue
+anyone has pushed to (``P:queues``), read recently (``P:live_queues``) or is configured
+to read. A queue listed nowhere has no jobs of its own to find: every push lists its
+queue, every worker lists the queues it reads at each beat, and a worker's poller
+always walks the homes of its own queues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from . import conf, errors, keys
+from .codec import raw_text
+
+
+def group_by_home(queues: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """``(home, queues)`` pairs, homes in the order their first queue comes, queues in
+    the order given (a fetch keeps its weighted order within and across homes)."""
+    groups: dict[str, list[str]] = {}
+    for q in queues:
+        groups.setdefault(keys.home_of(q), []).append(q)
+    return list(groups.items())
+
+
+def known_queues(conn: Any, also: Iterable[str] = ()) -> list[str]:
+    """Every queue a job may be in: listed, read lately, configured, and ``also``. A
+    registry of the wrong type lists nothing (the key guard moves it aside)."""
+    names = dict.fromkeys([*also, *conf.get().queue_names])
+    pipe = conn.pipeline(transaction=False)
+    pipe.smembers(keys.queues())
+    pipe.zrange(keys.live_queues(), 0, -1)
+    for found in pipe.execute(raise_on_error=False):
+        if isinstance(found, Exception):
+            if errors.is_unavailable(found):
+                raise found
+            continue
+        names.update(dict.fromkeys(sorted(raw_text(m) for m in found)))
+    return list(names)
+
+
+def all_homes(conn: Any, also: Iterable[str] = ()) -> list[str]:
+    """Every home a job may be in (one, and no Redis read, without a tag per queue)."""
+    if not keys.spread():
+        return [keys.root()]
+    return list(dict.fromkeys(keys.home_of(q) for q in known_queues(conn, also)))
+
+
+def process_homes(conn: Any, identity: str, also: Iterable[str] = ()) -> list[str]:
+    """Every home where ``identity`` may have an in-progress list: those it recorded
+    (``P:inprogress_homes:<id>``) and every known home."""
+    if not keys.spread():
+        return [keys.root()]
+    recorded: list[str] = []
+    try:
+        recorded = sorted(raw_text(h) for h in conn.smembers(keys.inprogress_homes(identity)))
+    except Exception as exc:
+        if errors.is_unavailable(exc):
+            raise
+    return list(dict.fromkeys([*recorded, *all_homes(conn, also)]))
+
+
+def inprogress_keys(conn: Any, identities: Iterable[str]) -> dict[str, list[str]]:
+    """Each identity's in-progress lists, one per home it may have one in (one list,
+    and no Redis read, without a tag per queue)."""
+    idents = list(identities)
+    if not keys.spread():
+        return {i: [keys.inprogress(i, keys.root())] for i in idents}
+    every = all_homes(conn)
+    pipe = conn.pipeline(transaction=False)
+    for ident in idents:
+        pipe.smembers(keys.inprogress_homes(ident))
+    out = {}
+    for ident, recorded in zip(idents, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(recorded, Exception) and errors.is_unavailable(recorded):
+            raise recorded
+        mine = sorted(raw_text(h) for h in recorded) if isinstance(recorded, set) else []
+        out[ident] = [keys.inprogress(ident, h) for h in dict.fromkeys([*mine, *every])]
+    return out
+
+
+def a_queue_of(home: str, fallback: str) -> str:
+    """A queue of ``home``: ``fallback`` if it is one, else the queue the home's tag
+    names (``{P|q}`` is queue ``q``'s home)."""
+    if keys.home_of(fallback) == home:
+        return fallback
+    return home[len(keys.prefix()) + 2 : -1]
+
+
+def job_home(job: Any) -> str:
+    """The home of a job's own keys (its unique lock, the sets it is filed in): its
+    queue's, or the prefix's for a payload that names no queue."""
+    queue = job.get("queue") if isinstance(job, dict) else None
+    return keys.home_of(queue) if isinstance(queue, str) and queue else keys.root()
+
+
+def home_queue(queue: Any, home: str, fallback: str) -> str:
+    """``queue`` if it is a queue name of ``home``, else ``fallback`` (a queue of that
+    home): a job moved within a home by one script must stay in that home's slot."""
+    if isinstance(queue, str) and queue and keys.home_of(queue) == home:
+        return queue
+    return fallback
+
+
+__all__ = [
+    "a_queue_of",
+    "all_homes",
+    "group_by_home",
+    "home_queue",
+    "inprogress_keys",
+    "job_home",
+    "known_queues",
+    "process_homes",
+]
