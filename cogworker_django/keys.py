@@ -39,7 +39,8 @@ def root() -> str:
 
 def spread() -> bool:
     """Each queue in its own home (a Redis Cluster and a PREFIX without a tag of its own)."""
-    return False  # one home until every caller walks homes
+    s = conf.get()
+    return bool(s.CLUSTER) and "{" not in s.PREFIX
 
 
 def home_of(queue: str) -> str:
@@ -114,6 +115,10 @@ def live_queues() -> str:  # zset: queue -> last time a process read it
     return _k("live_queues")
 
 
+def outbox() -> str:  # list: jobs on their way to another home (outbox.py)
+    return _k("outbox")
+
+
 def unsettled(home: str) -> str:  # list: finished jobs a stopping process could not file
     return _h(home, "unsettled")
 
@@ -171,6 +176,10 @@ def inprogress(identity: str, home: str) -> str:  # list: reliable fetch (per ho
 
 def inprogress_homes(identity: str) -> str:  # set: homes of a process's lists (spread only)
     return _k("inprogress_homes", identity)
+
+
+def relayed(job_id: str, home: str) -> str:  # string: this outbox entry was pushed here
+    return _h(home, "relayed", job_id)
 
 
 def signal(identity: str) -> str:  # pub/sub channel
@@ -304,6 +313,7 @@ def fixed_types() -> dict[str, str]:
         inprogress_ids(): "set",
         last_beat(): "hash",
         live_queues(): "zset",
+        outbox(): "list",
         periodic_schedule(): "hash",
         periodic_disabled(): "set",
         periodic_claimers(): "set",

@@ -25,6 +25,11 @@ def pytest_configure(config):
         "markers",
         "cluster: run on a single Redis and on a Redis Cluster (tests/cluster_support.py)",
     )
+    config.addinivalue_line(
+        "markers",
+        "spread: run on a Redis Cluster with a plain PREFIX, so each queue has a home of "
+        "its own (keys.spread); such a test builds its key names with keys.*",
+    )
 
 
 def pytest_generate_tests(metafunc):
@@ -36,12 +41,21 @@ def pytest_generate_tests(metafunc):
         and "redis_mode" in names
         and "redis_server" not in names
     ):
-        metafunc.parametrize("redis_mode", cluster_support.MODES, indirect=True)
+        modes = list(cluster_support.MODES)
+        if metafunc.definition.get_closest_marker("spread"):
+            modes.append("spread")  # and with a home per queue
+        metafunc.parametrize("redis_mode", modes, indirect=True)
+    elif metafunc.definition.get_closest_marker("spread") and "redis_mode" in names:
+        metafunc.parametrize("redis_mode", ["spread"], indirect=True)
 
 
-def _delete_prefix(client: redis.Redis, prefix: str) -> None:
+def _delete_prefix(client: redis.Redis, prefix: str, spread: bool = False) -> None:
     batch = []
-    for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+    patterns = [f"{prefix}:*"]
+    if spread:  # the prefix's home and every queue's (keys.py)
+        patterns += ["{" + prefix + "}:*", "{" + prefix + "|*"]
+    found = (key for pattern in patterns for key in client.scan_iter(match=pattern, count=1000))
+    for key in found:
         batch.append(key)
         if len(batch) >= 500:
             client.delete(*batch)
@@ -74,7 +88,7 @@ def local_cluster():
 
 @pytest.fixture
 def redis_url(request, redis_mode) -> str:
-    if redis_mode == "cluster":
+    if redis_mode in ("cluster", "spread"):
         return request.getfixturevalue("local_cluster").url
     return MAIN_REDIS_URL
 
@@ -88,7 +102,7 @@ def prefix(redis_mode) -> str:
 
 
 def _plain_client(redis_mode: str, url: str, **kwargs):
-    if redis_mode == "cluster":
+    if redis_mode in ("cluster", "spread"):
         return cluster_support.client(url, **kwargs)
     return redis.Redis.from_url(url, **kwargs)
 
@@ -97,13 +111,13 @@ def _plain_client(redis_mode: str, url: str, **kwargs):
 def cogworker_settings(prefix, settings, redis_mode, redis_url):
     """Point the app at the test Redis under this test's own prefix."""
     value = {"REDIS_URL": redis_url, "PREFIX": prefix}
-    if redis_mode == "cluster":
+    if redis_mode in ("cluster", "spread"):
         value["CLUSTER"] = True
     with override_settings(COGWORKER=value):
         yield value
     client = _plain_client(redis_mode, redis_url)
     try:
-        _delete_prefix(client, prefix)
+        _delete_prefix(client, prefix, spread=redis_mode == "spread")
     finally:
         client.close()
     connection.reset()
@@ -160,7 +174,7 @@ def worker(prefix, redis_mode, redis_url):
     workers: list[Worker] = []
 
     def start(*, prefix_: str | None = None, wait: bool = True, **kwargs) -> Worker:
-        if redis_mode == "cluster":
+        if redis_mode in ("cluster", "spread"):
             kwargs.setdefault("redis_url", redis_url)
             kwargs["env"] = {"COGWORKER_CLUSTER": "1", **(kwargs.get("env") or {})}
         w = Worker(prefix_ or prefix, **kwargs)

@@ -85,7 +85,7 @@ def test_a_master_killed_mid_drain_fails_over_and_the_worker_carries_on(
     tokens = [f"before-{i}" for i in range(JOBS_BEFORE)]
     for token in tokens:
         tj.tally_elsewhere.enqueue(MAIN_REDIS_URL, tally, token, 0.03)
-    slot = key_slot(keys.root().encode())
+    slot = key_slot(keys.queue("default").encode())  # the master holding the jobs
     old = slot_owner(ha_cluster, slot)
     # Asynchronous replication: make sure the replica has the pushes before the kill
     # (what it may still lose is said in docs/cluster.md#failover).
@@ -150,7 +150,7 @@ def test_a_master_down_without_a_replica_is_an_outage_the_worker_rides_out(
     for i in range(20):
         tj.tally_elsewhere.enqueue(MAIN_REDIS_URL, tally, f"before-{i}")
     wait_until(lambda: len(tallies(tally)) == 20, 30, message="the first jobs run")
-    slot = key_slot(keys.root().encode())
+    slot = key_slot(keys.queue("default").encode())  # the master holding the jobs
     port = slot_owner(bare_cluster, slot)
     os.kill(node_pid(bare_cluster, port), signal.SIGKILL)
     w.wait_for_log(r"Redis unavailable", timeout=30)

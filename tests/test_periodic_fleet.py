@@ -9,13 +9,14 @@ import time
 import pytest
 from django.test import override_settings
 
+from cogworker_django import keys
 from cogworker_django.api import periodic as control
 
 from .helpers import wait_until
 
-# Periodic once-per-fleet behaves the same on a Redis Cluster: every test runs on both
-# (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+# Periodic once-per-fleet behaves the same on a Redis Cluster, with one hash tag and with
+# a home per queue: every test runs on all three (tests/cluster_support.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 EVERY_SECOND = {"every-second": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick"}}
 
@@ -89,7 +90,7 @@ def test_a_killed_run_frees_its_entry_once_the_active_ttl_lapses(worker, r, pref
     workers = [worker(periodic=periodic, settings=settings, wait=False) for _ in range(2)]
     for w in workers:
         w.wait_for_log(r"cogworker \S+ started", timeout=30)
-    running = f"{prefix}:periodic:running:exclusive"
+    running = keys.periodic_running("exclusive")
     (first,) = wait_until(lambda: spans(r, prefix), 15, message="the first run")
     # The first run holds the entry: its worker's heartbeat refreshes the lock to the
     # active TTL (seen as the TTL rising again after it ran down).

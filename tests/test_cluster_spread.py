@@ -1,0 +1,237 @@
+"""A home per queue (keys.spread): a Redis Cluster with a PREFIX without braces puts each
+queue's keys in a slot of their own, so queues live on different masters. Real workers
+on a real 3-master cluster (tests/cluster_support.py); key names built with keys.*."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django import api, connection, homes, keyguard, keys, payload
+from cogworker_django.conf import QueueSpec
+from cogworker_django.worker.fetch import ReliableFetch
+
+from .helpers import wait_until
+
+pytestmark = pytest.mark.spread
+
+
+def _port(key: str) -> int:
+    client = connection.get_client()
+    real = client.built() if hasattr(client, "built") else client
+    return int(real.get_node_from_key(key).port)
+
+
+def three_masters() -> list[str]:
+    """Three queue names whose homes are on three different masters."""
+    picked: dict[int, str] = {}
+    for i in range(200):
+        name = f"q{i}"
+        picked.setdefault(_port(keys.queue(name)), name)
+        if len(picked) == 3:
+            return list(picked.values())
+    raise AssertionError("no three queues on three masters")
+
+
+def counts(r) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(tj.runs_key()).items()}
+
+
+def test_queues_on_three_masters_run_and_leave_nothing_behind(worker, r):
+    qs = three_masters()
+    assert len({_port(keys.queue(q)) for q in qs}) == 3
+    for q in qs:
+        for i in range(5):
+            tj.record.using(queue=q).enqueue(f"{q}-{i}")
+    for q in qs:
+        assert r.llen(keys.queue(q)) == 5
+        assert q in r.smembers(keys.queues())
+    w = worker(settings={"QUEUES": qs, "CONCURRENCY": 3})
+    wait_until(lambda: len(counts(r)) == 15, 20, message="all 15 ran")
+    assert set(counts(r).values()) == {1}
+    assert w.stop() == 0
+    for q in qs:
+        home = keys.home_of(q)
+        assert r.llen(keys.queue(q)) == 0
+        assert not r.exists(keys.inprogress(_ident_of(w), home))
+
+
+def _ident_of(w) -> str:
+    found = [line for line in w.log().splitlines() if "identity" in line]
+    return found[0].rsplit(" ", 1)[-1] if found else "none"
+
+
+def test_a_fetch_keeps_the_weighted_order_across_homes_in_one_script_call(r):
+    qs = three_masters()
+    for q in qs:
+        for i in range(3):
+            tj.record.using(queue=q).enqueue(f"{q}-{i}")
+    fetch = ReliableFetch("me:1:aa", tuple(QueueSpec(q, 1) for q in qs))
+    conn = connection.get_client()
+    order_seen = []
+    calls_before = _script_calls()
+    works = fetch.fetch_many(conn, [], 2)
+    # The first home of this call's weighted order had two: one script call gave both.
+    assert _script_calls() - calls_before == 1
+    assert len(works) == 2 and len({w.queue for w in works}) == 1
+    order_seen.append(works[0].queue)
+    first = works[0].queue
+    home = keys.home_of(first)
+    assert r.llen(keys.inprogress("me:1:aa", home)) == 2
+    # Acked into their own home's list while the next fetch takes from any home.
+    more = fetch.fetch_many(conn, [w.raw for w in works], 10)
+    assert r.llen(keys.inprogress("me:1:aa", home)) == sum(1 for w in more if w.queue == first)
+    assert len(more) == 7  # every job left, from the three homes in turn
+    for w in more:
+        assert r.lpos(keys.inprogress("me:1:aa", keys.home_of(w.queue)), w.raw) is not None
+    fetch.fetch_many(conn, [w.raw for w in more], 0)
+    for q in qs:
+        assert r.llen(keys.inprogress("me:1:aa", keys.home_of(q))) == 0
+
+
+def _script_calls() -> int:
+    client = connection.get_client()
+    real = client.built() if hasattr(client, "built") else client
+    total = 0
+    for node in real.get_primaries():
+        stats = real.get_redis_connection(node).info("commandstats")
+        total += sum(
+            int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval")
+        )
+    return total
+
+
+def test_weighted_order_holds_across_homes(r):
+    """A queue of weight 9 is first about nine times in ten, wherever its home is."""
+    qs = three_masters()
+    fetch = ReliableFetch("me:1:ab", (QueueSpec(qs[0], 9), QueueSpec(qs[1], 1)))
+    firsts = []
+    for i in range(200):
+        for q in qs[:2]:
+            tj.record.using(queue=q).enqueue(f"{q}-{i}")
+        (work,) = fetch.fetch_many(connection.get_client(), [], 1)
+        firsts.append(work.queue)
+        r.delete(*(keys.queue(q) for q in qs[:2]))
+        r.delete(keys.inprogress("me:1:ab", keys.home_of(work.queue)))
+    share = firsts.count(qs[0]) / len(firsts)
+    assert 0.8 < share < 0.97, share
+
+
+def test_sigkill_recovery_finds_the_lists_of_every_home(worker, r):
+    qs = three_masters()[:2]
+    settings = {"ORPHAN_THRESHOLD": 2, "CONCURRENCY": 4, "QUEUES": qs}
+    for q in qs:
+        for i in range(2):
+            tj.tracked.using(queue=q).enqueue(4, f"{q}-{i}")
+    a = worker(settings=settings)
+    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 4, 15)
+    (ident,) = r.smembers(keys.processes())
+    assert set(r.smembers(keys.inprogress_homes(ident))) == {keys.home_of(q) for q in qs}
+    for q in qs:
+        assert r.llen(keys.inprogress(ident, keys.home_of(q))) == 2
+    a.kill()
+    b = worker(settings=settings)
+    b.wait_for_log(r"recovered \d job\(s\) from dead process", timeout=15)
+    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":end")) == 4, 20)
+    c = counts(r)
+    assert all(c[f"{q}-{i}:end"] == 1 for q in qs for i in range(2)), c
+    for q in qs:
+        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
+    assert b.stop() == 0
+
+
+def test_scheduled_retried_and_dead_jobs_live_in_their_queues_home(worker, r):
+    qs = three_masters()
+    tj.record.using(queue=qs[1]).enqueue_in(1, "later")
+    assert r.zcard(keys.schedule(keys.home_of(qs[1]))) == 1
+    tj.fails_once_dead.using(queue=qs[2]).enqueue("boom")
+    w = worker(settings={"QUEUES": qs})
+    wait_until(lambda: counts(r).get("later") == 1, 15, message="the scheduled job ran")
+    wait_until(lambda: r.zcard(keys.dead(keys.home_of(qs[2]))) == 1, 15, message="dead")
+    assert r.zcard(keys.dead(keys.home_of(qs[1]))) == 0
+    dead = api.DeadSet()
+    assert dead.size() == 1
+    (record,) = dead.page()
+    assert record.home == keys.home_of(qs[2])
+    assert dead.find(record.jid).jid == record.jid
+    assert dead.search("boom").records[0].jid == record.jid
+    assert dead.retry(record) == api.Outcome.DONE
+    wait_until(lambda: r.zcard(keys.dead(keys.home_of(qs[2]))) == 1, 15, message="dead again")
+    assert w.stop() == 0
+
+
+def test_the_admin_sets_merge_every_home_in_score_order(r):
+    qs = three_masters()
+    now = time.time()
+    r.sadd(keys.queues(), *qs)  # as every push lists its queue (homes.py finds them so)
+    for i, q in enumerate(qs * 3):
+        job = payload.build("testapp.jobs.record", [i], {}, queue=q)
+        r.zadd(keys.retry(keys.home_of(q)), {payload.encode(job): now + i})
+    retry = api.RetrySet()
+    assert retry.size() == 9
+    page = retry.page(2, 4)
+    assert [rec.score for rec in page] == [now + i for i in range(2, 6)]
+    assert {rec.home for rec in page} == {keys.home_of(q) for q in qs}
+    assert [rec.score for rec in retry.iter_records(batch=2)] == [now + i for i in range(9)]
+    # A search over several homes continues by its cursor to the end.
+    found, cursor = [], 0
+    while True:
+        part = retry.search("testapp", cursor=cursor, count=2)
+        found += part.records
+        cursor = part.cursor
+        if cursor == 0:
+            break
+    assert len(found) == 9
+    result = retry.retry_all()
+    assert result.done == 9
+    assert sum(r.llen(keys.queue(q)) for q in qs) == 9
+    assert retry.size() == 0
+
+
+def test_pause_and_overview_read_each_queues_home(r):
+    qs = three_masters()
+    tj.record.using(queue=qs[0]).enqueue("x")
+    tj.record.using(queue=qs[1]).enqueue("y")
+    api.Queue(qs[1]).pause()
+    assert r.sismember(keys.paused(keys.home_of(qs[1])), qs[1])
+    overview = {info.name: info for info in api.Queue.overview()}
+    assert overview[qs[1]].paused and not overview[qs[0]].paused
+    assert overview[qs[0]].size == 1
+    assert qs[1] in api.Queue.names()
+    api.Queue(qs[1]).resume()
+    assert not api.Queue(qs[1]).paused()
+
+
+def test_the_key_guard_moves_a_wrong_key_aside_in_its_own_home(r):
+    qs = three_masters()
+    tj.record.using(queue=qs[2]).enqueue("x")
+    wrong = keys.dead(keys.home_of(qs[2]))
+    r.set(wrong, "not a zset")
+    moved = keyguard.check(connection.get_client(), qs)
+    assert wrong in moved
+    copies = api.Quarantine().list()
+    (copy,) = keyguard.scan_copies(connection.get_client())
+    assert keys.home_part(copy) == keys.home_of(qs[2])
+    assert keyguard.parse_copy(copy)[0] == wrong
+    assert len(copies) == 1
+
+
+def test_unique_jobs_lock_in_their_queues_home(r):
+    qs = three_masters()
+    job = tj.record.using(queue=qs[0], unique="until_executed")
+    assert job.enqueue("u") is not None
+    assert job.enqueue("u") is None
+    found = list(r.scan_iter(keys.unique("*", keys.home_of(qs[0]))))
+    assert len(found) == 1
+
+
+def test_homes_are_found_from_the_listing_and_the_configuration(r, configure):
+    qs = three_masters()
+    configure(QUEUES=[qs[0]])
+    tj.record.using(queue=qs[1]).enqueue("x")
+    conn = connection.get_client()
+    found = homes.all_homes(conn)
+    assert keys.home_of(qs[0]) in found and keys.home_of(qs[1]) in found
+    assert keys.home_of(qs[2]) not in found
