@@ -152,10 +152,12 @@ def _push_one(
     ``encoded`` (see :func:`push`) is sent only by a plain LPUSH of a job built a moment
     ago in the same call, whose ``enqueued_at`` is then the build's."""
     now = time.time()
-    # With a home per queue the claim record (the prefix's home) and the queue are in two
-    # slots, so no one script can hold both: the record is marked first (docs/cluster.md).
+    # With a home per queue a unique job's lock (its queue's home) and the claim record
+    # (the prefix's) are in two slots: no one script holds both, so the record is marked
+    # first (docs/cluster.md). A plain push goes through the outbox (periodic/claims.py).
+    unique_apart = keys.spread() and job.get("unique") in ("until_executed", "until_started")
     if final is not None and (
-        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or keys.spread()
+        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or unique_apart
     ):
         if not final.other():
             return None

@@ -46,10 +46,13 @@ def known_queues(conn: Any, also: Iterable[str] = ()) -> list[str]:
 
 
 def all_homes(conn: Any, also: Iterable[str] = ()) -> list[str]:
-    """Every home a job may be in (one, and no Redis read, without a tag per queue)."""
+    """Every home a job may be in (one, and no Redis read, without a tag per queue): each
+    known queue's and, last, the prefix's own (where a job naming no queue is filed, and
+    what the outbox could not read is buried: outbox.py)."""
     if not keys.spread():
         return [keys.root()]
-    return list(dict.fromkeys(keys.home_of(q) for q in known_queues(conn, also)))
+    found = dict.fromkeys(keys.home_of(q) for q in known_queues(conn, also))
+    return list({**found, keys.root(): None})
 
 
 def process_homes(conn: Any, identity: str, also: Iterable[str] = ()) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cogworker_django import keys, payload
+from cogworker_django import homes, keys, payload
 
 
 def make_job(func: str = "testapp.jobs.record", *args, queue: str = "default", **extra) -> dict:
@@ -14,7 +14,12 @@ def make_job(func: str = "testapp.jobs.record", *args, queue: str = "default", *
 def add_to(r, set_name: str, job: dict, score: float | None = None) -> str:
     """ZADD ``job`` to schedule/retry/dead; returns the raw member."""
     raw = payload.encode(job)
-    r.zadd(getattr(keys, set_name)(keys.root()), {raw: score if score is not None else time.time()})
+    if keys.spread() and isinstance(job.get("queue"), str):
+        r.sadd(keys.queues(), job["queue"])  # listed, as the push that put it there would
+    r.zadd(
+        getattr(keys, set_name)(homes.job_home(job)),
+        {raw: score if score is not None else time.time()},
+    )
     return raw
 
 
@@ -29,5 +34,5 @@ def unique_job(r, func: str = "testapp.jobs.record", *args, queue: str = "defaul
     """A job holding an until_executed unique lock (value = its jid)."""
     job = make_job(func, *args, queue=queue, unique="until_executed")
     job["unique_digest"] = f"digest-{job['jid']}"
-    r.set(keys.unique(job["unique_digest"], keys.root()), job["jid"], ex=3600)
+    r.set(keys.unique(job["unique_digest"], keys.home_of("default")), job["jid"], ex=3600)
     return job

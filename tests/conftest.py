@@ -45,7 +45,11 @@ def pytest_generate_tests(metafunc):
         if metafunc.definition.get_closest_marker("spread"):
             modes.append("spread")  # and with a home per queue
         metafunc.parametrize("redis_mode", modes, indirect=True)
-    elif metafunc.definition.get_closest_marker("spread") and "redis_mode" in names:
+    elif (
+        metafunc.definition.get_closest_marker("spread")
+        and "redis_mode" in names
+        and "redis_server" not in names
+    ):
         metafunc.parametrize("redis_mode", ["spread"], indirect=True)
 
 

@@ -14,7 +14,11 @@ from cogworker_django.api import quarantine as quarantine_api
 from .admin_support import fast_passwords_fixture, messages_of, post, url  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job, push, unique_job
 
-pytestmark = [pytest.mark.django_db, pytest.mark.cluster]  # cluster: tests/cluster_support.py
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.cluster,
+    pytest.mark.spread,
+]  # cluster: tests/cluster_support.py
 
 
 def test_actions_are_post_only_and_csrf_checked(admin_client, admin_user, r):
@@ -46,7 +50,7 @@ def test_retry_selected_dead_jobs(admin_client, r):
     jobs = [make_job(token=i, queue="low") for i in range(3)]
     for j in jobs:
         add_to(r, "dead", j)
-    r.zadd(keys.dead(keys.root()), {b"not json": time.time()})
+    r.zadd(keys.dead(keys.home_of("default")), {b"not json": time.time()})
     keys_ = [rec.key for rec in DeadSet().page()]
     response = post(admin_client, "deadjob", "retry", key=keys_, next=url("deadjob") + "?p=1")
     assert response.status_code == 302 and response["Location"] == url("deadjob") + "?p=1"
@@ -73,7 +77,7 @@ def test_enqueue_scheduled_now_and_delete(admin_client, r):
     assert json.loads(r.lindex(keys.queue("default"), 0))["token"] == "a"
     post(admin_client, "scheduledjob", "delete", key=second.key)
     assert ScheduledSet().size() == 0
-    assert not r.exists(keys.unique(locked["unique_digest"], keys.root()))
+    assert not r.exists(keys.unique(locked["unique_digest"], keys.home_of("default")))
 
 
 def test_kill_a_retry(admin_client, r):
@@ -117,11 +121,11 @@ def test_pause_resume_and_clear_queue(admin_client, r):
     push(r, locked)
     push(r, make_job())
     post(admin_client, "queue", "pause", name="default")
-    assert r.sismember(keys.paused(keys.root()), "default")
+    assert r.sismember(keys.paused(keys.home_of("default")), "default")
     html = admin_client.get(url("queue")).content.decode()
     assert "paused</span>" in html and 'data-action="resume"' in html
     post(admin_client, "queue", "resume", name="default")
-    assert not r.sismember(keys.paused(keys.root()), "default")
+    assert not r.sismember(keys.paused(keys.home_of("default")), "default")
 
     response = post(admin_client, "queue", "clear", name="default")
     assert response.status_code == 200
@@ -131,7 +135,7 @@ def test_pause_resume_and_clear_queue(admin_client, r):
     assert r.llen(keys.queue("default")) == 2
     post(admin_client, "queue", "clear", name="default", confirmed="yes")
     assert r.llen(keys.queue("default")) == 0
-    assert not r.exists(keys.unique(locked["unique_digest"], keys.root()))
+    assert not r.exists(keys.unique(locked["unique_digest"], keys.home_of("default")))
     assert "2 jobs deleted" in messages_of(admin_client.get(url("queue")))[0]
 
 
@@ -159,7 +163,7 @@ def test_quiet_and_stop_reach_a_subscriber(admin_client, r):
 def test_quarantine_delete(admin_client, r):
     from cogworker_django import keyguard
 
-    r.set(keys.retry(keys.root()), "wrong type")
+    r.set(keys.retry(keys.home_of("default")), "wrong type")
     keyguard.check()
     copy = quarantine_api.quarantined()[0]["key"]
     post(admin_client, "quarantinedkey", "delete", key=copy)

@@ -106,7 +106,7 @@ def _populate(r) -> None:
         ),
         now - 60,
     )
-    r.zadd(keys.dead(keys.root()), {b"\xff\xfe not a payload": now - 7200})
+    r.zadd(keys.dead(keys.home_of("default")), {b"\xff\xfe not a payload": now - 7200})
     # History: real runs through the history middleware.
     mw = history.HistoryMiddleware()
     for i in range(6):
@@ -122,8 +122,8 @@ def _populate(r) -> None:
     history.flush()
     # A key of the wrong type, moved aside by the key guard.
     r.set(keys.queues() + ":typo", "x")
-    r.delete(keys.paused(keys.root()))
-    r.set(keys.paused(keys.root()), "someone SET this by hand")
+    r.delete(keys.paused(keys.home_of("default")))
+    r.set(keys.paused(keys.home_of("default")), "someone SET this by hand")
     keyguard.check()
 
 
@@ -221,7 +221,7 @@ def test_admin_in_a_real_browser(
                 page.goto(f"{base}/admin/cogworker_django/queue/")
                 page.locator('tr[data-queue="low"] button[data-action="pause"]').click()
                 expect(page.locator('tr[data-queue="low"] td.state')).to_have_text("paused")
-                assert r.sismember(keys.paused(keys.root()), "low")
+                assert r.sismember(keys.paused(keys.home_of("default")), "low")
 
                 # Quiet the running worker: it is marked quiet once it has heard and beaten.
                 page.goto(f"{base}/admin/cogworker_django/process/")

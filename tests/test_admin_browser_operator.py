@@ -53,7 +53,7 @@ def _operator_data(r, now_redis: float) -> dict:
     ident = "worker-7:4242:cafe"
     r.sadd(keys.inprogress_ids(), ident)
     r.hset(keys.last_beat(), ident, int(now_redis) - 30)
-    r.lpush(keys.inprogress(ident, keys.root()), payload.encode(orphan))
+    r.lpush(keys.inprogress(ident, keys.home_of("default")), payload.encode(orphan))
     big = make_job(
         "shop.jobs.import_rows", "row," * 200_000, error_class="ValueError", error_message="bad row"
     )

@@ -41,7 +41,7 @@ def test_processes_page_lists_jobs_awaiting_recovery(admin_client, configure, r)
     r.sadd(keys.inprogress_ids(), ident)
     r.hset(keys.last_beat(), ident, int(_redis_now(r)) - 20)
     job = make_job("shop.jobs.charge", 7, XSS, queue="billing")
-    r.lpush(keys.inprogress(ident, keys.root()), json.dumps(job))
+    r.lpush(keys.inprogress(ident, keys.home_of("default")), json.dumps(job))
     html = admin_client.get(url("process")).content.decode()
     section = html.split('id="awaiting-recovery"')[1]
     assert "shop.jobs.charge" in section and job["jid"] in section and "billing" in section
@@ -169,7 +169,7 @@ def test_retry_messages_agree_with_the_count(admin_client, r):
 
 
 def test_retry_now_is_not_offered_for_an_undecodable_entry(admin_client, r):
-    r.zadd(keys.dead(keys.root()), {b"\xff not a payload": time.time()})
+    r.zadd(keys.dead(keys.home_of("default")), {b"\xff not a payload": time.time()})
     key = DeadSet().page()[0].key
     html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
     assert 'data-action="delete"' in html and 'data-action="retry"' not in html

@@ -15,7 +15,11 @@ from cogworker_django.api import quarantine as quarantine_api
 from .admin_support import PAGES, fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job, push
 
-pytestmark = [pytest.mark.django_db, pytest.mark.cluster]  # cluster: tests/cluster_support.py
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.cluster,
+    pytest.mark.spread,
+]  # cluster: tests/cluster_support.py
 
 XSS = "<script>alert(1)</script>"
 
@@ -80,7 +84,7 @@ def test_dashboard_counts_and_chart(admin_client, r):
 def test_queues_page_and_queue_jobs(admin_client, r):
     for i in range(30):
         push(r, make_job("app.jobs.Mail", f"arg{i}", queue="mail"))
-    r.sadd(keys.paused(keys.root()), "mail")
+    r.sadd(keys.paused(keys.home_of("default")), "mail")
     html = admin_client.get(url("queue")).content.decode()
     assert 'data-queue="mail"' in html and "paused" in html and ">30<" in html
     page2 = admin_client.get(url("queue", "jobs"), {"name": "mail", "p": 2}).content.decode()
@@ -109,8 +113,8 @@ def test_job_arguments_and_errors_are_escaped(admin_client, r):
 
 
 def test_undecodable_payloads_render(admin_client, r):
-    r.zadd(keys.dead(keys.root()), {b"\xff\xfe<b>not json": time.time()})
-    r.zadd(keys.retry(keys.root()), {b"[1, 2]": time.time()})
+    r.zadd(keys.dead(keys.home_of("default")), {b"\xff\xfe<b>not json": time.time()})
+    r.zadd(keys.retry(keys.home_of("default")), {b"[1, 2]": time.time()})
     r.lpush(keys.queue("default"), b"\x00\xff")
     r.sadd(keys.queues(), "default")
     for model in ("deadjob", "retryjob"):
@@ -152,7 +156,7 @@ def test_search_over_a_large_set_offers_to_continue(admin_client, r):
         json.dumps({"jid": f"j{i}", "func": "f", "queue": "q", "args": [i]}): i
         for i in range(30000)
     }
-    pipe.zadd(keys.dead(keys.root()), members)
+    pipe.zadd(keys.dead(keys.home_of("default")), members)
     pipe.execute()
     html = admin_client.get(url("deadjob"), {"q": "no-match"}).content.decode()
     assert 'id="cw-search-more"' in html and "cursor=" in html
@@ -210,7 +214,7 @@ def test_redis_down_shows_503_page(admin_client, configure):
 
 
 def test_wrong_type_key_shows_503_page_not_500(admin_client, r):
-    r.set(keys.dead(keys.root()), "a string")
+    r.set(keys.dead(keys.home_of("default")), "a string")
     response = admin_client.get(url("deadjob"))
     assert response.status_code == 503 and "WRONGTYPE" in response.content.decode()
 
@@ -247,10 +251,10 @@ def _raise(exc):
 def test_quarantine_page_and_preview(admin_client, r):
     from cogworker_django import keyguard
 
-    r.set(keys.dead(keys.root()), XSS)
+    r.set(keys.dead(keys.home_of("default")), XSS)
     assert keyguard.check()
     html = admin_client.get(url("quarantinedkey")).content.decode()
-    assert keys.dead(keys.root()) in html and ">string<" in html
+    assert keys.dead(keys.home_of("default")) in html and ">string<" in html
     copy = quarantine_api.quarantined()[0]["key"]
     html = admin_client.get(url("quarantinedkey", "preview"), {"key": copy}).content.decode()
     assert "&lt;script&gt;" in html and XSS not in html

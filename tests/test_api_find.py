@@ -10,7 +10,7 @@ from cogworker_django.api import Outcome, Queue, find_job
 from .api_support import add_to, make_job, push, unique_job
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def test_a_jid_is_found_in_every_place_it_is(r):
@@ -21,8 +21,8 @@ def test_a_jid_is_found_in_every_place_it_is(r):
     add_to(r, "retry", {**job, "retry_count": 1})
     add_to(r, "dead", {**job, "error_class": "E"})
     r.sadd(keys.inprogress_ids(), "gone:1:aa", "alive:2:bb")
-    r.lpush(keys.inprogress("gone:1:aa", keys.root()), payload.encode(job))
-    r.lpush(keys.inprogress("alive:2:bb", keys.root()), payload.encode(make_job()))
+    r.lpush(keys.inprogress("gone:1:aa", keys.home_of("default")), payload.encode(job))
+    r.lpush(keys.inprogress("alive:2:bb", keys.home_of("default")), payload.encode(make_job()))
     r.hset(keys.process("alive:2:bb"), "info", "{}")
     mw = history.HistoryMiddleware()
     with pytest.raises(ValueError):
@@ -64,7 +64,7 @@ def test_delete_one_queued_job_releases_its_lock(r):
     assert record is not None
     assert queue.delete(record) == Outcome.DONE
     assert [x.jid for x in queue.jobs(0, 10)] == [keep["jid"]]
-    assert not r.exists(keys.unique(drop["unique_digest"], keys.root()))
+    assert not r.exists(keys.unique(drop["unique_digest"], keys.home_of("q")))
     assert queue.delete(record) == Outcome.GONE  # already gone: nothing else removed
     assert queue.size() == 1
 
@@ -91,5 +91,5 @@ def test_a_key_of_the_wrong_type_is_skipped_not_fatal(r):
     push(r, job)
     r.sadd(keys.queues(), "broken")
     r.set(keys.queue("broken"), "oops")
-    r.set(keys.dead(keys.root()), "oops")
+    r.set(keys.dead(keys.home_of("default")), "oops")
     assert [f.where for f in find_job(job["jid"])] == ["queue"]

@@ -13,7 +13,7 @@ from cogworker_django.api import AwaitingRecovery, ProcessSet, Workers
 from .helpers import wait_until
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def test_stale_members_are_skipped_and_pruned(r):
@@ -73,9 +73,10 @@ def test_awaiting_recovery_lists_lists_without_a_presence(configure, r):
     r.sadd(keys.inprogress_ids(), dead, alive, empty, unstamped)
     for ident in (dead, alive, unstamped):
         r.lpush(
-            keys.inprogress(ident, keys.root()), json.dumps({"jid": f"j-{ident}", "func": "a.b"})
+            keys.inprogress(ident, keys.home_of("default")),
+            json.dumps({"jid": f"j-{ident}", "func": "a.b"}),
         )
-    r.lpush(keys.inprogress(dead, keys.root()), "not json")
+    r.lpush(keys.inprogress(dead, keys.home_of("default")), "not json")
     r.hset(keys.process(alive), mapping={"info": "{}", "beat": now})
     r.hset(keys.last_beat(), mapping={dead: int(now) - 10, alive: int(now), empty: int(now) - 99})
     found = AwaitingRecovery().list()

@@ -11,7 +11,7 @@ from cogworker_django.api import Queue
 from .api_support import make_job, push, unique_job
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def test_overview_lists_known_and_paused_queues(r):
@@ -19,7 +19,7 @@ def test_overview_lists_known_and_paused_queues(r):
     old["enqueued_at"] = time.time() - 30
     push(r, old)
     push(r, make_job(queue="default"))
-    r.sadd(keys.paused(keys.root()), "frozen")
+    r.sadd(keys.paused(keys.home_of("default")), "frozen")
     infos = {q.name: q for q in Queue.overview()}
     assert set(infos) == {"default", "frozen"}
     assert infos["default"].size == 2 and not infos["default"].paused
@@ -71,13 +71,15 @@ def test_clear_removes_jobs_in_batches_and_releases_locks(r):
         push(r, make_job(token=i))
     assert Queue("default").clear(batch=2) == 7
     assert r.llen(keys.queue("default")) == 0
-    assert not any(r.exists(keys.unique(j["unique_digest"], keys.root())) for j in locked)
+    assert not any(
+        r.exists(keys.unique(j["unique_digest"], keys.home_of("default"))) for j in locked
+    )
     assert "default" not in r.smembers(keys.queues())
 
 
 def test_clear_keeps_a_paused_queue_listed(r):
     push(r, make_job(queue="low"))
-    r.sadd(keys.paused(keys.root()), "low")
+    r.sadd(keys.paused(keys.home_of("default")), "low")
     assert Queue("low").clear() == 1
     assert "low" in [q.name for q in Queue.all()]
 

@@ -11,7 +11,7 @@ from cogworker_django.api import Stats
 from .api_support import add_to, make_job, push
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def test_totals_and_daily(r):
@@ -45,5 +45,6 @@ def test_overview(r):
     o = Stats().overview()
     assert o.processed == 7 and o.failed == 0 and o.processed_today == 0
     assert (o.scheduled, o.retries, o.dead, o.enqueued) == (1, 1, 2, 2)
-    assert [q.name for q in o.queues] == ["a", "b"]
+    # (with a home per queue add_to lists the queue of the jobs it files, as a push would)
+    assert [q.name for q in o.queues] == ["a", "b", *(["default"] if keys.spread() else [])]
     assert o.processes == [] and o.busy == 0 and len(o.days) == 30

@@ -235,3 +235,35 @@ def test_homes_are_found_from_the_listing_and_the_configuration(r, configure):
     found = homes.all_homes(conn)
     assert keys.home_of(qs[0]) in found and keys.home_of(qs[1]) in found
     assert keys.home_of(qs[2]) not in found
+
+
+def test_a_batch_over_three_masters_runs_its_members_and_its_callback_once(worker, r):
+    """Members and callbacks reach their queues' homes through the prefix's outbox
+    (outbox.py), run by a real worker reading all three queues."""
+    from cogworker_django import Batch
+
+    qs = three_masters()
+    with Batch(on_success=tj.record.using(queue=qs[0]).s("done")) as batch:
+        for q in qs:
+            for i in range(3):
+                tj.record.using(queue=q).enqueue(f"{batch.bid}-{q}-{i}")
+    assert sum(r.llen(keys.queue(q)) for q in qs) == 9
+    assert r.llen(keys.outbox()) == 0
+    w = worker(settings={"QUEUES": qs})
+    wait_until(lambda: counts(r).get("done") == 1, 30, message="on_success ran")
+    c = counts(r)
+    assert all(c[f"{batch.bid}-{q}-{i}"] == 1 for q in qs for i in range(3)), c
+    time.sleep(0.5)
+    assert counts(r).get("done") == 1
+    assert r.llen(keys.outbox()) == 0
+    assert w.stop() == 0
+
+
+def test_a_job_naming_no_queue_is_found_in_the_prefixs_home(r):
+    """Filed in the prefix's own dead set (outbox.py buries there too): listed with the
+    rest, whatever queues are known."""
+    raw = '{"jid": "nq1", "func": "testapp.jobs.record"}'
+    r.zadd(keys.dead(keys.root()), {raw: time.time()})
+    assert keys.root() in homes.all_homes(connection.get_client())
+    assert [rec.jid for rec in api.DeadSet().page()] == ["nq1"]
+    assert api.DeadSet().page()[0].home == keys.root()

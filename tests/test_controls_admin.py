@@ -50,7 +50,7 @@ def test_cancel_scheduled_and_retrying_jobs(admin_client, r):
     tj.record.enqueue_in(300, "later")
     job = tj.record._build(("again",), {})
     job["retry_count"] = 1
-    r.zadd(keys.retry(keys.root()), {payload.encode(job): time.time() + 300})
+    r.zadd(keys.retry(keys.home_of("default")), {payload.encode(job): time.time() + 300})
     key = ScheduledSet().page()[0].key
     assert post(admin_client, "scheduledjob", "cancel", key=key).status_code == 302
     assert ScheduledSet().size() == 0

@@ -81,7 +81,8 @@ def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
 
 def listed(r) -> list[str]:
     return sorted(
-        payload.decode(x)["jid"] for x in r.lrange(keys.inprogress(IDENTITY, keys.root()), 0, -1)
+        payload.decode(x)["jid"]
+        for x in r.lrange(keys.inprogress(IDENTITY, keys.home_of("default")), 0, -1)
     )
 
 
@@ -151,7 +152,7 @@ def test_an_ack_goes_at_once_while_the_queues_are_empty(parts, r):
     time.sleep(0.5)
     before = len(strategy.calls)
     take(d, got, done=work)
-    wait_for(lambda: r.llen(keys.inprogress(IDENTITY, keys.root())) == 0, 1.0)
+    wait_for(lambda: r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0, 1.0)
     assert (1, 1) in strategy.calls[before:]
     wait_for(lambda: record.pending() == {})
     control.quiet.set()
@@ -179,7 +180,7 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     # known, never handed out: the hand-over's.
     held = strategy.calls[-1][1]
     assert held >= 1 and len(d.known()) == held
-    assert r.llen(keys.inprogress(IDENTITY, keys.root())) == 1 + held
+    assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 1 + held
     assert d.next(None, None) is None
 
 
@@ -234,4 +235,6 @@ def test_give_back_and_flush(parts, r):
     assert d.next(None, a) is None  # handed in after the feeder's last fetch
     d.flush(connection.get_client())
     assert strategy.calls[-1] == (1, 0)
-    assert record.pending() == {} and r.llen(keys.inprogress(IDENTITY, keys.root())) == 0
+    assert (
+        record.pending() == {} and r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
+    )

@@ -57,21 +57,21 @@ def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(redis_server, co
     r.set(keys.queue("broken"), "not a list")
     stuck = payload.build("testapp.jobs.record", ["stuck"], queue="broken")
     fine = payload.build("testapp.jobs.record", ["fine"], queue="default")
-    r.zadd(keys.retry(keys.root()), {payload.encode(stuck): 1, payload.encode(fine): 2})
+    r.zadd(keys.retry(keys.home_of("default")), {payload.encode(stuck): 1, payload.encode(fine): 2})
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "fine") == "1", 10)
-    assert r.zcard(keys.retry(keys.root())) == 1
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 1
     assert "a due job in" in w.log() and "not moved: ResponseError: WRONGTYPE" in w.log()
 
     # A broken schedule set fails the whole chore: it backs off instead of failing (and
     # logging) on every poll (POLL_INTERVAL is 0.2 s here).
-    r.set(keys.schedule(keys.root()), "not a zset")
+    r.set(keys.schedule(keys.home_of("default")), "not a zset")
     time.sleep(3)
     failures = w.log().count("Scheduled poller failed (next try in")
     assert failures == 1, w.log()[-3000:]
     tj.record.enqueue("meanwhile")  # pushing and running go on
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "meanwhile") == "1", 10)
     # Fixed: the poller picks up again after its backoff.
-    r.delete(keys.schedule(keys.root()))
+    r.delete(keys.schedule(keys.home_of("default")))
     tj.record.enqueue_in(0.1, "scheduled")
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "scheduled") == "1", 15)
     assert w.log().count("Scheduled poller failed (next try in") <= 2

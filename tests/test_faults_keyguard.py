@@ -28,20 +28,20 @@ QUEUES = ["default", "other"]
 KEYS = {
     "queues": (lambda i: keys.queues(), "set"),
     "queue": (lambda i: keys.queue("default"), "list"),
-    "paused": (lambda i: keys.paused(keys.root()), "set"),
-    "schedule": (lambda i: keys.schedule(keys.root()), "zset"),
-    "retry": (lambda i: keys.retry(keys.root()), "zset"),
-    "dead": (lambda i: keys.dead(keys.root()), "zset"),
+    "paused": (lambda i: keys.paused(keys.home_of("default")), "set"),
+    "schedule": (lambda i: keys.schedule(keys.home_of("default")), "zset"),
+    "retry": (lambda i: keys.retry(keys.home_of("default")), "zset"),
+    "dead": (lambda i: keys.dead(keys.home_of("default")), "zset"),
     "processes": (lambda i: keys.processes(), "set"),
     "process": (lambda i: keys.process(i), "hash"),
     # Another live process's snapshot: this worker's own is rewritten whole by each of
     # its beats (DEL + HSET), which would heal it with no guard at all.
     "work": (lambda i: keys.work(OTHER), "hash"),
-    "inprogress": (lambda i: keys.inprogress(i, keys.root()), "list"),
+    "inprogress": (lambda i: keys.inprogress(i, keys.home_of("default")), "list"),
     "inprogress_ids": (lambda i: keys.inprogress_ids(), "set"),
     "last_beat": (lambda i: keys.last_beat(), "hash"),
     "live_queues": (lambda i: keys.live_queues(), "zset"),
-    "unsettled": (lambda i: keys.unsettled(keys.root()), "list"),
+    "unsettled": (lambda i: keys.unsettled(keys.home_of("default")), "list"),
     "stat_processed": (lambda i: keys.stat("processed"), "string"),
     "stat_failed": (lambda i: keys.stat("failed"), "string"),
     "stat_processed_day": (lambda i: keys.stat("processed", stats.today()), "string"),
@@ -129,7 +129,7 @@ def test_wrong_type_is_quarantined_and_work_goes_on(setup, name):
 
 def test_copies_are_pruned_to_five(setup):
     r, w, _identity = setup
-    key = keys.paused(keys.root())
+    key = keys.paused(keys.home_of("default"))
     for i in range(7):
         before = {name for name in _copies(r, key)}
         r.set(key, f"wrong {i}")
@@ -145,7 +145,11 @@ def test_afterwards_the_worker_is_whole(setup):
     tj.record.enqueue_many([(t,) for t in tokens])
     tj.always_fails.using(retry=False).enqueue("last")
     wait_until(lambda: all(_ran(r, t) for t in tokens), 10, message="final jobs")
-    wait_until(lambda: r.zcard(keys.dead(keys.root())) == 1, 10, message="a failure filed in dead")
+    wait_until(
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 1,
+        10,
+        message="a failure filed in dead",
+    )
 
     def registries_back() -> bool:
         return (

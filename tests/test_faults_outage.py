@@ -76,7 +76,7 @@ def test_redis_killed_and_restarted(redis_server, configure, worker):
     wait_until(lambda: r.hlen(timeline) == 3, 5, message="in-flight jobs started")
     started = r.hgetall(timeline)  # one start stamp per run: a second run rewrites it
     (ident,) = r.smembers(keys.processes())
-    inprogress = keys.inprogress(ident, keys.root())
+    inprogress = keys.inprogress(ident, keys.home_of("default"))
     assert r.llen(inprogress) == 3
     server.stop()
     # The sleepers finish (their acks fail) and the failing job fails (its filing in dead
@@ -105,9 +105,9 @@ def test_redis_killed_and_restarted(redis_server, configure, worker):
     assert r.hgetall(timeline) == started  # neither sleeper ran again, nor the failing job
     assert r.hlen(timeline) == len(in_flight) + 1
     # the failure was filed in dead once, after Redis was back
-    (dead,) = r.zrange(keys.dead(keys.root()), 0, -1)
+    (dead,) = r.zrange(keys.dead(keys.home_of("default")), 0, -1)
     assert failing in dead
-    assert r.zcard(keys.retry(keys.root())) == 0
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     # Queued or in progress now: only the every-second tick's latest jobs, still coming.
     left = [*r.lrange(keys.queue("default"), 0, -1), *r.lrange(inprogress, 0, -1)]
     assert {json.loads(job)["func"] for job in left} <= {"testapp.jobs.noop"}, left

@@ -43,7 +43,7 @@ def test_a_job_in_an_apps_tasks_module_runs_on_a_worker(worker, r, prefix, tasks
     push(r, make_job("cwtasksapp.tasks.mark", "from-tasks"))
     w = worker(env=tasks_app)
     wait_until(lambda: r.hget(f"{prefix}:test:runs", "from-tasks"), 15, message="job ran")
-    assert r.zcard(keys.dead(keys.root())) == 0
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 0
     assert w.stop() == 0
 
 

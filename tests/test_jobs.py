@@ -209,7 +209,7 @@ def test_enqueue_in_and_at_go_to_the_schedule(r):
     when = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     tj.record.enqueue_at(when, "at")
     tj.record.enqueue_at(when.timestamp() + 1, "epoch")
-    scored = r.zrange(keys.schedule(keys.root()), 0, -1, withscores=True)
+    scored = r.zrange(keys.schedule(keys.home_of("default")), 0, -1, withscores=True)
     scores = sorted(s for _, s in scored)
     assert len(scores) == 4
     assert before + 299 < scores[0] < before + 302
@@ -246,14 +246,18 @@ def test_times_that_never_come_or_are_not_numbers_are_refused(r, call, fragment)
     assert fragment in str(info.value)
     if "finite" not in fragment:
         assert "10-year horizon" in str(info.value)
-    assert r.zcard(keys.schedule(keys.root())) == 0 and r.llen(keys.queue("default")) == 0
+    assert (
+        r.zcard(keys.schedule(keys.home_of("default"))) == 0 and r.llen(keys.queue("default")) == 0
+    )
 
 
 def test_times_within_the_horizon_and_in_the_past_are_accepted(r):
     tj.record.enqueue_in(9 * 365 * 86400, "x")
     tj.record.enqueue_in(-5, "runs now")
     tj.record.enqueue_at(0, "runs now too")
-    assert r.zcard(keys.schedule(keys.root())) == 1 and r.llen(keys.queue("default")) == 2
+    assert (
+        r.zcard(keys.schedule(keys.home_of("default"))) == 1 and r.llen(keys.queue("default")) == 2
+    )
 
 
 def test_nan_and_integer_keys_are_refused_at_enqueue(r):

@@ -11,7 +11,7 @@ from cogworker_django import keyguard, keys, stats
 from cogworker_django.api import quarantine as quarantine_api
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def _copies(r, key):
@@ -19,18 +19,21 @@ def _copies(r, key):
 
 
 def test_a_fixed_key_of_the_wrong_type_is_moved_aside_with_one_error_line(r, caplog):
-    r.set(keys.dead(keys.root()), "oops")
-    r.zadd(keys.retry(keys.root()), {"fine": 1})
+    r.set(keys.dead(keys.home_of("default")), "oops")
+    r.zadd(keys.retry(keys.home_of("default")), {"fine": 1})
     with caplog.at_level(logging.ERROR, logger="cogworker_django"):
-        assert keyguard.check(queues=["default"]) == [keys.dead(keys.root())]
-    assert not r.exists(keys.dead(keys.root()))
-    assert r.zcard(keys.retry(keys.root())) == 1
-    (copy,) = _copies(r, keys.dead(keys.root()))
+        assert keyguard.check(queues=["default"]) == [keys.dead(keys.home_of("default"))]
+    assert not r.exists(keys.dead(keys.home_of("default")))
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 1
+    (copy,) = _copies(r, keys.dead(keys.home_of("default")))
     assert r.get(copy) == "oops"
     assert 29 * 86400 < r.ttl(copy) <= 30 * 86400
     lines = [rec.getMessage() for rec in caplog.records]
     assert len(lines) == 1
-    assert f"{keys.dead(keys.root())} held a string, not a zset: moved to {copy}" in lines[0]
+    assert (
+        f"{keys.dead(keys.home_of('default'))} held a string, not a zset: moved to {copy}"
+        in lines[0]
+    )
     assert keyguard.check(queues=["default"]) == []  # nothing left to do
 
 
@@ -47,7 +50,7 @@ def test_every_kind_of_key_is_checked(r, prefix):
     assert expected[keys.queue("listed")] == "list"
     assert expected[keys.process("p1")] == "hash"
     assert expected[keys.work("p1")] == "hash"
-    assert expected[keys.inprogress("p2", keys.root())] == "list"
+    assert expected[keys.inprogress("p2", keys.home_of("configured"))] == "list"
     assert expected[keys.periodic_last_slot("nightly")] == "string"
     assert expected[keys.periodic_running("nightly")] == "string"
     # and each of them, holding a wrong type, is moved in one pass (the registries that
@@ -71,19 +74,21 @@ def test_a_registry_of_the_wrong_type_lists_nothing_and_is_moved(r):
 
 
 def test_the_type_is_rechecked_atomically_with_the_move(r):
-    r.zadd(keys.dead(keys.root()), {"a": 1})
-    assert keyguard.quarantine(r, keys.dead(keys.root()), "zset") is None  # right type: left alone
+    r.zadd(keys.dead(keys.home_of("default")), {"a": 1})
     assert (
-        keyguard.quarantine(r, keys.schedule(keys.root()), "zset") is None
+        keyguard.quarantine(r, keys.dead(keys.home_of("default")), "zset") is None
+    )  # right type: left alone
+    assert (
+        keyguard.quarantine(r, keys.schedule(keys.home_of("default")), "zset") is None
     )  # gone: nothing to move
-    assert r.zcard(keys.dead(keys.root())) == 1
-    assert not list(r.scan_iter(match=keys.quarantine_root(keys.root()) + "*"))
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1
+    assert not list(r.scan_iter(match=keys.quarantine_root(keys.home_of("default")) + "*"))
 
 
 def test_a_ttl_on_the_wrong_key_is_replaced_by_the_quarantine_ttl(r):
-    r.set(keys.paused(keys.root()), "x", ex=5)
-    keyguard.check(r, [])
-    (copy,) = _copies(r, keys.paused(keys.root()))
+    r.set(keys.paused(keys.home_of("default")), "x", ex=5)
+    keyguard.check(r, ["default"])
+    (copy,) = _copies(r, keys.paused(keys.home_of("default")))
     assert r.ttl(copy) > 86400
 
 
@@ -96,8 +101,10 @@ def test_only_the_newest_five_copies_of_exactly_that_key_are_kept(r):
         r.set(key, f"v{i}")
         made.append(keyguard.quarantine(r, key, "list"))
     left = _copies(r, key)
-    # the copies of "<key>:b" match the same glob but are not this key's
-    assert len([c for c in left if c.startswith(keys.quarantine_prefix(longer))]) == 1
+    # the copies of "<key>:b" match the same glob but are not this key's (with a home per
+    # queue they are in queue "a:b"'s home, so not even matched)
+    longer_copies = [c for c in left if c.startswith(keys.quarantine_prefix(longer))]
+    assert len(longer_copies) == (0 if keys.spread() else 1)
     mine = [c for c in left if not c.startswith(keys.quarantine_prefix(longer))]
     assert [ms for ms, _ in keyguard.copies(r, key)] == sorted(
         [ms for ms, _ in keyguard.copies(r, key)], reverse=True
@@ -108,15 +115,18 @@ def test_only_the_newest_five_copies_of_exactly_that_key_are_kept(r):
 
 
 def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
-    r.set(keys.dead(keys.root()), "abc")
-    keyguard.quarantine(r, keys.dead(keys.root()), "zset")
-    r.rpush(keys.retry(keys.root()), "x", "y")
-    keyguard.quarantine(r, keys.retry(keys.root()), "zset")
+    r.set(keys.dead(keys.home_of("default")), "abc")
+    keyguard.quarantine(r, keys.dead(keys.home_of("default")), "zset")
+    r.rpush(keys.retry(keys.home_of("default")), "x", "y")
+    keyguard.quarantine(r, keys.retry(keys.home_of("default")), "zset")
     listed = quarantine_api.quarantined()
-    assert [q["original_key"] for q in listed] == [keys.retry(keys.root()), keys.dead(keys.root())]
+    assert [q["original_key"] for q in listed] == [
+        keys.retry(keys.home_of("default")),
+        keys.dead(keys.home_of("default")),
+    ]
     first = listed[0]
     assert first["type"] == "list" and first["size"] == 2
-    assert first["key"].startswith(keys.quarantine_prefix(keys.retry(keys.root())))
+    assert first["key"].startswith(keys.quarantine_prefix(keys.retry(keys.home_of("default"))))
     assert isinstance(first["moved_at"], int) and first["moved_at"] >= listed[1]["moved_at"]
     assert first["ttl"] > 0
     assert listed[1]["type"] == "string" and listed[1]["size"] == 3
@@ -137,7 +147,7 @@ def test_quarantined_lists_newest_first_with_type_size_and_ttl(r):
 )
 def test_preview_is_bounded_for_every_type(r, kind, make):
     expected = "hash" if kind != "hash" else "list"
-    key = keys.unsettled(keys.root()) if expected == "list" else keys.last_beat()
+    key = keys.unsettled(keys.home_of("default")) if expected == "list" else keys.last_beat()
     make(r, key)
     copy = keyguard.quarantine(r, key, expected)
     text = quarantine_api.preview(copy)
@@ -147,18 +157,22 @@ def test_preview_is_bounded_for_every_type(r, kind, make):
 
 
 def test_preview_and_delete_refuse_other_keys(r):
-    r.zadd(keys.dead(keys.root()), {"job": 1})
-    for bad in (keys.dead(keys.root()), keys.quarantine_root(keys.root()) + "nope", "other:key"):
+    r.zadd(keys.dead(keys.home_of("default")), {"job": 1})
+    for bad in (
+        keys.dead(keys.home_of("default")),
+        keys.quarantine_root(keys.home_of("default")) + "nope",
+        "other:key",
+    ):
         with pytest.raises(ValueError):
             quarantine_api.preview(bad)
         with pytest.raises(ValueError):
             quarantine_api.delete(bad)
-    assert r.zcard(keys.dead(keys.root())) == 1
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1
 
 
 def test_delete_removes_a_copy(r):
-    r.set(keys.dead(keys.root()), "x")
-    copy = keyguard.quarantine(r, keys.dead(keys.root()), "zset")
+    r.set(keys.dead(keys.home_of("default")), "x")
+    copy = keyguard.quarantine(r, keys.dead(keys.home_of("default")), "zset")
     assert quarantine_api.delete(copy) is True
     assert quarantine_api.delete(copy) is False
     assert quarantine_api.preview(copy) == "(gone: expired or deleted)"

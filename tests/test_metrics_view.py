@@ -54,14 +54,17 @@ def test_values_match_what_is_in_redis(client, r):
         push(r, job)
     push(r, make_job(queue="low"))
     r.sadd(keys.queues(), "empty")
-    r.sadd(keys.paused(keys.root()), "low")
+    r.sadd(keys.paused(keys.home_of("default")), "low")
     add_to(r, "schedule", make_job(), now + 600)
     for _ in range(2):
         add_to(r, "retry", make_job(), now + 60)
     add_to(r, "dead", make_job())
     r.set(keys.stat("processed"), 41)
     r.set(keys.stat("failed"), 5)
-    r.set(keys.quarantine_root(keys.root()) + "cogworker:x:1700000000000:0123abcd", "moved aside")
+    r.set(
+        keys.quarantine_root(keys.home_of("default")) + "cogworker:x:1700000000000:0123abcd",
+        "moved aside",
+    )
 
     m = scrape(client)
     assert m[("cogworker_queue_size", (("queue", "mail"),))] == 3

@@ -77,7 +77,9 @@ def test_a_worker_starved_across_a_redis_pause_keeps_its_jobs(redis_server, conf
     tokens = [f"long{i}" for i in range(3)]
     tj.tracked.enqueue_many([(20, t) for t in tokens])
     wait_until(
-        lambda: r.llen(keys.inprogress(x_ident, keys.root())) == 3, 10, message="X holds the 3 jobs"
+        lambda: r.llen(keys.inprogress(x_ident, keys.home_of("default"))) == 3,
+        10,
+        message="X holds the 3 jobs",
     )
     # The checker has been beating for a full threshold: its start alone protects nobody.
     wait_until(lambda: time.monotonic() - checker_up >= threshold, threshold + 1)
@@ -131,7 +133,9 @@ def test_a_worker_without_a_stamp_is_not_recovered_before_a_full_threshold(
     tokens = [f"long{i}" for i in range(2)]
     tj.tracked.enqueue_many([(20, t) for t in tokens])
     wait_until(
-        lambda: r.llen(keys.inprogress(x_ident, keys.root())) == 2, 10, message="X holds the 2 jobs"
+        lambda: r.llen(keys.inprogress(x_ident, keys.home_of("default"))) == 2,
+        10,
+        message="X holds the 2 jobs",
     )
     wait_until(lambda: time.monotonic() - checker_up >= threshold, threshold + 1)
 
@@ -172,7 +176,7 @@ def ghost(r, ident: str, stamp: str | None, n: int = 2) -> None:
         payload.encode(payload.build("testapp.jobs.record", [f"{ident}{i}"], jid=f"{ident}-{i}"))
         for i in range(n)
     ]
-    r.rpush(keys.inprogress(ident, keys.root()), *raws)
+    r.rpush(keys.inprogress(ident, keys.home_of("default")), *raws)
     r.sadd(keys.inprogress_ids(), ident)
     if stamp is not None:
         r.hset(keys.last_beat(), ident, stamp)
@@ -194,8 +198,8 @@ def test_an_unstamped_process_is_timed_from_when_it_was_first_seen(r, configure)
     recovery = OrphanRecovery("me", Checker(5.0, since=redis_clock() - 3600), "default")
     first_seen = redis_clock()
     assert recovery.run(conn) == 2  # only the old stamp counts at once
-    assert r.llen(keys.inprogress("nostamp:1:x", keys.root())) == 2
-    assert r.llen(keys.inprogress("badstamp:1:x", keys.root())) == 2
+    assert r.llen(keys.inprogress("nostamp:1:x", keys.home_of("default"))) == 2
+    assert r.llen(keys.inprogress("badstamp:1:x", keys.home_of("default"))) == 2
     # A later pass, still within a threshold of the first sighting: nothing.
     wait_until(lambda: redis_clock() - first_seen >= threshold / 2, threshold)
     assert recovery.run(conn) == 0
@@ -227,7 +231,7 @@ def test_production_timings_count_from_the_checkers_clear_stretch(r, configure):
     since = redis_clock() - (threshold - 1)
     almost = OrphanRecovery("almost", Checker(interval, since=since), "default")
     assert almost.run(conn) == 0
-    assert r.llen(keys.inprogress("old:1:x", keys.root())) == 2
+    assert r.llen(keys.inprogress("old:1:x", keys.home_of("default"))) == 2
     # Then the threshold is reached on Redis's clock: dead.
     wait_until(lambda: redis_clock() - since >= threshold, 5)
     assert almost.run(conn) == 2
@@ -260,4 +264,4 @@ def test_production_timings_a_starved_checker_restarts_its_clear_stretch(r, conf
     assert checker.clearance.since is None
     checker.clearance.beat(redis_clock())  # its next beat starts a new stretch
     assert recovery.run(conn) == 0
-    assert r.llen(keys.inprogress("c:1:x", keys.root())) == 2
+    assert r.llen(keys.inprogress("c:1:x", keys.home_of("default"))) == 2

@@ -343,7 +343,7 @@ def test_unparseable_orphan_goes_to_dead_and_past_max_orphanings_too(
     assert dead["testapp.jobs.record"]["error_class"] == "OrphanedTooOften"
     assert dead["testapp.jobs.record"]["orphan_count"] == 3
     assert r.llen(f"{prefix}:queue:default") == 0
-    assert keys.inprogress(ident, keys.root()) not in {k for k in r.keys(f"{prefix}:*")}
+    assert keys.inprogress(ident, keys.home_of("default")) not in {k for k in r.keys(f"{prefix}:*")}
 
 
 def test_recovery_works_where_time_is_refused(worker, redis_server, configure, prefix):

@@ -31,7 +31,7 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
     c = server.client()
     settings = {"REDIS_OPTIONS": {"socket_timeout": 1.5}, "CONCURRENCY": 2}
     w = worker(redis_url=server.url, settings=settings)
-    inprogress = keys.inprogress(identity(w), keys.root())
+    inprogress = keys.inprogress(identity(w), keys.home_of("default"))
     tj.count_then_sleep.enqueue(1.0, "short")
     wait_until(lambda: runs(c, prefix).get("short") == 1, 10, message="the job started")
     (listed,) = c.lrange(inprogress, 0, -1)
@@ -65,7 +65,7 @@ def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, conf
     c = server.client()
     try:
         w = worker(redis_url=cutter.url, settings={"CONCURRENCY": 2})
-        inprogress = keys.inprogress(identity(w), keys.root())
+        inprogress = keys.inprogress(identity(w), keys.home_of("default"))
         # The first reply carrying one of these jobs is a fetch's (the worker's list is
         # empty, so no other read returns them yet): the script moved the jobs, the
         # worker never hears of them.
@@ -74,7 +74,7 @@ def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, conf
         tj.record.enqueue_many([(t,) for t in tokens])
         assert cutter.cut.wait(10), "no fetch reply carried the jobs"
         # Held in their queue once put back, to be read there.
-        c.sadd(keys.paused(keys.root()), "default")
+        c.sadd(keys.paused(keys.home_of("default")), "default")
         w.wait_for_log(
             r"requeued \d+ job\(s\) this process had taken without knowing it", timeout=15
         )
@@ -87,7 +87,7 @@ def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, conf
         assert len(queued) >= n, queued
         assert all(not j.get("orphan_count") for j in queued), queued
         assert not any(runs(c, prefix).get(j["args"][0]) for j in queued), runs(c, prefix)
-        c.srem(keys.paused(keys.root()), "default")
+        c.srem(keys.paused(keys.home_of("default")), "default")
         wait_until(
             lambda: all(runs(c, prefix).get(t) == 1 for t in tokens), 15, message="every job"
         )

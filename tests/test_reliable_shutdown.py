@@ -188,7 +188,7 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
     acked, unfiled, lost_reply, twin = _raw("a"), _raw("f"), _raw("lost"), _raw("twin")
     garbage = b"\xff not json"
     client = connection.get_client()  # bytes in, bytes out
-    key = keys.inprogress(ident, keys.root())
+    key = keys.inprogress(ident, keys.home_of("default"))
     client.rpush(key, unfinished, low_job, acked, unfiled, lost_reply, twin, twin, garbage)
     for raw, queue in (
         (unfinished, "default"),
@@ -212,7 +212,7 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
         for x in (unfinished, lost_reply, twin, twin, garbage)
     )
     assert client.lrange(keys.queue("low"), 0, -1) == [low_job.encode()]
-    (entry,) = client.lrange(keys.unsettled(keys.root()), 0, -1)
+    (entry,) = client.lrange(keys.unsettled(keys.home_of("default")), 0, -1)
     entry = json.loads(entry)
     assert entry["target"] == "retry" and entry["payload"] == filing.payload
     assert m.record.pending() == {}
@@ -285,5 +285,5 @@ def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, p
 
 
 def test_keys_of_the_handover_are_the_documented_ones(prefix):
-    assert keys.unsettled(keys.root()) == f"{prefix}:unsettled"
-    assert keys.inprogress("x", keys.root()) == f"{prefix}:inprogress:x"
+    assert keys.unsettled(keys.home_of("default")) == f"{prefix}:unsettled"
+    assert keys.inprogress("x", keys.home_of("default")) == f"{prefix}:inprogress:x"

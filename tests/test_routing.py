@@ -54,17 +54,27 @@ def test_every_enqueue_path_agrees(r, p):
     client.push_many([build(f"bulk{p}", p), build(f"bulk{p}b", p)])
     client.push(build(f"unique{p}", p, unique="until_executed", unique_digest=f"d{p}"))
     # Due in the schedule and in the retry set: the poller moves them.
-    r.zadd(keys.schedule(keys.root()), {payload.encode(build(f"sched{p}", p)): time.time() - 1})
-    r.zadd(keys.retry(keys.root()), {payload.encode(build(f"retry{p}", p)): time.time() - 1})
+    r.zadd(
+        keys.schedule(keys.home_of("default")),
+        {payload.encode(build(f"sched{p}", p)): time.time() - 1},
+    )
+    r.zadd(
+        keys.retry(keys.home_of("default")),
+        {payload.encode(build(f"retry{p}", p)): time.time() - 1},
+    )
     assert poller.enqueue_due(conn) == 2
     # The admin's "retry now" (dead) and "retry all" (scheduled, retries).
-    r.zadd(keys.dead(keys.root()), {payload.encode(build(f"dead{p}", p)): time.time()})
+    r.zadd(keys.dead(keys.home_of("default")), {payload.encode(build(f"dead{p}", p)): time.time()})
     dead = DeadSet()
     (rec,) = dead.page()
     dead.retry(rec)
-    r.zadd(keys.retry(keys.root()), {payload.encode(build(f"retryall{p}", p)): time.time() + 999})
     r.zadd(
-        keys.schedule(keys.root()), {payload.encode(build(f"schedall{p}", p)): time.time() + 999}
+        keys.retry(keys.home_of("default")),
+        {payload.encode(build(f"retryall{p}", p)): time.time() + 999},
+    )
+    r.zadd(
+        keys.schedule(keys.home_of("default")),
+        {payload.encode(build(f"schedall{p}", p)): time.time() + 999},
     )
     RetrySet().retry_all()
     ScheduledSet().retry_all()

@@ -54,12 +54,15 @@ def test_a_run_ending_after_the_hand_over_settles_nothing_and_keeps_its_lock(man
     manager.stop(0.2, threading.Event())  # past the shutdown timeout: requeued
     (requeued,) = r.lrange(keys.queue("default"), 0, -1)
     assert payload.decode(requeued)["jid"] == jid
-    assert r.llen(keys.inprogress(IDENTITY, keys.root())) == 0
+    assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
 
     tj.gates["g"].set()  # the run ends now, after the hand-over
     manager.processors[0].thread.join(10)
     assert runs(r) == {"g": 1}
-    assert r.zcard(keys.retry(keys.root())) == 0 and r.zcard(keys.dead(keys.root())) == 0
+    assert (
+        r.zcard(keys.retry(keys.home_of("default"))) == 0
+        and r.zcard(keys.dead(keys.home_of("default"))) == 0
+    )
     assert r.llen(keys.queue("default")) == 1  # the requeued copy alone, not acked away
     assert r.get(lock) == jid  # the requeued copy's lock, not released by this run
 
@@ -88,7 +91,7 @@ def test_a_job_fetched_after_the_stop_began_is_requeued_not_run(configure, r):
     m.processors[0].thread.join(5)
     assert runs(r) == {}
     assert [payload.decode(x)["jid"] for x in r.lrange(keys.queue("default"), 0, -1)] == [jid]
-    assert r.llen(keys.inprogress(IDENTITY, keys.root())) == 0
+    assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
 
 
 def test_the_hand_over_waits_for_claimed_settlements_and_refuses_later_ones():

@@ -30,7 +30,7 @@ from cogworker_django.tasks_backend import CogworkerBackend  # noqa: E402
 from .helpers import free_port  # noqa: E402
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 BACKEND = "cogworker_django.tasks_backend.CogworkerBackend"
 
@@ -190,7 +190,7 @@ def test_task_enqueued_is_sent_with_the_result():
 def test_run_after_schedules_and_keeps_the_result_until_then(r):
     later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
     result = tt.add.using(run_after=later).enqueue(1, 1)
-    [(raw, at)] = r.zrange(keys.schedule(keys.root()), 0, -1, withscores=True)
+    [(raw, at)] = r.zrange(keys.schedule(keys.home_of("default")), 0, -1, withscores=True)
     assert json.loads(raw)["jid"] == result.id and at == pytest.approx(later.timestamp())
     assert r.ttl(keys.result(result.id)) > 86400 + 7000
     assert tt.add.get_result(result.id).task.run_after == later

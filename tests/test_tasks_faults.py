@@ -62,7 +62,8 @@ def test_a_broken_result_key_never_fails_the_task(worker, r):
     w.wait_for_log("WRONGTYPE")
     wait_until(lambda: not r.exists(keys.queue("default")), 5, message="the ack")
     assert (
-        r.zcard(keys.retry(keys.root())) == 0 and r.zcard(keys.dead(keys.root())) == 0
+        r.zcard(keys.retry(keys.home_of("default"))) == 0
+        and r.zcard(keys.dead(keys.home_of("default"))) == 0
     )  # succeeded (rule 4)
 
 

@@ -50,7 +50,8 @@ def test_fetch_takes_higher_priorities_first(mode, r):
     assert tokens(fetcher, get_client()) == EXPECTED
     if mode == "reliable":  # bare payloads, stamps stripped, on the in-progress list
         listed = [
-            json.loads(p)["args"][0] for p in r.lrange(keys.inprogress("me", keys.root()), 0, -1)
+            json.loads(p)["args"][0]
+            for p in r.lrange(keys.inprogress("me", keys.home_of("default")), 0, -1)
         ]
         assert sorted(listed) == sorted(EXPECTED)
     assert not r.exists(keys.priority_queue("default"), keys.queue("default"))
@@ -60,9 +61,9 @@ def test_paused_queues_and_bad_keys_are_skipped(r):
     push("low-5", 5, queue="low")
     push("default-minus-5", -5)
     fetcher = fetch.ReliableFetch("me", (QueueSpec("low", 1), QueueSpec("default", 1)))
-    r.sadd(keys.paused(keys.root()), "low")
+    r.sadd(keys.paused(keys.home_of("default")), "low")
     assert tokens(fetcher, get_client()) == ["default-minus-5"]
-    r.srem(keys.paused(keys.root()), "low")
+    r.srem(keys.paused(keys.home_of("default")), "low")
     assert tokens(fetcher, get_client()) == ["low-5"]
     # A priority key of the wrong type (until the key guard moves it) stops nothing.
     r.set(keys.priority_queue("default"), "oops")
@@ -76,7 +77,7 @@ def test_the_old_fetch_layout_ignores_priority_sets(r):
     push("p0")
 
     got = scripts.run(
-        "fetch", get_client(), [keys.inprogress("me", keys.root()), keys.paused(keys.root()), keys.queue("default")],
+        "fetch", get_client(), [keys.inprogress("me", keys.home_of("default")), keys.paused(keys.home_of("default")), keys.queue("default")],
         [0, 1, "default"],
     )  # fmt: skip
     assert json.loads(got[1])["args"] == ["p0"]
@@ -87,7 +88,7 @@ def test_due_scheduled_and_retried_tasks_go_back_to_their_priority_set(r):
     push("scheduled-7", 7, at=later)
     push("scheduled-0", at=later)
     retried = payload.build("testapp.jobs.noop", ["retried-2"], priority=2, retry_count=1)
-    r.zadd(keys.retry(keys.root()), {payload.encode(retried): 1})
+    r.zadd(keys.retry(keys.home_of("default")), {payload.encode(retried): 1})
     assert poller.enqueue_due(get_client(), now=later + 1) == 3
     members = r.zrange(keys.priority_queue("default"), 0, -1, withscores=True)
     assert [(json.loads(priority.payload_of(m))["args"][0], s) for m, s in members] == [

@@ -19,7 +19,7 @@ from cogworker_django.djtasks import store  # noqa: E402
 from .helpers import wait_until  # noqa: E402
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def finished(result, timeout=15.0):
@@ -32,7 +32,9 @@ def finished(result, timeout=15.0):
 
 
 def dead_jobs(r):
-    return {j["jid"]: j for j in map(json.loads, r.zrange(keys.dead(keys.root()), 0, -1))}
+    return {
+        j["jid"]: j for j in map(json.loads, r.zrange(keys.dead(keys.home_of("default")), 0, -1))
+    }
 
 
 def signals(r, result_id):
@@ -138,7 +140,9 @@ def test_failures_are_failed_with_the_exception_path(worker, r):
 def test_run_after_is_never_early(worker, r):
     run_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
     result = tt.add.using(run_after=run_after).enqueue(1, 1)
-    assert r.zcard(keys.schedule(keys.root())) == 1 and r.llen(keys.queue("default")) == 0
+    assert (
+        r.zcard(keys.schedule(keys.home_of("default"))) == 1 and r.llen(keys.queue("default")) == 0
+    )
     assert tt.add.get_result(result.id).status == TaskResultStatus.READY
     assert r.ttl(keys.result(result.id)) > 86400  # kept until it runs, then RESULT_TTL
     worker()

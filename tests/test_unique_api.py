@@ -28,7 +28,7 @@ def _in_retry(r, *args):
     jid = UE.enqueue(*args)
     raw = r.rpop(keys.queue("default"))
     job = {**json.loads(raw), "retry_count": 1, "error_class": "ValueError"}
-    r.zadd(keys.retry(keys.root()), {payload.encode(job): time.time() + 600})
+    r.zadd(keys.retry(keys.home_of("default")), {payload.encode(job): time.time() + 600})
     return jid
 
 
@@ -43,7 +43,7 @@ def test_killing_a_job_waiting_for_its_retry_releases_its_lock(r):
     jid = _in_retry(r, "a")
     s = api.RetrySet()
     assert s.kill(s.find(jid)) == api.Outcome.DONE
-    assert r.zcard(keys.dead(keys.root())) == 1
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1
     assert not r.exists(lock_of("a"))
 
 

@@ -21,7 +21,7 @@ RUN_SECONDS = 3.0
 
 
 def dead_jobs(r):
-    return [json.loads(x) for x in r.zrange(keys.dead(keys.root()), 0, -1)]
+    return [json.loads(x) for x in r.zrange(keys.dead(keys.home_of("default")), 0, -1)]
 
 
 def crafted(func, mode, *, jid=None, **extra):
@@ -37,7 +37,7 @@ def crafted(func, mode, *, jid=None, **extra):
         unique_digest=unique.digest(func, ["x"], {}, "default"),
         **extra,
     )
-    return job, keys.unique(job["unique_digest"], keys.root())
+    return job, keys.unique(job["unique_digest"], keys.home_of("default"))
 
 
 def test_terminal_failure_releases_the_lock_and_a_retried_one_extends_it(worker, r):
@@ -47,12 +47,16 @@ def test_terminal_failure_releases_the_lock_and_a_retried_one_extends_it(worker,
     key = lock_of("x", func=tj.always_fails.path)
     worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_2s"})
     jid = job.enqueue("x")
-    wait_until(lambda: r.zcard(keys.retry(keys.root())) == 1, message="the first failure")
+    wait_until(
+        lambda: r.zcard(keys.retry(keys.home_of("default"))) == 1, message="the first failure"
+    )
     # Waiting for its retry, the job keeps its lock, extended past unique_for (30 s) to
     # cover the backoff and the poller's minute: a duplicate is still refused.
     assert r.get(key) == jid and r.ttl(key) > 30
     assert job.enqueue("x") is None
-    wait_until(lambda: r.zcard(keys.dead(keys.root())) == 1, message="the terminal failure")
+    wait_until(
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 1, message="the terminal failure"
+    )
     assert dead_jobs(r)[0]["jid"] == jid
     assert not r.exists(key)
     assert job.enqueue("x") is not None
@@ -71,14 +75,16 @@ def test_unregistered_and_queueless_jobs_sent_to_dead_release_their_locks(worker
     # A due job without a queue can't be requeued: the poller buries it in dead.
     job, key = crafted(tj.record.path, "until_executed", at=time.time())
     job["queue"] = None
-    r.zadd(keys.schedule(keys.root()), {payload.encode(job): time.time() - 1})
+    r.zadd(keys.schedule(keys.home_of("default")), {payload.encode(job): time.time() - 1})
     r.set(key, job["jid"], ex=600)
     held[key] = job["jid"]
-    orphan_lock = keys.unique("digest-of-a-payload-that-got-mangled", keys.root())
+    orphan_lock = keys.unique("digest-of-a-payload-that-got-mangled", keys.home_of("default"))
     r.set(orphan_lock, "jid-lost-with-the-bytes", ex=600)
     r.lpush(keys.queue("default"), b"\xff{not json")
     worker()
-    wait_until(lambda: r.zcard(keys.dead(keys.root())) == 4, message="four jobs in dead")
+    wait_until(
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 4, message="four jobs in dead"
+    )
     classes = sorted(j["error_class"] for j in dead_jobs(r))
     assert classes == ["InvalidPayload", "JSONDecodeError", "NotRegistered", "NotRegistered"]
     for key in held:
@@ -90,16 +96,18 @@ def test_poison_job_sent_to_dead_by_orphan_recovery_releases_its_lock(worker, r)
     """A job past MAX_ORPHANINGS, found on the list of a dead process."""
     job, key = crafted(tj.record.path, "until_executed", orphan_count=3)
     dead_process = "gone-host:1234:abcd"
-    r.rpush(keys.inprogress(dead_process, keys.root()), payload.encode(job))
+    r.rpush(keys.inprogress(dead_process, keys.home_of("default")), payload.encode(job))
     r.sadd(keys.inprogress_ids(), dead_process)
     r.hset(keys.last_beat(), dead_process, 0)
     r.set(key, job["jid"], ex=600)
     worker()
-    wait_until(lambda: r.zcard(keys.dead(keys.root())) == 1, message="the poison job in dead")
+    wait_until(
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 1, message="the poison job in dead"
+    )
     [filed] = dead_jobs(r)
     assert filed["jid"] == job["jid"] and filed["error_class"] == "OrphanedTooOften"
     wait_until(lambda: not r.exists(key), message="the lock to be released")
-    assert r.llen(keys.inprogress(dead_process, keys.root())) == 0
+    assert r.llen(keys.inprogress(dead_process, keys.home_of("default"))) == 0
 
 
 def test_while_executing_lock_of_a_killed_run_is_released_when_it_dies_as_poison(worker, r):
@@ -107,12 +115,14 @@ def test_while_executing_lock_of_a_killed_run_is_released_when_it_dies_as_poison
     goes to dead as a poison job, that lock goes too (owner-checked)."""
     job, key = crafted(tj.record.path, "while_executing", orphan_count=3)
     dead_process = "gone-host:99:beef"
-    r.rpush(keys.inprogress(dead_process, keys.root()), payload.encode(job))
+    r.rpush(keys.inprogress(dead_process, keys.home_of("default")), payload.encode(job))
     r.sadd(keys.inprogress_ids(), dead_process)
     r.hset(keys.last_beat(), dead_process, 0)
     r.set(key, job["jid"], ex=600)
     worker()
-    wait_until(lambda: r.zcard(keys.dead(keys.root())) == 1, message="the poison job in dead")
+    wait_until(
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 1, message="the poison job in dead"
+    )
     wait_until(lambda: not r.exists(key), message="the lock to be released")
 
 
@@ -146,7 +156,7 @@ def test_lock_of_a_run_nobody_recovers_still_lapses_at_its_ttl(worker, r, prefix
     assert any(
         json.loads(raw)["jid"] == jid
         for ident in r.smembers(keys.inprogress_ids())
-        for raw in r.lrange(keys.inprogress(ident, keys.root()), 0, -1)
+        for raw in r.lrange(keys.inprogress(ident, keys.home_of("default")), 0, -1)
     )
     assert job.enqueue("t") not in (None, jid)
 
@@ -254,4 +264,7 @@ def test_a_killed_while_executing_run_takes_its_lock_back_and_releases_it(worker
     # The recovered run took its lock back before the duplicate could run.
     assert jids == [jid, jid, dup], jids
     wait_until(lambda: not r.exists(key), message="the lock to be released")
-    assert r.zcard(keys.dead(keys.root())) == 0 and r.zcard(keys.retry(keys.root())) == 0
+    assert (
+        r.zcard(keys.dead(keys.home_of("default"))) == 0
+        and r.zcard(keys.retry(keys.home_of("default"))) == 0
+    )

@@ -50,7 +50,7 @@ def test_digest_changes_with_callable_args_kwargs_and_queue(other):
 def test_digest_is_a_plain_hex_string():
     d = unique.digest("app.f", [], {}, "default")
     assert len(d) == 64 and int(d, 16) >= 0
-    assert keys.unique(d, keys.root()).endswith(f":unique:{d}")
+    assert keys.unique(d, keys.home_of("default")).endswith(f":unique:{d}")
 
 
 def test_enqueue_stores_mode_ttl_and_digest_in_the_payload(r):
@@ -76,7 +76,7 @@ def test_fractional_unique_for_rounds_up_never_to_a_day(r):
     UE.using(unique_for=0.5).enqueue("a")
     job = json.loads(r.lindex(keys.queue("default"), 0))
     assert job["unique_for"] == 1
-    assert 0 < r.ttl(keys.unique(job["unique_digest"], keys.root())) <= 1
+    assert 0 < r.ttl(keys.unique(job["unique_digest"], keys.home_of("default"))) <= 1
 
 
 def test_unique_argument_that_json_cannot_hold_names_the_argument():

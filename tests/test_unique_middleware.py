@@ -129,4 +129,4 @@ def test_jobs_without_a_mode_or_digest_pass_through(r):
         {"jid": "j", "unique": "x", "unique_digest": "d"},
     ):
         assert MW(job, "default", lambda: 5) == 5
-    assert not list(r.scan_iter(keys.unique("*", keys.root())))
+    assert not list(r.scan_iter(keys.unique("*", keys.home_of("default"))))

@@ -16,7 +16,7 @@ from .unique_helpers import lock_of, queued, stop_keeping_data
 
 # Unique jobs behave the same on a Redis Cluster: every test runs on both
 # (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 UE = tj.record.using(unique="until_executed")
 US = tj.record.using(unique="until_started")
@@ -86,7 +86,7 @@ def test_scheduled_job_locks_from_the_push_for_delay_plus_unique_for(r, how):
     )
     jid = call("a")
     assert jid is not None
-    [(raw, score)] = r.zrange(keys.schedule(keys.root()), 0, -1, withscores=True)
+    [(raw, score)] = r.zrange(keys.schedule(keys.home_of("default")), 0, -1, withscores=True)
     assert json.loads(raw)["jid"] == jid and score > time.time() + delay - 5
     key = lock_of("a")
     assert r.get(key) == jid
@@ -94,7 +94,9 @@ def test_scheduled_job_locks_from_the_push_for_delay_plus_unique_for(r, how):
     assert delay + 55 <= r.ttl(key) <= delay + 60
     assert call("a") is None
     assert UE.enqueue("a") is None  # a push for now is a duplicate too
-    assert r.zcard(keys.schedule(keys.root())) == 1 and r.llen(keys.queue("default")) == 0
+    assert (
+        r.zcard(keys.schedule(keys.home_of("default"))) == 1 and r.llen(keys.queue("default")) == 0
+    )
 
 
 def test_failed_push_leaves_no_lock(r):
@@ -115,7 +117,7 @@ def test_failed_bulk_push_leaves_no_lock(r):
 
 
 def test_failed_scheduled_push_leaves_no_lock(r):
-    r.rpush(keys.schedule(keys.root()), "not a zset")
+    r.rpush(keys.schedule(keys.home_of("default")), "not a zset")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         UE.enqueue_in(60, "a")
     assert not r.exists(lock_of("a"))

@@ -22,7 +22,7 @@ def test_fake_refuses_a_duplicate_while_the_first_is_recorded(r):
         tj.record.drain()
         assert UE.enqueue("a") is not None  # performed: accepted again
     assert r.llen(keys.queue("default")) == 0 and not list(
-        r.scan_iter(keys.unique("*", keys.root()))
+        r.scan_iter(keys.unique("*", keys.home_of("default")))
     )
 
 

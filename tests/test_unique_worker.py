@@ -70,12 +70,12 @@ def test_until_started_is_released_when_a_processor_takes_the_job(worker, r, pre
     assert not r.exists(key)  # released before the job function was called
     # The queue paused, the next one waits queued (holding its lock) however slow the
     # machine: no race with a processor taking it.
-    r.sadd(keys.paused(keys.root()), "default")
+    r.sadd(keys.paused(keys.home_of("default")), "default")
     jid2 = job.enqueue(3.0, "us")  # accepted while the first still runs
     accepted_at = time.time()
     assert jid2 is not None
     assert job.enqueue(3.0, "us") is None  # the new one is queued
-    r.srem(keys.paused(keys.root()), "default")
+    r.srem(keys.paused(keys.home_of("default")), "default")
     wait_until(lambda: runs(r, prefix, "us") == 2, 20, message="both runs")
     s = stamps(r, prefix)
     assert float(s[f"{jid}:end"]) > accepted_at  # the first was still running then
@@ -94,7 +94,7 @@ def test_while_executing_reschedules_the_second_run_until_the_first_is_done(work
 
     def rescheduled():
         now = time.time()
-        for raw, score in r.zrange(keys.schedule(keys.root()), 0, -1, withscores=True):
+        for raw, score in r.zrange(keys.schedule(keys.home_of("default")), 0, -1, withscores=True):
             j = json.loads(raw)
             if score > now:
                 seen.update(jid=j["jid"], score=score, job=j)
@@ -111,4 +111,7 @@ def test_while_executing_reschedules_the_second_run_until_the_first_is_done(work
     s = stamps(r, prefix)
     assert float(s[f"{seen['jid']}:start"]) >= float(s[f"{first}:end"])  # never alongside
     wait_until(lambda: not r.exists(key), message="the lock to be released")
-    assert r.zcard(keys.retry(keys.root())) == 0 and r.zcard(keys.dead(keys.root())) == 0
+    assert (
+        r.zcard(keys.retry(keys.home_of("default"))) == 0
+        and r.zcard(keys.dead(keys.home_of("default"))) == 0
+    )

@@ -22,11 +22,13 @@ def entry(target: str, score, token: str) -> str:
 
 
 def dead_jobs(r) -> list[dict]:
-    return [json.loads(x) for x in r.zrange(keys.dead(keys.root()), 0, -1)]
+    return [json.loads(x) for x in r.zrange(keys.dead(keys.home_of("default")), 0, -1)]
 
 
 def test_entries_redis_refuses_are_buried_in_dead_and_the_rest_are_filed(r, caplog):
-    r.set(keys.schedule(keys.root()), "a string, not a zset")  # filing in the schedule: WRONGTYPE
+    r.set(
+        keys.schedule(keys.home_of("default")), "a string, not a zset"
+    )  # filing in the schedule: WRONGTYPE
     listed = [
         entry("schedule", time.time() + 60, "wrongtype"),
         json.dumps({"target": "retry", "score": "NaN", "payload": "{}"}),
@@ -35,11 +37,11 @@ def test_entries_redis_refuses_are_buried_in_dead_and_the_rest_are_filed(r, capl
         entry("retry", time.time() + 60, "good-retry"),
         entry("dead", time.time(), "good-dead"),
     ]
-    r.rpush(keys.unsettled(keys.root()), *listed)
+    r.rpush(keys.unsettled(keys.home_of("default")), *listed)
     with caplog.at_level(logging.ERROR, "cogworker_django"):
         assert file_unsettled(connection.get_client()) == 6
-    assert r.llen(keys.unsettled(keys.root())) == 0
-    (retried,) = [json.loads(x) for x in r.zrange(keys.retry(keys.root()), 0, -1)]
+    assert r.llen(keys.unsettled(keys.home_of("default"))) == 0
+    (retried,) = [json.loads(x) for x in r.zrange(keys.retry(keys.home_of("default")), 0, -1)]
     assert retried["jid"] == "jid-good-retry"
     dead = dead_jobs(r)
     assert {d["jid"] for d in dead if d["func"] != payload.UNPARSEABLE} == {"jid-good-dead"}
@@ -53,22 +55,22 @@ def test_entries_redis_refuses_are_buried_in_dead_and_the_rest_are_filed(r, capl
 
 
 def test_an_entry_that_cannot_be_filed_even_in_dead_is_left_and_the_others_go_on(r, caplog):
-    r.set(keys.retry(keys.root()), "broken")
-    r.set(keys.dead(keys.root()), "broken too")
+    r.set(keys.retry(keys.home_of("default")), "broken")
+    r.set(keys.dead(keys.home_of("default")), "broken too")
     bad, good = entry("retry", time.time(), "bad"), entry("schedule", time.time(), "good")
-    r.rpush(keys.unsettled(keys.root()), bad, good)
+    r.rpush(keys.unsettled(keys.home_of("default")), bad, good)
     with caplog.at_level(logging.ERROR, "cogworker_django"):
         assert file_unsettled(connection.get_client()) == 1
-    assert r.lrange(keys.unsettled(keys.root()), 0, -1) == [bad]
-    assert [json.loads(x)["jid"] for x in r.zrange(keys.schedule(keys.root()), 0, -1)] == [
-        "jid-good"
-    ]
+    assert r.lrange(keys.unsettled(keys.home_of("default")), 0, -1) == [bad]
+    assert [
+        json.loads(x)["jid"] for x in r.zrange(keys.schedule(keys.home_of("default")), 0, -1)
+    ] == ["jid-good"]
     assert "can't be filed even in dead" in caplog.text
 
 
 def test_an_entry_filed_by_another_process_first_is_not_filed_again(r):
     good = entry("retry", time.time() + 30, "once")
-    r.rpush(keys.unsettled(keys.root()), good)
+    r.rpush(keys.unsettled(keys.home_of("default")), good)
     client = connection.get_client()
     assert file_unsettled(client) == 1
     # A second process that read the same entry before the first removed it.
@@ -78,12 +80,12 @@ def test_an_entry_filed_by_another_process_first_is_not_filed_again(r):
     assert (
         _file(client, keys.root(), good, Filing("retry", filing["score"], filing["payload"])) == 0
     )
-    assert r.zcard(keys.retry(keys.root())) == 1  # the first filing stands
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 1  # the first filing stands
     # ... and a copy already in the set is never removed by the loser.
-    r.rpush(keys.unsettled(keys.root()), good)
+    r.rpush(keys.unsettled(keys.home_of("default")), good)
     assert file_unsettled(client) == 1
     assert _file(client, keys.root(), good, Filing("retry", 1.0, filing["payload"])) == 0
-    assert r.zcard(keys.retry(keys.root())) == 1
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 1
 
 
 def test_the_hand_over_entry_format_is_what_the_filer_reads():

@@ -31,21 +31,25 @@ def test_a_hostile_backoff_hook_files_the_failure_with_the_builtin_backoff(worke
     w = worker(settings={"RETRY_BACKOFF": f"testapp.jobs.{hook}"})
     jid = tj.always_fails.using(retry=1).enqueue("hostile")
     wait_until(
-        lambda: r.zcard(keys.retry(keys.root())) == 1, 15, message="the failure filed in retry"
+        lambda: r.zcard(keys.retry(keys.home_of("default"))) == 1,
+        15,
+        message="the failure filed in retry",
     )
-    ((raw, score),) = r.zrange(keys.retry(keys.root()), 0, -1, withscores=True)
+    ((raw, score),) = r.zrange(keys.retry(keys.home_of("default")), 0, -1, withscores=True)
     assert json.loads(raw)["jid"] == jid
     # the built-in formula for the first retry: 15 s + 1 + up to 10 s
     assert 14 < score - time.time() <= 26 + 1
     assert runs(r) == {jid: 1}
     # Make the retry due now rather than wait the built-in backoff out.
-    r.zadd(keys.retry(keys.root()), {raw: time.time()})
+    r.zadd(keys.retry(keys.home_of("default")), {raw: time.time()})
     wait_until(
-        lambda: r.zcard(keys.dead(keys.root())) == 1, 15, message="the retry's failure in dead"
+        lambda: r.zcard(keys.dead(keys.home_of("default"))) == 1,
+        15,
+        message="the retry's failure in dead",
     )
     time.sleep(1.5)  # a requeued copy would have run again by now
     assert runs(r) == {jid: 2}
-    assert r.zcard(keys.retry(keys.root())) == 0
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     assert r.llen(keys.queue("default")) == 0
     listed = [k for k in r.scan_iter(f"{keys.prefix()}:inprogress:*") if r.llen(k)]
     assert listed == []
@@ -58,7 +62,7 @@ def test_the_worker_threads_survive_a_hostile_hook_and_keep_working(worker, r):
     w = worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_raises", "CONCURRENCY": 2})
     for i in range(6):
         tj.always_fails.using(retry=3).enqueue(f"x{i}")
-    wait_until(lambda: r.zcard(keys.retry(keys.root())) == 6, 15)
+    wait_until(lambda: r.zcard(keys.retry(keys.home_of("default"))) == 6, 15)
     for i in range(10):
         tj.record.enqueue(f"after{i}")
     wait_until(lambda: sum(1 for k in runs(r) if k.startswith("after")) == 10, 15)
@@ -92,16 +96,16 @@ def test_backoff_keeps_a_good_hooks_answer(configure):
 def test_a_lock_extension_survives_garbage_unique_for(r, unique_for):
     job = payload.build("testapp.jobs.record", ["u"], queue="default")
     job.update(unique="until_executed", unique_digest="d1", unique_for=unique_for)
-    r.set(keys.unique("d1", keys.root()), job["jid"], ex=10)
+    r.set(keys.unique("d1", keys.home_of("default")), job["jid"], ex=10)
     locks.extend_job_locks(job, 30)
     # the lock now covers the wait plus the queued lifetime (UNIQUE_LOCK_TTL: 1 day)
-    assert 86000 < r.ttl(keys.unique("d1", keys.root())) <= 86400 + 30
+    assert 86000 < r.ttl(keys.unique("d1", keys.home_of("default"))) <= 86400 + 30
 
 
 @pytest.mark.parametrize("wait", [math.inf, math.nan, 1e300])
 def test_a_lock_extension_survives_an_absurd_wait(r, wait):
     job = payload.build("testapp.jobs.record", ["u"], queue="default")
     job.update(unique="until_executed", unique_digest="d2", unique_for=60)
-    r.set(keys.unique("d2", keys.root()), job["jid"], ex=10)
+    r.set(keys.unique("d2", keys.home_of("default")), job["jid"], ex=10)
     locks.extend_job_locks(job, wait)
-    assert r.ttl(keys.unique("d2", keys.root())) > 0
+    assert r.ttl(keys.unique("d2", keys.home_of("default"))) > 0

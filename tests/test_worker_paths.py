@@ -49,7 +49,7 @@ def test_a_release_deferred_by_an_outage_goes_through_at_stop(worker, redis_serv
     job = payload.build("testapp.jobs.sleeper", [1.5], queue="default")
     job.update(unique="while_executing", unique_digest="held")
     c.lpush(keys.queue("default"), payload.encode(job))
-    lock = keys.unique("held", keys.root())
+    lock = keys.unique("held", keys.home_of("default"))
     wait_until(lambda: c.get(lock) == job["jid"], 10, message="the run's lock")
     port = server.port
     server.stop()  # the run ends while Redis is away: its release is deferred

@@ -39,7 +39,7 @@ def test_members_are_counted_by_the_push_that_pushes_them(r, prefix):
     assert pending(r, batch.bid) == set(jids)
     assert r.lrange(keys.batch_jids(batch.bid), 0, -1) == jids
     assert {j["bid"] for j in queued(r)} == {batch.bid}
-    (scheduled,) = r.zrange(keys.schedule(keys.root()), 0, -1)
+    (scheduled,) = r.zrange(keys.schedule(keys.home_of("default")), 0, -1)
     assert json.loads(scheduled)["bid"] == batch.bid
     status = api.Batches().get(batch.bid)
     assert (status.total, status.pending, status.open_blocks, status.state) == (4, 4, 0, "running")

@@ -18,7 +18,7 @@ from cogworker_django.periodic.ticker import Ticker
 from .admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 
 def test_enqueue_names_the_key_of_the_wrong_type(r):
@@ -33,9 +33,10 @@ def test_enqueue_names_the_key_of_the_wrong_type(r):
 
 
 def test_a_scheduled_push_names_the_schedule(r):
-    r.rpush(keys.schedule(keys.root()), "not a zset")
+    r.rpush(keys.schedule(keys.home_of("default")), "not a zset")
     with pytest.raises(
-        client.WrongKeyType, match=f"{keys.schedule(keys.root())} holds a list, not a zset"
+        client.WrongKeyType,
+        match=f"{keys.schedule(keys.home_of('default'))} holds a list, not a zset",
     ):
         tj.record.enqueue_in(60, "x")
 

@@ -14,7 +14,7 @@ from cogworker_django import keys, unique
 
 def lock_of(*args, queue: str = "default", func: str = tj.record.path, **kwargs) -> str:
     """The unique lock key of ``func(*args, **kwargs)`` on ``queue``."""
-    return keys.unique(unique.digest(func, args, kwargs, queue), keys.root())
+    return keys.unique(unique.digest(func, args, kwargs, queue), keys.home_of("default"))
 
 
 def queued(r: redis.Redis, queue: str = "default") -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import departures, homes, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
@@ -231,6 +232,20 @@ class Queue:
         removed += int(pipe.execute()[0])
         if not conn.exists(self.key) and not conn.sismember(self.paused_key, self.name):
             # Empty and not paused: drop it from the listing (a worker reading it, or the
-            # next push, lists it again).
-            conn.srem(keys.queues(), self.name)
+            # next push, lists it again) unless its home still holds jobs of its own.
+            if not self._home_holds_jobs(conn):
+                conn.srem(keys.queues(), self.name)
         return removed
+
+    def _home_holds_jobs(self, conn: Any) -> bool:
+        """With a home per queue the listing is how the admin and the poller find the
+        queue's schedule, retry and dead sets: a queue whose sets hold jobs stays listed."""
+        if not keys.spread():
+            return False
+        pipe = conn.pipeline(transaction=False)
+        for key, kind in keys.home_types(keys.home_of(self.name)).items():
+            if kind == "zset":
+                pipe.zcard(key)
+            elif kind == "list":
+                pipe.llen(key)
+        return any(isinstance(n, int) and n > 0 for n in pipe.execute(raise_on_error=False))

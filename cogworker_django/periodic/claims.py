@@ -18,6 +18,11 @@ batch member, a test-mode sink, a scheduled push) first mark it ``"p <jid>"``
 (lua/periodic_mark.lua); a marked record is never pushed again (its push may have
 happened), and a rollback finding it marked undoes nothing: at most once, for those
 paths the slot may be lost, never doubled.
+
+With a home per queue (keys.spread) the record and the queue are in two slots: the plain
+push writes the job to the prefix's outbox in the record's step and relays it from there
+(outbox.py), exactly once still; a unique job's lock (in its queue's home) can't share
+that step, so it takes the marking path.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from .. import client, connection, errors, keys, payload, priority, scripts
+from .. import client, connection, errors, keys, outbox, payload, priority, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -84,13 +89,22 @@ class ClaimedPush:
 
     def plain(self, queue: str, where: priority.Route) -> bool:
         self.reached = True
+        target, value, score = where.key, where.value, where.score_arg
+        if keys.spread():
+            # The queue is in another slot than the record: the script writes the job to
+            # the prefix's outbox with the record's removal, and the relay pushes it to
+            # its queue exactly once (outbox.py; the poller relays it if this dies).
+            value = outbox.envelope(where.key, where.value, where.score_arg, queue)
+            target, score = keys.outbox(), ""
         pushed = scripts.run(
             "periodic_push",
             self.conn,
-            [self.key, where.key, keys.queues()],
-            [self.field, self.jid, where.value, queue, where.score_arg],
+            [self.key, target, keys.queues()],
+            [self.field, self.jid, value, queue, score],
         )
         self.gone = int(pushed) == 0
+        if not self.gone and target != where.key:
+            outbox.relay(self.conn, [value])
         return not self.gone
 
     def claim(self) -> tuple[str, str, str]:

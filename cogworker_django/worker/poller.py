@@ -18,7 +18,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, departures, errors, homes, keys, payload, priority, scripts
+from .. import (
+    conf,
+    connection,
+    departures,
+    errors,
+    homes,
+    keys,
+    outbox,
+    payload,
+    priority,
+    scripts,
+)
 from .fetch import text, wire
 from .recovery import OrphanRecovery
 from .unsettled import file_unsettled
@@ -157,6 +168,8 @@ class Poller:
         conn = connection.get_client()
         self.backoff.run("Scheduled poller", lambda: enqueue_due(conn))
         self.backoff.run("Unsettled jobs", lambda: file_unsettled(conn))
+        # Batch jobs a pusher left in P:outbox (it died between its script and its relay).
+        self.backoff.run("Outbox relay", lambda: outbox.relay_leftovers(conn))
 
         def count() -> None:
             self._process_count = int(conn.scard(keys.processes()))

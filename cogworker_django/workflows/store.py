@@ -5,6 +5,11 @@
 - ``lua/batch_update.lua``: one outcome (a member's success or failure, a block's end)
   and, when that outcome finishes the batch, its callbacks, in the same step.
 
+With a home per queue (keys.spread) a batch's keys and its jobs' queues are in
+different hash slots: the scripts then put each job in the outbox (a list in the
+batch's home) instead, in the same step, and the caller relays it to its queue right
+after (outbox.py; the poller relays what a caller that died in between left there).
+
 A batch's description, kind and callbacks never change once it is created, so a process
 reads them once per batch (:func:`meta`) and builds every payload the scripts may push
 here, in Python (rule 3), with a fresh jid and enqueue time.
@@ -21,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import conf, connection, errors, homes, keys, payload, priority, scripts
+from .. import conf, connection, errors, homes, keys, outbox, payload, priority, scripts
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 
 log = logging.getLogger("cogworker_django")
@@ -193,19 +198,43 @@ def _target(job: dict[str, Any], at_now: float) -> tuple[str, str, str]:
 
 
 def push(bid: str, jobs: list[dict[str, Any]]) -> int:
-    """Push ``jobs`` (all of batch ``bid``) and count them, in one script: all or none."""
+    """Push ``jobs`` (all of batch ``bid``) and count them, in one script: all or none.
+    With a home per queue the script puts them in the outbox and they are relayed from
+    there at once (:func:`push_counted`, outbox.py)."""
+    conn = connection.get_client()
+    answer, envelopes = push_counted(bid, jobs, conn)
+    outbox.relay(conn, envelopes)
+    return answer
+
+
+def push_counted(bid: str, jobs: list[dict[str, Any]], conn: Any = None) -> tuple[int, list[str]]:
+    """The script of :func:`push`, without the relay: the number of jobs pushed and the
+    outbox envelopes standing for them (none off spread, where the script pushes into
+    the queues itself). Raises BatchNotFound / BatchFinished when nothing was pushed."""
     at_now = now()
+    spread = keys.spread()
     targets: list[str] = []
+    envelopes: list[str] = []
     args: list[Any] = [bid, repr(at_now), unfinished_ttl()]
     for job in jobs:
         key, value, score = _target(job, at_now)
+        scheduled = key == keys.schedule(homes.job_home(job))
+        if spread:
+            # The queue's home is another slot: the job goes to the outbox (in the
+            # batch's home), counted in the same step; the relay pushes it on. Its
+            # queue is listed even when it is scheduled: the poller finds a schedule by
+            # its queue (homes.py), as client._schedule lists it.
+            value = outbox.envelope(key, value, score, job["queue"])
+            envelopes.append(value)
+            key, score, listed = keys.outbox(), "", job["queue"]
+        else:
+            listed = "" if scheduled else job["queue"]
         if key not in targets:
             targets.append(key)
-        listed = job["queue"] if key != keys.schedule(homes.job_home(job)) else ""
         args += [7 + targets.index(key), value, score, job["jid"], listed]
     answer = scripts.run(
         "batch_push",
-        connection.get_client(),
+        conn or connection.get_client(),
         [
             keys.batch(bid),
             keys.batch_pending(bid),
@@ -218,7 +247,7 @@ def push(bid: str, jobs: list[dict[str, Any]]) -> int:
         args,
     )
     if isinstance(answer, int):
-        return answer
+        return answer, envelopes
     answer = text(answer)
     if answer == "gone":
         raise BatchNotFound(f"no batch {bid} (never created, or expired): the job was not pushed")
@@ -261,15 +290,46 @@ def update(
 ) -> Update:
     """Run lua/batch_update.lua once: ``op`` is "success", "failure" or "close", ``ident``
     the member's jid (the block token for close). Payloads of the callbacks are built
-    now, fresh; the script pushes them only if this outcome finishes the batch."""
+    now, fresh; the script pushes them only if this outcome finishes the batch. With a
+    home per queue it puts them in the outbox, and those it did are relayed at once
+    (:func:`update_counted`, outbox.py)."""
+    conn = conn or connection.get_client()
+    outcome, envelopes = update_counted(
+        bid, op, ident, found, value=value, next_step=next_step, step_number=step_number, conn=conn
+    )
+    outbox.relay_present(conn, envelopes)
+    return outcome
+
+
+def update_counted(
+    bid: str,
+    op: str,
+    ident: str,
+    found: Meta | None,
+    *,
+    value: str = "",
+    next_step: dict[str, Any] | None = None,
+    step_number: int = 0,
+    conn: Any = None,
+) -> tuple[Update, list[str]]:
+    """The script of :func:`update`, without the relay: its outcome and the envelopes
+    it was given for the outbox (none off spread). Only those it fired are in the
+    outbox: the callbacks of an outcome that does not finish the batch are not."""
     complete = callback_payload(found.on_complete if found else None, bid, "complete")
     success = callback_payload(found.on_success if found else None, bid, "success")
     placeholder = keys.batch(bid)
+    spread = keys.spread()
+    envelopes: list[str] = []
 
     def parts(job: dict[str, Any] | None) -> tuple[str, list[str]]:
         if job is None:
             return placeholder, ["", "", ""]
-        return keys.queue(job["queue"]), [payload.encode(job), job["jid"], job["queue"]]
+        key, encoded = keys.queue(job["queue"]), payload.encode(job)
+        if spread:  # the queue's home is another slot: through the outbox (outbox.py)
+            encoded = outbox.envelope(key, encoded, "", job["queue"])
+            envelopes.append(encoded)
+            key = keys.outbox()
+        return key, [encoded, job["jid"], job["queue"]]
 
     complete_key, complete_args = parts(complete)
     success_key, success_args = parts(success)
@@ -305,7 +365,7 @@ def update(
         ],
     )
     status, complete_jid, success_jid = (text(v) for v in reply)
-    return Update(status, complete_jid, success_jid)
+    return Update(status, complete_jid, success_jid), envelopes
 
 
 def failure_record(job: dict[str, Any], error_class: str, message: str, dead: bool) -> str:
