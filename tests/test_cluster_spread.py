@@ -267,3 +267,18 @@ def test_a_job_naming_no_queue_is_found_in_the_prefixs_home(r):
     assert keys.root() in homes.all_homes(connection.get_client())
     assert [rec.jid for rec in api.DeadSet().page()] == ["nq1"]
     assert api.DeadSet().page()[0].home == keys.root()
+
+
+def test_cancel_finds_a_job_in_its_queues_home(r):
+    qs = three_masters()
+    later = tj.record.using(queue=qs[1]).enqueue_in(300, "later")
+    job = tj.record.using(queue=qs[2])._build(("again",), {})
+    r.sadd(keys.queues(), qs[2])
+    r.zadd(keys.retry(keys.home_of(qs[2])), {payload.encode(job): time.time() + 300})
+    queued = tj.record.using(queue=qs[0]).enqueue("now")
+    assert api.cancel(later) == "scheduled"
+    assert api.cancel(job["jid"]) == "retry"
+    assert api.cancel(queued) == "queue"
+    assert r.zcard(keys.schedule(keys.home_of(qs[1]))) == 0
+    assert r.zcard(keys.retry(keys.home_of(qs[2]))) == 0
+    assert r.llen(keys.queue(qs[0])) == 0

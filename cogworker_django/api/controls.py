@@ -75,7 +75,7 @@ def cancel_entry(job_set: JobSet, record: JobRecord) -> Outcome:
     """Cancel one entry of the schedule or the retries (the admin's Cancel): removed,
     its locks released, its listeners told; GONE when it had left already."""
     locks.retry_deferred()
-    if not client().zrem(job_set.key, record.raw):
+    if not client().zrem(job_set.key_of(record), record.raw):
         return Outcome.GONE
     departures.job_left(record.job, f"cancelled by an operator while in {job_set.name}")
     return Outcome.DONE

@@ -85,7 +85,7 @@ class JobSet:
         record = JobRecord.from_raw(raw, float(score), self.name)
         return replace(record, home=home) if keys.spread() else record
 
-    def _key_of(self, record: JobRecord) -> str:
+    def key_of(self, record: JobRecord) -> str:
         """The set ``record`` was read from (its job's home when it says none)."""
         return self.key_in(record.home or homes.job_home(record.job))
 
@@ -215,7 +215,7 @@ class JobSet:
         """Send the entry to its queue now ("retry now" / "enqueue now")."""
         locks.retry_deferred()
         where = requeue_route(record.job)
-        key = self._key_of(record)
+        key = self.key_of(record)
         if where is None or not _same_home(key, where.key):
             return Outcome.INVALID
         moved = scripts.run(
@@ -229,7 +229,7 @@ class JobSet:
     def delete(self, record: JobRecord) -> Outcome:
         """Remove the entry; the job leaves the system, so its locks are released."""
         locks.retry_deferred()
-        if not client().zrem(self._key_of(record), record.raw):
+        if not client().zrem(self.key_of(record), record.raw):
             return Outcome.GONE
         departures.job_left(record.job, f"deleted from {self.name} by an operator")
         return Outcome.DONE
@@ -354,7 +354,7 @@ class RetrySet(JobSet):
         conn = client()
         job = record.job
         new = record.raw if not record.unparseable else payload.encode(job)
-        key = self._key_of(record)
+        key = self.key_of(record)
         home = keys.home_part(key)
         moved = scripts.run(
             "requeue_due",
