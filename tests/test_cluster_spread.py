@@ -282,3 +282,32 @@ def test_cancel_finds_a_job_in_its_queues_home(r):
     assert r.zcard(keys.schedule(keys.home_of(qs[1]))) == 0
     assert r.zcard(keys.retry(keys.home_of(qs[2]))) == 0
     assert r.llen(keys.queue(qs[0])) == 0
+
+
+def test_basic_fetch_reads_queues_on_three_masters(worker, r):
+    qs = three_masters()
+    api.Queue(qs[2]).pause()
+    for q in qs:
+        for i in range(4):
+            tj.record.using(queue=q).enqueue(f"{q}-{i}")
+    w = worker(settings={"QUEUES": qs, "FETCH": "basic", "CONCURRENCY": 2})
+    wait_until(lambda: len(counts(r)) == 8, 20, message="the 8 jobs of the unpaused queues")
+    assert r.llen(keys.queue(qs[2])) == 4  # paused in its own home: left alone
+    api.Queue(qs[2]).resume()
+    wait_until(lambda: len(counts(r)) == 12, 20, message="the paused queue's jobs once resumed")
+    assert set(counts(r).values()) == {1}
+    assert w.stop() == 0
+
+
+def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(worker, r):
+    qs = three_masters()[:2]
+    for q in qs:
+        tj.tracked.using(queue=q).enqueue(30, f"{q}-long")
+    w = worker(settings={"QUEUES": qs, "CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1})
+    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 2, 15)
+    (ident,) = r.smembers(keys.processes())
+    w.stop()  # TERM: the grace passes, the hand-over requeues the unfinished
+    for q in qs:
+        raws = r.lrange(keys.queue(q), 0, -1)
+        assert len(raws) == 1 and payload.decode(raws[0])["queue"] == q
+        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
