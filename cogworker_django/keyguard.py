@@ -97,7 +97,10 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     every = list(dict.fromkeys([*queues, *queue_names]))
     for name in every:
         types.update(_per_queue(name))
-    home_list = [h for h, _ in homes.group_by_home([*every, *live])] or [keys.root()]
+    # Every queue's home and the prefix's own (homes.all_homes walks the same ones).
+    home_list = list(
+        dict.fromkeys([h for h, _ in homes.group_by_home([*every, *live])] + [keys.root()])
+    )
     if keys.spread():
         for home in home_list:
             types.update(keys.home_types(home))
