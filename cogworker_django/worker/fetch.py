@@ -210,12 +210,12 @@ class ReliableFetch(FetchStrategy):
         """The acks for homes other than the one fetched from first: one pipeline (a
         round trip per master they are on, sent before the fetch so a failure leaves
         every ack pending, as a failed fetch does)."""
+        # Plain LREMs, as fetch.lua acks: no script source sent along (a pipeline can't
+        # use EVALSHA safely: it can't reload a script a failed-over master lacks).
         pipe = connection.get_client().pipeline(transaction=False)
         for home in others:
-            raws = acked[home]
-            self._script.pipelined(
-                pipe, [self.lists[home], keys.paused(home)], [len(raws), *map(wire, raws), 0]
-            )
+            for raw in acked[home]:
+                pipe.lrem(self.lists[home], 1, wire(raw))
         pipe.execute()
 
     def settle_keys(self, raw: str) -> tuple[str, str]:
