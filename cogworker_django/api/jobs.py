@@ -241,14 +241,18 @@ class JobSet:
         locks.retry_deferred()
         conn, result = client(), BulkResult()
         every = self._homes(conn)
+        until = self._bound(conn, every) if until is None else until
         if until is None:
-            lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
-            if not lasts:
-                return result
-            until = max(lasts)
+            return result
         for home in every:
             self._retry_home(conn, home, batch, until, result)
         return result
+
+    def _bound(self, conn: Any, every: list[str]) -> float | None:
+        """The highest score in any home's set now (None when every one is empty): a bulk
+        action stops there, so entries added meanwhile are left alone."""
+        lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
+        return max(lasts) if lasts else None
 
     def _retry_home(
         self, conn: Any, home: str, batch: int, last: float, result: BulkResult
@@ -297,11 +301,9 @@ class JobSet:
         locks.retry_deferred()
         conn, result = client(), BulkResult()
         every = self._homes(conn)
+        until = self._bound(conn, every) if until is None else until
         if until is None:
-            lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
-            if not lasts:
-                return result
-            until = max(lasts)
+            return result
         for home in every:
             key = self.key_in(home)
             while True:
