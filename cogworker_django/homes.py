@@ -66,7 +66,13 @@ def process_homes(conn: Any, identity: str, also: Iterable[str] = ()) -> list[st
     except Exception as exc:
         if errors.is_unavailable(exc):
             raise
-    return list(dict.fromkeys([*recorded, *all_homes(conn, also)]))
+    return list(dict.fromkeys([*recorded, *_queue_homes(conn, also)]))
+
+
+def _queue_homes(conn: Any, also: Iterable[str] = ()) -> list[str]:
+    """The homes of every known queue: where in-progress lists can be (a fetch reads
+    only queues; the prefix's own home holds none)."""
+    return [h for h in all_homes(conn, also) if h != keys.root()]
 
 
 def inprogress_keys(conn: Any, identities: Iterable[str]) -> dict[str, list[str]]:
@@ -75,7 +81,7 @@ def inprogress_keys(conn: Any, identities: Iterable[str]) -> dict[str, list[str]
     idents = list(identities)
     if not keys.spread():
         return {i: [keys.inprogress(i, keys.root())] for i in idents}
-    every = all_homes(conn)
+    every = _queue_homes(conn)
     pipe = conn.pipeline(transaction=False)
     for ident in idents:
         pipe.smembers(keys.inprogress_homes(ident))
@@ -93,7 +99,7 @@ def a_queue_of(home: str, fallback: str) -> str:
     names (``{P|q}`` is queue ``q``'s home)."""
     if keys.home_of(fallback) == home:
         return fallback
-    return home[len(keys.prefix()) + 2 : -1]
+    return keys.queue_of_home(home) or fallback
 
 
 def job_home(job: Any) -> str:

@@ -182,8 +182,7 @@ def _stamp() -> int:
         return _last_stamp
 
 
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+glob_escape = keys.glob_escape
 
 
 def copies(conn: redis.Redis, key: str) -> list[tuple[int, str]]:
@@ -214,19 +213,9 @@ def timer(queues: Iterable[str]) -> Callable[[redis.Redis], list[str]]:
     return lambda conn: check(conn, names)
 
 
-def quarantine_patterns() -> list[str]:
-    """SCAN globs that together match every quarantined copy of this prefix, in every
-    home."""
-    patterns = [glob_escape(keys.quarantine_root(keys.root())) + "*"]
-    spread = keys.queue_homes_pattern()
-    if spread is not None:
-        patterns.append(spread + ":quarantine:*")
-    return patterns
-
-
 def scan_copies(conn: redis.Redis) -> Iterable[str]:
     """The name of every quarantined copy of this prefix (SCAN on every master)."""
-    for pattern in quarantine_patterns():
+    for pattern in keys.quarantine_patterns():
         for name in conn.scan_iter(match=pattern, count=SCAN_COUNT):
             name = display(name)
             if parse_copy(name):
@@ -252,7 +241,6 @@ __all__ = [
     "parse_copy",
     "prune",
     "quarantine",
-    "quarantine_patterns",
     "scan_copies",
     "timer",
 ]

@@ -24,6 +24,8 @@ each key must hold.
 
 from __future__ import annotations
 
+import re
+
 from . import conf
 
 
@@ -283,13 +285,25 @@ def _ours(home: str) -> bool:
     return home == root() or (spread() and home.startswith("{" + prefix() + "|"))
 
 
-def queue_homes_pattern() -> str | None:
-    """A SCAN glob matching the start of every queue home's key names (``{P|*}``), or
-    None when there is one home (the caller escapes nothing: the prefix is escaped here)."""
-    if not spread():
-        return None
-    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in prefix())
-    return "{" + escaped + "|*}"
+def glob_escape(text: str) -> str:
+    """``text`` as a SCAN glob that matches it literally."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def queue_of_home(home: str) -> str:
+    """The queue whose home ``home`` is (``{P|q}`` is queue ``q``'s), or "" for the
+    prefix's own home (no queue's)."""
+    start = "{" + prefix() + "|"
+    return home[len(start) : -1] if spread() and home.startswith(start) else ""
+
+
+def quarantine_patterns() -> list[str]:
+    """SCAN globs that together match every quarantined copy of this prefix, in every
+    home: the prefix's, and with a home per queue every ``{P|q}``."""
+    patterns = [glob_escape(quarantine_root(root())) + "*"]
+    if spread():
+        patterns.append("{" + glob_escape(prefix()) + "|*}:quarantine:*")
+    return patterns
 
 
 def home_types(home: str) -> dict[str, str]:

@@ -287,7 +287,7 @@ def test_without_cluster_every_key_name_is_what_it_always_was(configure):
     helpers = {
         *("prefix", "root", "hash_tag", "fixed_types", "batch_keys", "limit_keys"),
         *("spread", "home_of", "home_part", "home_types", "is_quarantined"),
-        "queue_homes_pattern",
+        *("glob_escape", "queue_of_home", "quarantine_patterns"),
     }
     assert functions - helpers == set(PINNED) | {n for n, _ in PINNED_WITH_ARGS}
     assert keys.root() == "cw"

@@ -303,3 +303,35 @@ def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(worker, r
         raws = r.lrange(keys.queue(q), 0, -1)
         assert len(raws) == 1 and payload.decode(raws[0])["queue"] == q
         assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
+
+
+def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(worker, r):
+    """A pusher that died after its batch script left an envelope; a worker's poller
+    relays it once it is older than outbox.LEFTOVER_AGE (60 s, the default, not
+    shortened: the envelope is written as of 61 s ago) and leaves a younger one alone."""
+    import json
+
+    from cogworker_django import outbox
+
+    qs = three_masters()
+    old = json.loads(
+        outbox.envelope(
+            keys.queue(qs[1]),
+            payload.encode(payload.build("testapp.jobs.record", ["left"], {}, queue=qs[1])),
+            "",
+            qs[1],
+        )
+    )
+    old["at"] = time.time() - (outbox.LEFTOVER_AGE + 1)
+    young = outbox.envelope(
+        keys.queue(qs[2]),
+        payload.encode(payload.build("testapp.jobs.record", ["young"], {}, queue=qs[2])),
+        "",
+        qs[2],
+    )
+    r.lpush(keys.outbox(), json.dumps(old), young)
+    w = worker(settings={"QUEUES": qs})
+    wait_until(lambda: counts(r).get("left") == 1, 20, message="the leftover relayed and run")
+    assert r.lrange(keys.outbox(), 0, -1) == [young]
+    assert "young" not in counts(r)
+    assert w.stop() == 0
