@@ -31,7 +31,7 @@ def main() -> None:
     os.environ.setdefault(
         "COGWORKER_REDIS_URL", os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
-    os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "testproject.test_settings"
     sys.path[:0] = [str(ROOT / "testproject"), str(ROOT)]
     import django
 

@@ -86,7 +86,7 @@ def test_the_page_shows_statistics_and_charts_escaped(admin_client):
     _runs("app.jobs.<script>alert(1)</script>", 3)
     api_history.digest()
     response = admin_client.get(url("dashboard"))
-    body = response.content.decode()
+    body = response.content.decode().replace("<wbr>", "")  # names wrap after their dots
     assert response.status_code == 200
     assert "<script>alert(1)</script>" not in body
     assert "app.jobs.&lt;script&gt;alert(1)&lt;/script&gt;" in body

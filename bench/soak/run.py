@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "COGWORKER_LOG_LEVEL": "DEBUG",  # the ticker's "enqueued as" lines
         "TESTPROJECT_EXTRA_APPS": "soakapp",
         "TESTPROJECT_DB": str(workdir / "db.sqlite3"),
-        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DJANGO_SETTINGS_MODULE": "testproject.test_settings",
         "SOAK_TRACE_DIR": str(tracedir),
         "PYTHONUNBUFFERED": "1",
         # The package of this checkout, whatever the virtualenv has installed.

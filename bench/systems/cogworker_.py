@@ -60,7 +60,7 @@ def _env() -> dict[str, str]:
     return {
         "COGWORKER_REDIS_URL": url_for(NAME),
         "COGWORKER_PREFIX": PREFIX,
-        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DJANGO_SETTINGS_MODULE": "testproject.test_settings",
         # No periodic entries: the test project's demo entries would push other jobs
         # (Huey runs with -n for the same reason).
         "COGWORKER_PERIODIC_JSON": "{}",

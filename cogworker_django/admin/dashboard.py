@@ -45,6 +45,7 @@ class DashboardAdmin(PageAdmin):
             live=live.data_for(overview),
             live_url=self.reverse("live"),
             live_interval=live.LIVE_INTERVAL,
+            live_pending_interval=live.PENDING_INTERVAL,
             persistence=RedisServer().persistence(),
         )
 

@@ -27,6 +27,8 @@ class JobSetAdmin(PageAdmin):
         "delete": Action("delete", "do_delete"),
     }
     bulk_actions: tuple[str, ...] = ()
+    # The Error and Failures columns: a job here got here by failing (retries, dead).
+    shows_failure: bool = True
 
     def extra_urls(self, wrap):
         return [
@@ -63,6 +65,7 @@ class JobSetAdmin(PageAdmin):
             retry_label=self.retry_label,
             row_actions=self.row_actions(request),
             bulk_actions=self.bulk_actions,
+            shows_failure=self.shows_failure,
         )
 
     def row_actions(self, request: HttpRequest) -> list[tuple[str, str]]:
@@ -180,6 +183,7 @@ class ScheduledAdmin(CancelMixin, JobSetAdmin):
     job_set = ScheduledSet
     score_label = "Run at"
     retry_label = "Enqueue now"
+    shows_failure = False  # enqueued for later, not failed: no error, no failure count
     actions_map = {**JobSetAdmin.actions_map, "cancel": Action("change", "do_cancel")}
 
 

@@ -20,19 +20,27 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from .. import errors
+from .. import conf, errors
 from ..api import History, Stats
 from ..templatetags.cogworker_admin import percent, seconds, when
 from . import chart
 
 # Seconds between two polls of live.json; a digest of the history this recent is reused.
 LIVE_INTERVAL = 5
+# Seconds between polls while this process reads the history for the first time (in the
+# background, usually well under a second): the statistics replace "Reading the run
+# history" about as soon as they exist, not one whole LIVE_INTERVAL later.
+PENDING_INTERVAL = 1
 DIGEST_MAX_AGE = 4.0
 # Per-job statistics shown, most runs first.
 JOB_ROWS = 25
 CHART_DAYS = 30
-# (key, title, minutes shown, minutes per point)
-TRENDS = (("hour", "last hour", 60, 1), ("day", "last day, in 30-minute steps", 1440, 30))
+# (key, title, minutes shown, minutes per point). The titles say the time axis is in UTC
+# (the legend names the lines only).
+TRENDS = (
+    ("hour", "last hour (times in UTC)", 60, 1),
+    ("day", "last day, in 30-minute steps (times in UTC)", 1440, 30),
+)
 
 
 def view(page: Any, request: HttpRequest) -> HttpResponse:
@@ -85,6 +93,18 @@ def _charts(digest: Any) -> list[dict[str, Any]]:
             }
         )
     return charts
+
+
+def _no_runs() -> str:
+    """The statistics' empty state: the counters above count runs the history may not
+    hold (recording turned off), so it says which."""
+    s = conf.get()
+    if s.HISTORY and s.HISTORY_MAX_RUNS > 0:
+        return "No runs recorded yet."
+    return (
+        'The run history is off (COGWORKER["HISTORY"] or HISTORY_MAX_RUNS): runs are '
+        "counted above but not recorded, so there are no per-job statistics."
+    )
 
 
 def data_for(overview: Any) -> dict[str, Any]:
@@ -140,6 +160,7 @@ def data_for(overview: Any) -> dict[str, Any]:
             for p in overview.processes
         ],
         "jobs": jobs,
+        "no_runs": _no_runs(),
         "charts": _charts(digest) if digest is not None else [],
         "updated": timezone.localtime(now).strftime("%H:%M:%S"),
         "updated_at": now.astimezone(dt.UTC).isoformat(),

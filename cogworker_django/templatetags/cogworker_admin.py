@@ -10,7 +10,8 @@ import datetime as dt
 
 from django import template
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 
 register = template.Library()
@@ -90,3 +91,12 @@ def get_item(mapping: dict, key: str):
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+@register.filter
+def dotted(value: object) -> str:
+    """A dotted path that a narrow column wraps after its dots only (``<wbr>``), never
+    inside a name: ``demo.jobs.flaky`` may become ``demo.jobs.`` / ``flaky``, never
+    ``demo.jobs.flak`` / ``y``. Each part is escaped."""
+    parts = str(value).split(".")
+    return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in parts))

@@ -1,4 +1,6 @@
-"""Settings of the cogworker_django test project (demo, tests, benchmark).
+"""Settings of the cogworker_django test project: the demo (`make demo`, `make runserver`).
+The test suite, the scripts and the benchmark use testproject/test_settings.py, these
+settings plus the tests' own app and the limiters its jobs name.
 
 Development only: fixed SECRET_KEY, DEBUG on by default, every host allowed.
 
@@ -56,9 +58,6 @@ INSTALLED_APPS = [
     "cogworker_django",
     "demo",
 ]
-# The tests' own app; optional so the project still runs without it.
-if (BASE_DIR / "testapp").is_dir():
-    INSTALLED_APPS.append("testapp")
 # More apps, comma-separated, from TESTPROJECT_EXTRA_APPS (the chaos soak adds soakapp).
 INSTALLED_APPS += [a for a in os.environ.get("TESTPROJECT_EXTRA_APPS", "").split(",") if a]
 
@@ -111,8 +110,6 @@ COGWORKER = {
     "REDIS_URL": os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "PREFIX": os.environ.get("COGWORKER_PREFIX", "cogworker"),
     "CLUSTER": os.environ.get("COGWORKER_CLUSTER") == "1",
-    # The limiters testapp's jobs name (tests/test_controls_limits.py).
-    "LIMITS": {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}},
 }
 _overrides = _json_object_from_env("COGWORKER_SETTINGS_JSON")
 if _overrides is None:

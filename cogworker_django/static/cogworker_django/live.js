@@ -8,6 +8,10 @@
   if (!root || !window.fetch) return;
   var url = root.getAttribute("data-url");
   var interval = Math.max(1, parseInt(root.getAttribute("data-interval"), 10) || 5) * 1000;
+  // While the server reads the run history for the first time (the page says "Reading
+  // the run history"), poll sooner: the statistics exist within about a second.
+  var pendingInterval = Math.max(1, parseInt(root.getAttribute("data-pending-interval"), 10) || 1) * 1000;
+  var pending = root.getAttribute("data-pending") === "true";
   var toggle = document.getElementById("cw-live-toggle");
   var status = document.getElementById("cw-live-status");
   var SVG = "http://www.w3.org/2000/svg";
@@ -44,6 +48,20 @@
     table.replaceChild(fresh, body);
   }
 
+  // A job's dotted path as a cell: the parts as text, a <wbr> after each dot (the page's
+  // dotted filter), so a narrow column wraps after a dot, never inside a name.
+  function jobName(path) {
+    var span = el("span", { "class": "cw-job" });
+    String(path).split(".").forEach(function (part, i) {
+      if (i) {
+        span.appendChild(document.createTextNode("."));
+        span.appendChild(el("wbr"));
+      }
+      span.appendChild(document.createTextNode(part));
+    });
+    return { node: span };
+  }
+
   function chart(c) {
     var g = c.chart;
     var fig = el("figure", { "class": "cw-trend", id: "chart-" + c.id });
@@ -68,7 +86,6 @@
       legend.appendChild(el("span", { "class": "cw-key cw-series-" + i }));
       legend.appendChild(document.createTextNode(" " + pair[1] + " "));
     });
-    legend.appendChild(document.createTextNode("(UTC)"));
     fig.appendChild(legend);
     return fig;
   }
@@ -84,12 +101,14 @@
     rows("dashboard-processes", data.processes, function (p) {
       return [p.name + (p.quiet ? " (quiet)" : ""), p.busy, p.beat];
     }, "No worker process is running.");
+    pending = !data.jobs;
+    root.setAttribute("data-pending", pending ? "true" : "false");
     if (data.jobs) {
-      var pending = document.getElementById("cw-digest-pending");
-      if (pending) pending.parentNode.removeChild(pending);
+      var note = document.getElementById("cw-digest-pending");
+      if (note) note.parentNode.removeChild(note);
       rows("cw-job-stats", data.jobs, function (j) {
-        return [j.job, j.runs, j.failed, j.failure_rate, j.mean, j.p50, j.p95, j.p99];
-      }, "No runs recorded yet.");
+        return [jobName(j.job), j.runs, j.failed, j.failure_rate, j.mean, j.p50, j.p95, j.p99];
+      }, data.no_runs);
       var trends = document.getElementById("cw-trends");
       if (trends) {
         var fresh = el("div", { "class": "cw-trends", id: "cw-trends" });
@@ -112,7 +131,7 @@
         else status.textContent = "Redis can't answer: " + (res.body.error || "error");
       })
       .catch(function () { status.textContent = "no answer from the server; retrying"; })
-      .then(function () { if (!paused) timer = setTimeout(poll, interval); });
+      .then(function () { if (!paused) timer = setTimeout(poll, pending ? pendingInterval : interval); });
   }
 
   toggle.hidden = false;
@@ -129,5 +148,5 @@
     }
   });
   root.setAttribute("data-paused", "false");
-  timer = setTimeout(poll, interval);
+  timer = setTimeout(poll, pending ? pendingInterval : interval);
 })();
