@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
@@ -34,6 +37,16 @@ def url(model: str, suffix: str = "changelist") -> str:
 def fast_passwords_fixture(settings):
     """Creating users hashes passwords: the default hasher costs about a second here."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(name="screenshots")
+def screenshots_fixture(tmp_path) -> Path:
+    """Where the browser tests save their screenshots: a temporary directory, or
+    $COGWORKER_SCREENSHOTS (scripts/screenshots sets docs/img)."""
+    target = os.environ.get("COGWORKER_SCREENSHOTS")
+    path = Path(target) if target else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(name="staff_client")

@@ -21,7 +21,11 @@ from testapp import jobs as tj
 from cogworker_django import history, keyguard, keys
 from cogworker_django.api import DeadSet, ProcessSet
 
-from .admin_support import PAGES, fast_passwords_fixture  # noqa: F401 - autouse fixture
+from .admin_support import (  # noqa: F401 - fixtures
+    PAGES,
+    fast_passwords_fixture,
+    screenshots_fixture,
+)
 from .api_support import add_to, make_job, push
 from .helpers import wait_until
 
@@ -129,14 +133,6 @@ def _populate(r) -> None:
 
 def _shot(page, directory: Path, name: str) -> None:
     page.screenshot(path=str(directory / f"admin-{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def screenshots(tmp_path) -> Path:
-    target = os.environ.get("COGWORKER_SCREENSHOTS")
-    path = Path(target) if target else tmp_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 PERIODIC = {

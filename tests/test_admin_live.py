@@ -112,3 +112,20 @@ def test_redis_away_answers_503_json(admin_client, configure):
     response = admin_client.get(live_url())
     assert response.status_code == 503
     assert "error" in json.loads(response.content)
+
+
+def test_the_statistics_table_says_what_its_emptiness_means(admin_client, configure):
+    """Being read (first load of this process), empty, or not recorded at all: the
+    counters above count runs either way, so "No runs recorded yet" is said only when
+    it is true."""
+    body = admin_client.get(url("dashboard")).content.decode()
+    assert "Reading the run history…" in body and "No runs recorded yet." not in body
+    assert 'data-pending="true"' in body
+    api_history.digest()
+    body = admin_client.get(url("dashboard")).content.decode()
+    assert "No runs recorded yet." in body and 'data-pending="true"' not in body
+    assert admin_client.get(live_url()).json()["no_runs"] == "No runs recorded yet."
+    configure(HISTORY=False)
+    data = admin_client.get(live_url()).json()
+    assert data["jobs"] == [] and data["no_runs"].startswith("The run history is off")
+    assert "The run history is off" in admin_client.get(url("dashboard")).content.decode()

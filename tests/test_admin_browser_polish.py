@@ -1,0 +1,189 @@
+"""The admin in Chromium (Playwright, as tests/test_admin_browser.py): job names in a
+narrow column wrap after their dots, never inside a name; the trend charts' legends name
+the lines and their captions say the times are UTC, as rendered and after a live refresh;
+and the dashboard never says "No runs recorded yet" while its counters count runs of a
+real worker (the first reading of the history is said to be under way, and its result
+replaces that without a reload). Skips without /usr/bin/chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django import conf, history
+from cogworker_django.api import Stats
+from cogworker_django.api import history as api_history
+
+from .admin_support import fast_passwords_fixture, screenshots_fixture  # noqa: F401 - fixtures
+from .api_support import add_to, make_job
+from .helpers import wait_until
+from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
+]
+
+# Every text node of a job name (the parts between the dots) that a line break splits:
+# a node laid out on two lines has two client rectangles.
+SPLIT_NAMES_JS = """(selector) => {
+  const split = [];
+  for (const el of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    let lines = new Set();
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      const rects = [...range.getClientRects()].filter(r => r.width > 0);
+      const tops = new Set(rects.map(r => Math.round(r.top)));
+      if (tops.size > 1) split.push(el.textContent + ': "' + node.textContent + '"');
+      tops.forEach(t => lines.add(t));
+    }
+    el.dataset.lines = String(lines.size);
+  }
+  return split;
+}"""
+
+
+@pytest.fixture
+def browser_page(live_server, transactional_db, django_user_model, monkeypatch):
+    """A logged-in admin page in Chromium: ``open(path, width)`` returns the page."""
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(20_000)
+        expect.set_options(timeout=20_000)
+        page = context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", "secret-pw")
+        page.click("input[type=submit]")
+        page.wait_for_url("**/admin/")
+
+        def open_(path: str, width: int = 1280):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(f"{live_server.url}{path}")
+            return page
+
+        try:
+            yield open_
+        finally:
+            browser.close()
+            history.buffer.clear()
+            api_history._states.clear()
+    assert errors == []
+
+
+def test_job_names_wrap_after_a_dot_never_inside_a_name(browser_page, r, screenshots):
+    now = time.time()
+    for i, name in enumerate(("demo.jobs.flaky", "shop.payments.jobs.charge_card_again")):
+        add_to(
+            r,
+            "dead",
+            make_job(
+                name,
+                "https://example.com/" + "feed/" * 30,
+                error_class="shop.errors.GatewayTimeout",
+                error_message="the payment gateway timed out after 30 s; " * 6,
+            ),
+            now - 60 * i,
+        )
+    for width in (1280, 900, 700):
+        page = browser_page("/admin/cogworker_django/deadjob/", width)
+        assert page.evaluate(SPLIT_NAMES_JS, "a.cw-job") == [], width
+        if width == 700:
+            page.screenshot(path=str(screenshots / "admin-deadjob-narrow.png"), full_page=True)
+    # At 700 px the names do wrap (after a dot): the check above looked at wrapped names.
+    lines = page.locator("a.cw-job").evaluate_all("els => els.map(e => +e.dataset.lines)")
+    assert max(lines) > 1, lines
+
+
+def _legends_and_captions(page) -> list[tuple[str, str]]:
+    return page.locator(".cw-trend").evaluate_all(
+        "figs => figs.map(f => [f.querySelector('figcaption').textContent,"
+        " f.querySelector('.cw-legend').textContent])"
+    )
+
+
+def test_trend_legends_name_the_lines_and_captions_say_utc(browser_page, r):
+    from playwright.sync_api import expect
+
+    mw = history.HistoryMiddleware()
+    for i in range(3):
+        mw(make_job("shop.jobs.send_receipt", i, queue="mail"), "mail", lambda: None)
+    history.flush()
+    api_history._states.clear()
+    api_history.digest()  # read before the page loads: the charts are on it
+    page = browser_page("/admin/cogworker_django/dashboard/")
+    rendered = _legends_and_captions(page)
+    assert len(rendered) == 4
+    for caption, legend in rendered:
+        assert "UTC" in caption and "UTC" not in legend, (caption, legend)
+        assert legend.split() in (["runs", "failed"], ["wait", "duration"]), legend
+    # After a live refresh (live.js builds the charts again) the same texts.
+    assert page.locator("#cw-live").get_attribute("data-updated-at") is None  # set by a poll
+    expect(page.locator("#cw-live")).to_have_attribute("data-updated-at", re.compile("."))
+    refreshed = _legends_and_captions(page)
+    assert [(c, " ".join(legend.split())) for c, legend in refreshed] == [
+        (c, " ".join(legend.split())) for c, legend in rendered
+    ]
+
+
+# Recorded from the page's first parse on: every text the per-job statistics' table body
+# and the processed counter had, so a state shown between two checks is seen too.
+RECORD_JS = """
+window.cwSeen = [];
+new MutationObserver(() => {
+  const body = document.querySelector('#cw-job-stats tbody');
+  const total = document.getElementById('processed-total');
+  if (body && total) {
+    const seen = [total.textContent.trim(), body.textContent.trim()];
+    const last = window.cwSeen[window.cwSeen.length - 1];
+    if (!last || last[0] !== seen[0] || last[1] !== seen[1]) window.cwSeen.push(seen);
+  }
+}).observe(document, {subtree: true, childList: true, characterData: true});
+document.addEventListener('DOMContentLoaded', () => {
+  window.cwLoaded = [document.getElementById('processed-total').textContent.trim(),
+                     document.querySelector('#cw-job-stats tbody').textContent.trim()];
+});
+"""
+
+
+def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, worker, screenshots):
+    """A real worker at the production heartbeat and poll intervals runs 13 jobs; a fresh
+    admin process (no digest of the history yet) shows the dashboard: its table says the
+    history is being read, never "No runs recorded yet", until the 13 runs replace it."""
+    from playwright.sync_api import expect
+
+    defaults = conf.DEFAULTS
+    worker(
+        args=["-q", "work"],
+        settings={k: defaults[k] for k in ("HEARTBEAT_INTERVAL", "POLL_INTERVAL")},
+    )
+    for _ in range(13):
+        tj.noop.using(queue="work").enqueue()
+    wait_until(lambda: Stats().overview().processed == 13, 30, message="13 runs counted")
+    api_history._states.clear()  # this admin process has not read the history yet
+    page = browser_page("/admin/login/")  # any page: the recorder is installed for the next
+    page.add_init_script(RECORD_JS)
+    page.goto(page.url.split("/admin/")[0] + "/admin/cogworker_django/dashboard/")
+    expect(page.locator("#processed-total")).to_have_text("13")
+    loaded = page.evaluate("window.cwLoaded")
+    assert loaded == ["13", "Reading the run history…"], loaded
+    page.screenshot(path=str(screenshots / "admin-dashboard-pending.png"), full_page=True)
+    row = page.locator("#cw-job-stats tbody tr", has_text="testapp.jobs.noop")
+    expect(row).to_contain_text("13")  # the statistics arrive without a reload
+    expect(page.locator("#cw-digest-pending")).to_have_count(0)
+    expect(page.locator("#cw-live")).to_have_attribute("data-pending", "false")
+    seen = page.evaluate("window.cwSeen")
+    assert not [s for s in seen if "No runs recorded" in s[1]], seen
+    page.screenshot(path=str(screenshots / "admin-dashboard-read.png"), full_page=True)
