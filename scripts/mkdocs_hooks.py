@@ -11,8 +11,12 @@ documentation files. For each such link this hook
   else a path relative to the built page, which resolves while the site sits in the
   repository (``site/``, the default ``site_dir``).
 
-Links inside docs/ are left to MkDocs's own validation. Fenced code blocks and inline code
-are not touched.
+Links inside docs/ are left to MkDocs's own validation, but a link whose text is just the
+page's file name (``[operations.md](operations.md#persistence)``, easy to write in a page
+that is also read on GitHub) is shown with a proper text in the site: the page's title in
+the nav, and the section's heading for an anchor ("Operations › Persistence").
+
+Fenced code blocks and inline code are not touched.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import posixpath
 import re
 from urllib.parse import unquote, urlsplit
 
+from markdown.extensions.toc import slugify
 from mkdocs.exceptions import PluginError
 
 log = logging.getLogger("mkdocs.hooks.repo_links")
@@ -70,7 +75,10 @@ def _outside_target(url: str, page, config) -> str | None:
     return rel.replace(os.sep, "/") + ("/" if path.endswith("/") else "")
 
 
-def _rewrite(text: str, page, config) -> str:
+def _rewrite(text: str, page, config, files=None) -> str:
+    if files is not None:
+        text = _titled_links(text, page, config, files)
+
     def replace(match: re.Match) -> str:
         raw = match.group(2)
         url = raw[1:-1] if raw.startswith("<") else raw
@@ -94,12 +102,79 @@ def _rewrite(text: str, page, config) -> str:
     return _REFERENCE.sub(replace, "".join(out))
 
 
+# A link whose text is a docs page's file name, maybe with its anchor, maybe as code:
+# [operations.md](operations.md#persistence), [`jobs.md`](jobs.md).
+_FILE_NAMED = re.compile(r"\[(`?)([\w./-]+\.md)(#[\w.-]*)?\1\]\(\s*([^)\s]+)\s*\)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+
+
+def _nav_titles(nav, out: dict[str, str]) -> dict[str, str]:
+    """src path -> title, from mkdocs.yml's nav."""
+    for item in nav or []:
+        if isinstance(item, dict):
+            for title, value in item.items():
+                if isinstance(value, str):
+                    out[value] = title
+                else:
+                    _nav_titles(value, out)
+    return out
+
+
+def _headings(markdown: str) -> dict[str, str]:
+    """anchor -> heading text of a page (outside fenced code), as the toc extension
+    makes its anchors."""
+    found, fence = {}, None
+    for line in markdown.splitlines():
+        opened = _FENCE.match(line)
+        if fence is None and opened:
+            fence = opened.group(2)
+            continue
+        if fence is not None:
+            stripped = line.strip()
+            if stripped.startswith(fence[0] * len(fence)) and not stripped.strip(fence[0]):
+                fence = None
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            text = heading.group(2)
+            found.setdefault(slugify(re.sub(r"<[^>]+>", "", text), "-"), text)
+    return found
+
+
+def _titled_links(markdown: str, page, config, files) -> str:
+    """Each link whose text is its target's file name, with the target's title instead."""
+    titles = _nav_titles(config.nav, {})
+    page_dir = posixpath.dirname(page.file.src_uri)
+
+    def replace(match: re.Match) -> str:
+        name, anchor, url = match.group(2), match.group(3) or "", match.group(4)
+        target, _, fragment = url.partition("#")
+        if posixpath.basename(target) != posixpath.basename(name) or (
+            anchor and anchor[1:] != fragment
+        ):
+            return match.group(0)
+        src = posixpath.normpath(posixpath.join(page_dir, target))
+        file = files.get_file_from_path(src)
+        if file is None or not src.endswith(".md"):
+            return match.group(0)
+        content = file.content_string
+        heading = re.search(r"^#\s+(.+)$", content, re.MULTILINE)
+        title = titles.get(src) or (heading.group(1).strip() if heading else src)
+        # The title's head only: "Job controls", not "Job controls: time limits, ...".
+        title = re.split(r": | \(", title, maxsplit=1)[0]
+        section = _headings(content).get(fragment) if fragment else None
+        text = f"{title} › {section}" if section and section != title else title
+        return f"[{text}]({url})"
+
+    return _FILE_NAMED.sub(replace, markdown)
+
+
 def on_page_markdown(markdown: str, page, config, files):
     chunks, prose, fence = [], [], None
     for line in markdown.splitlines(keepends=True):
         opened = _FENCE.match(line)
         if fence is None and opened:
-            chunks.append(_rewrite("".join(prose), page, config))
+            chunks.append(_rewrite("".join(prose), page, config, files))
             prose, fence = [], opened.group(2)
             chunks.append(line)
         elif fence is not None:
@@ -109,7 +184,7 @@ def on_page_markdown(markdown: str, page, config, files):
                 fence = None
         else:
             prose.append(line)
-    chunks.append(_rewrite("".join(prose), page, config))
+    chunks.append(_rewrite("".join(prose), page, config, files))
     return "".join(chunks)
 
 
@@ -144,3 +219,18 @@ def on_env(env, config, files):
         for line in _broken:
             log.error("broken link to a repository file: %s", line)
         raise PluginError(f"{len(_broken)} broken link(s) to files outside docs/ (listed above)")
+
+
+def on_post_build(config):
+    """The search index as a script too (search/search_index.js): a page opened from disk
+    (file://) loads the index that way, as fetch() cannot read files; without it every
+    such page fails one request (ERR_FILE_NOT_FOUND). What Material's offline plugin
+    writes, without the polyfill it would load from unpkg.com (the site loads nothing
+    from other hosts)."""
+    index = os.path.join(config.site_dir, "search", "search_index.json")
+    if not os.path.isfile(index):
+        return
+    with open(index, encoding="utf-8") as f:
+        data = f.read()
+    with open(os.path.join(os.path.dirname(index), "search_index.js"), "w", encoding="utf-8") as f:
+        f.write(f"var __index = {data}")
