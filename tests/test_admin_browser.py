@@ -11,6 +11,7 @@ Screenshots go to a temporary directory, or to $COGWORKER_SCREENSHOTS (the docs 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from pathlib import Path
@@ -18,8 +19,11 @@ from pathlib import Path
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import history, keyguard, keys
+from cogworker_django import Batch, history, keyguard, keys
 from cogworker_django.api import DeadSet, ProcessSet
+from cogworker_django.api import history as api_history
+from cogworker_django.controls import limits
+from cogworker_django.workflows.middleware import BatchMiddleware
 
 from .admin_support import (  # noqa: F401 - fixtures
     PAGES,
@@ -131,8 +135,42 @@ def _populate(r) -> None:
     keyguard.check()
 
 
+# The bottom of what a page shows (its content, the sidebar's lists), in page
+# coordinates: a screenshot ends there instead of at the window's bottom.
+CONTENT_BOTTOM_JS = """() => Math.ceil(Math.max(...[...document.querySelectorAll(
+  '#content, #nav-sidebar .module')].map(e => e.getBoundingClientRect().bottom))
+  + window.scrollY)"""
+
+
 def _shot(page, directory: Path, name: str) -> None:
-    page.screenshot(path=str(directory / f"admin-{name}.png"), full_page=True)
+    """The whole page and no more: a short page is not padded with the window's empty
+    height (the docs show these images)."""
+    width = page.viewport_size["width"]
+    height = page.evaluate(CONTENT_BOTTOM_JS) + 24
+    page.screenshot(
+        path=str(directory / f"admin-{name}.png"),
+        full_page=True,
+        clip={"x": 0, "y": 0, "width": width, "height": height},
+    )
+
+
+# The limiters the screenshots show (the Limits page), one of them with a lease held.
+SHOWN_LIMITS = {
+    "payments-api": {"concurrency": 4},
+    "mail-provider": {"rate": 10, "per": 1},
+}
+
+
+def _batches_and_limits(r):
+    """A batch part done and a limiter lease held, for the Batches and Limits pages;
+    returns the lease (released by the caller)."""
+    with Batch(
+        description="nightly import: 3 supplier feeds", on_success=tj.wf_callback.s("import")
+    ):
+        tj.wf_member.enqueue_many(["acme", "globex", "initech"])
+    first = json.loads(r.rpop(keys.queue("default")))
+    BatchMiddleware()(first, "default", lambda: "acme")
+    return limits.take(["payments-api"], {"jid": "5f2c9e01a7b3", "func": "shop.jobs.charge_card"})
 
 
 PERIODIC = {
@@ -157,6 +195,7 @@ def test_admin_in_a_real_browser(
     screenshots,
     monkeypatch,
     settings,
+    configure,
 ):
     from playwright.sync_api import expect, sync_playwright
 
@@ -165,7 +204,9 @@ def test_admin_in_a_real_browser(
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
     settings.COGWORKER_PERIODIC = PERIODIC  # the admin's view of the schedule
+    configure(LIMITS=SHOWN_LIMITS)
     _populate(r)
+    lease = _batches_and_limits(r)
     w = worker(args=["-q", "work"], settings={"CONCURRENCY": 3}, periodic=PERIODIC)
     tj.slow.using(queue="work").enqueue(60, "busy-in-browser")
     identity = wait_until(lambda: ProcessSet().identities(), 15, message="worker listed")[0]
@@ -188,7 +229,9 @@ def test_admin_in_a_real_browser(
                 page.goto(f"{base}/admin/cogworker_django/")
                 _shot(page, screenshots, "index")
 
-                # Every page opens, with its title.
+                # Every page opens, with its title. (The history read first, so the
+                # dashboard shows its statistics rather than "Reading the run history".)
+                api_history.digest()
                 for model in PAGES:
                     response = page.goto(f"{base}/admin/cogworker_django/{model}/")
                     assert response is not None and response.status == 200, model
@@ -239,4 +282,5 @@ def test_admin_in_a_real_browser(
             finally:
                 browser.close()
     finally:
+        limits.release(lease)
         history.buffer.clear()

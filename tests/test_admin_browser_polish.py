@@ -14,11 +14,11 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import conf, history
+from cogworker_django import Batch, conf, history
 from cogworker_django.api import Stats
 from cogworker_django.api import history as api_history
 
-from .admin_support import fast_passwords_fixture, screenshots_fixture  # noqa: F401 - fixtures
+from .admin_support import fast_passwords_fixture  # noqa: F401 - autouse fixture
 from .api_support import add_to, make_job
 from .helpers import wait_until
 from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
@@ -27,20 +27,24 @@ pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
 ]
 
-# Every text node of a job name (the parts between the dots) that a line break splits:
-# a node laid out on two lines has two client rectangles.
-SPLIT_NAMES_JS = """(selector) => {
+# Every word (a run of non-space characters within one text node: a job name's parts
+# between its dots are text nodes of their own) that a line break splits: a word laid out
+# on two lines has client rectangles at two heights.
+SPLIT_WORDS_JS = """(selector) => {
   const split = [];
   for (const el of document.querySelectorAll(selector)) {
     const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
-    let lines = new Set();
+    const lines = new Set();
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      const range = document.createRange();
-      range.selectNodeContents(node);
-      const rects = [...range.getClientRects()].filter(r => r.width > 0);
-      const tops = new Set(rects.map(r => Math.round(r.top)));
-      if (tops.size > 1) split.push(el.textContent + ': "' + node.textContent + '"');
-      tops.forEach(t => lines.add(t));
+      for (const m of node.textContent.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].filter(r => r.width > 0)
+          .map(r => Math.round(r.top)));
+        if (tops.size > 1) split.push(el.textContent.trim() + ': "' + m[0] + '"');
+        tops.forEach(t => lines.add(t));
+      }
     }
     el.dataset.lines = String(lines.size);
   }
@@ -83,7 +87,7 @@ def browser_page(live_server, transactional_db, django_user_model, monkeypatch):
     assert errors == []
 
 
-def test_job_names_wrap_after_a_dot_never_inside_a_name(browser_page, r, screenshots):
+def test_names_and_descriptions_never_wrap_inside_a_word(browser_page, r, tmp_path):
     now = time.time()
     for i, name in enumerate(("demo.jobs.flaky", "shop.payments.jobs.charge_card_again")):
         add_to(
@@ -99,11 +103,19 @@ def test_job_names_wrap_after_a_dot_never_inside_a_name(browser_page, r, screens
         )
     for width in (1280, 900, 700):
         page = browser_page("/admin/cogworker_django/deadjob/", width)
-        assert page.evaluate(SPLIT_NAMES_JS, "a.cw-job") == [], width
+        assert page.evaluate(SPLIT_WORDS_JS, "a.cw-job") == [], width
         if width == 700:
-            page.screenshot(path=str(screenshots / "admin-deadjob-narrow.png"), full_page=True)
+            page.screenshot(path=str(tmp_path / "admin-deadjob-narrow.png"), full_page=True)
     # At 700 px the names do wrap (after a dot): the check above looked at wrapped names.
     lines = page.locator("a.cw-job").evaluate_all("els => els.map(e => +e.dataset.lines)")
+    assert max(lines) > 1, lines
+    # A batch's description wraps between its words ("supp|lier" before).
+    with Batch(description="nightly import: 3 supplier feeds from the partner portal"):
+        tj.wf_member.enqueue_many(["acme", "globex", "initech"])
+    for width in (1280, 900):
+        page = browser_page("/admin/cogworker_django/batch/", width)
+        assert page.evaluate(SPLIT_WORDS_JS, "td.cw-text") == [], width
+    lines = page.locator("td.cw-text").evaluate_all("els => els.map(e => +e.dataset.lines)")
     assert max(lines) > 1, lines
 
 
@@ -158,7 +170,7 @@ document.addEventListener('DOMContentLoaded', () => {
 """
 
 
-def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, worker, screenshots):
+def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, worker, tmp_path):
     """A real worker at the production heartbeat and poll intervals runs 13 jobs; a fresh
     admin process (no digest of the history yet) shows the dashboard: its table says the
     history is being read, never "No runs recorded yet", until the 13 runs replace it."""
@@ -179,11 +191,11 @@ def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, wor
     expect(page.locator("#processed-total")).to_have_text("13")
     loaded = page.evaluate("window.cwLoaded")
     assert loaded == ["13", "Reading the run history…"], loaded
-    page.screenshot(path=str(screenshots / "admin-dashboard-pending.png"), full_page=True)
+    page.screenshot(path=str(tmp_path / "admin-dashboard-pending.png"), full_page=True)
     row = page.locator("#cw-job-stats tbody tr", has_text="testapp.jobs.noop")
     expect(row).to_contain_text("13")  # the statistics arrive without a reload
     expect(page.locator("#cw-digest-pending")).to_have_count(0)
     expect(page.locator("#cw-live")).to_have_attribute("data-pending", "false")
     seen = page.evaluate("window.cwSeen")
     assert not [s for s in seen if "No runs recorded" in s[1]], seen
-    page.screenshot(path=str(screenshots / "admin-dashboard-read.png"), full_page=True)
+    page.screenshot(path=str(tmp_path / "admin-dashboard-read.png"), full_page=True)
