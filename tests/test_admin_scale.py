@@ -93,7 +93,7 @@ def test_dead_pages_stay_bounded_with_200k_jobs(redis_server, configure, admin_c
         client, lambda: admin_client.get(url("deadjob"), {"p": 4000})
     )
     assert response.status_code == 200
-    assert "app.jobs.Mail" in response.content.decode()
+    assert "app.jobs.Mail" in response.content.decode().replace("<wbr>", "")  # names wrap at dots
     _assert_bounded(cmds)
 
     response, timings["admin search (no match)"], cmds = _timed(
