@@ -3,7 +3,8 @@ narrow column wrap after their dots, never inside a name; the trend charts' lege
 the lines and their captions say the times are UTC, as rendered and after a live refresh;
 and the dashboard never says "No runs recorded yet" while its counters count runs of a
 real worker (the first reading of the history is said to be under way, and its result
-replaces that without a reload). Skips without /usr/bin/chromium."""
+replaces that without a reload, asked for every second meanwhile). Skips without
+/usr/bin/chromium."""
 
 from __future__ import annotations
 
@@ -199,3 +200,38 @@ def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, wor
     seen = page.evaluate("window.cwSeen")
     assert not [s for s in seen if "No runs recorded" in s[1]], seen
     page.screenshot(path=str(tmp_path / "admin-dashboard-read.png"), full_page=True)
+
+
+def test_the_dashboard_asks_again_sooner_while_the_history_is_read(browser_page, live_server):
+    """On Playwright's fake clock (no waiting on real time): with the history being read
+    the first poll of live.json comes after PENDING_INTERVAL (1 s), with the statistics
+    on the page after LIVE_INTERVAL (5 s)."""
+    from cogworker_django.admin import live
+
+    mw = history.HistoryMiddleware()
+    mw(make_job("shop.jobs.send_receipt", 1, queue="mail"), "mail", lambda: None)
+    history.flush()
+    page = browser_page("/admin/")
+    polls: list[str] = []
+    page.on("request", lambda req: "live.json" in req.url and polls.append(req.url))
+    for pending in (True, False):
+        api_history._states.clear()
+        if not pending:
+            api_history.digest()  # read: the page shows the statistics
+        start = 1_800_000_000_000 if pending else 1_900_000_000_000  # ms, forward only
+        page.clock.install(time=start)
+        page.clock.pause_at(start + 1000)  # timers move only with run_for
+        page.goto(f"{live_server.url}/admin/cogworker_django/dashboard/")
+        root = page.locator("#cw-live")
+        assert root.get_attribute("data-pending") == ("true" if pending else None)
+        polls.clear()
+        if pending:
+            with page.expect_request(lambda req: "live.json" in req.url):
+                page.clock.run_for(live.PENDING_INTERVAL * 1000 + 100)
+            assert len(polls) == 1
+        else:
+            page.clock.run_for(live.PENDING_INTERVAL * 1000 + 100)
+            page.evaluate("() => 1")  # a round trip to the page after the timers ran
+            assert polls == []
+            with page.expect_request(lambda req: "live.json" in req.url):
+                page.clock.run_for(live.LIVE_INTERVAL * 1000)
