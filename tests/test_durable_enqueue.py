@@ -1,0 +1,78 @@
+"""Durable enqueue in one process: the row commits and rolls back with the caller's data,
+is relayed right after the commit, and what an enqueue refuses writes no row.
+(Real Redis; both databases: tests/durable_support.py.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import transaction
+from testapp import jobs as tj
+
+from cogworker_django import connection, keys
+from cogworker_django.durable import relay
+from cogworker_django.models import OutboxEntry
+
+from . import durable_support
+
+pytestmark = durable_support.durable_db
+db_alias = durable_support.db_alias  # the fixture: each test on SQLite and PostgreSQL
+
+
+def rows(alias):
+    return list(OutboxEntry.objects.using(alias).order_by("id"))
+
+
+def queued(r, queue="default"):
+    return [json.loads(raw) for raw in r.lrange(f"{keys.prefix()}:queue:{queue}", 0, -1)]
+
+
+def test_a_durable_job_is_pushed_right_after_the_commit(db_alias, r):
+    with transaction.atomic(using=db_alias):
+        jid = tj.record.using(durable=True, using_db=db_alias).enqueue("a")
+        assert [row.jid for row in rows(db_alias)] == [jid]  # in the transaction
+        assert queued(r) == []  # nothing in Redis before the commit
+    assert [j["jid"] for j in queued(r)] == [jid]
+    assert rows(db_alias) == []
+    assert r.keys(f"{keys.prefix()}:relayed:*") == []  # markers dropped after the commit
+
+
+def test_a_rolled_back_durable_job_is_never_pushed(db_alias, r):
+    with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
+        tj.record.using(durable=True, using_db=db_alias).enqueue("a")
+        raise RuntimeError("rolled back")
+    assert rows(db_alias) == []
+    assert queued(r) == []
+    assert relay.relay_pending(connection.get_client(), db_alias) == 0
+    assert queued(r) == []
+
+
+def test_outside_a_transaction_the_row_is_written_and_relayed_at_once(db_alias, r):
+    jid = tj.record.using(durable=True, using_db=db_alias).enqueue("a")
+    assert [j["jid"] for j in queued(r)] == [jid]
+    assert rows(db_alias) == []
+
+
+def test_enqueue_durable_setting(db_alias, r, configure):
+    configure(ENQUEUE_DURABLE=True)
+    with transaction.atomic(using=db_alias):
+        jid = tj.record.using(using_db=db_alias).enqueue("a")
+        assert [row.jid for row in rows(db_alias)] == [jid]
+    assert [j["jid"] for j in queued(r)] == [jid]
+
+
+def test_redis_away_at_the_commit_the_block_does_not_raise_and_the_row_stays(
+    db_alias, redis_server, configure
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    server.stop()
+    with transaction.atomic(using=db_alias):
+        jid = tj.record.using(durable=True, using_db=db_alias).enqueue("a")
+    assert [row.jid for row in rows(db_alias)] == [jid]  # committed, waiting
+    server.start()
+    assert relay.relay_pending(connection.get_client(), db_alias) == 1
+    assert rows(db_alias) == []
+    listed = server.client().lrange(f"{keys.prefix()}:queue:default", 0, -1)
+    assert [json.loads(raw)["jid"] for raw in listed] == [jid]
