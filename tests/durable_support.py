@@ -50,3 +50,7 @@ def worker_env(alias: str | None = None) -> dict[str, str]:
     if "durable_pg" in settings.DATABASES:
         env["TESTPROJECT_DURABLE_PG_NAME"] = str(connections["durable_pg"].settings_dict["NAME"])
     return env
+
+
+def skip_locked(alias: str) -> bool:
+    return bool(connections[alias].features.has_select_for_update_skip_locked)

@@ -50,8 +50,9 @@ BATCH = 500
 MAX_PASSES = 20
 # Seconds a marker outlives a relay that died between its push and its commit.
 MARKER_TTL = 86400
-# The SQLite relay lock's TTL: far longer than a pass (one query, one round trip).
-SQLITE_LOCK_TTL = 60.0
+# The SQLite relay lock's TTL: far longer than a pass (a query and a round trip), short
+# enough that a relay killed while holding it holds up the others only a little.
+SQLITE_LOCK_TTL = 15.0
 # Seconds a database found without the outbox table is skipped before looking again.
 TABLE_RECHECK = 60.0
 
@@ -156,17 +157,29 @@ def relay_all(conn: Any) -> int:
 def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int]:
     """One pass (see the module docstring); returns (pushed, rows read)."""
     if skip_locked(alias):
-        return _locked_pass(alias, conn, ids)
-    with _sqlite_turn(alias, conn) as turn:
-        if not turn:
-            return 0, 0  # another relay is at it: these rows are its, or the next pass's
-        return _locked_pass(alias, conn, ids)
+        pushed, read, markers = _locked_pass(alias, conn, ids)
+        _drop(conn, markers)
+        return pushed, read
+    turn = _SqliteTurn(alias, conn)
+    if not turn.take():
+        return 0, 0  # another relay is at it: these rows are its, or the next pass's
+    try:
+        pushed, read, markers = _locked_pass(alias, conn, ids)
+        # Only while the turn is still ours: had it expired (a pass longer than its
+        # TTL), another relay may have read these rows before our commit; the markers
+        # then make its push of them a no-op.
+        if turn.still_ours():
+            _drop(conn, markers)
+        return pushed, read
+    finally:
+        turn.give_back()
 
 
-class _sqlite_turn:  # noqa: N801 - a context manager, read as a phrase
+class _SqliteTurn:
     """One relay at a time on a database without row locks: an owner-checked Redis lock
     per database, taken without waiting (a relay that finds it held leaves the rows to
-    the holder or to a later pass)."""
+    the holder or to a later pass). A relay killed while holding it holds it up to
+    :data:`SQLITE_LOCK_TTL`."""
 
     def __init__(self, alias: str, conn: Any) -> None:
         self.key = keys.durable_relay_lock(alias)
@@ -174,21 +187,25 @@ class _sqlite_turn:  # noqa: N801 - a context manager, read as a phrase
         self.owner = payload.new_jid()
         self.taken = False
 
-    def __enter__(self) -> bool:
+    def take(self) -> bool:
         self.taken = locks.take(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
         return self.taken
 
-    def __exit__(self, *exc: Any) -> None:
+    def still_ours(self) -> bool:
+        return locks.expire(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
+
+    def give_back(self) -> None:
         if self.taken:
             errors.best_effort(COMPONENT, lambda: locks.delete(self.key, self.owner, self.conn))
 
 
-def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int, int]:
-    pushed_markers: list[str] = []
+def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int, int, list[str]]:
+    """Read, push and delete in one database transaction; returns (pushed, rows read,
+    the markers to drop now that the deletes are committed)."""
     with transaction.atomic(using=alias):
         rows = _read(alias, ids)
         if not rows:
-            return 0, 0
+            return 0, 0, []
         if after_read is not None:
             after_read(rows)
         jobs = [row for row in rows if row.kind != CLOSE]
@@ -200,13 +217,9 @@ def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int,
             done += _close_blocks(alias, closing, done)
         if done:
             OutboxEntry.objects.using(alias).filter(id__in=done).delete()
-        pushed_markers = markers
-    # Committed: the rows are gone, their markers have done their work.
-    if pushed_markers:
-        errors.best_effort(COMPONENT, lambda: _drop(conn, pushed_markers))
     if pushed:
         log.debug("durable outbox: %d jobs pushed from %r", pushed, alias)
-    return pushed, len(rows)
+    return pushed, len(rows), markers
 
 
 def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
@@ -219,10 +232,17 @@ def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
 
 
 def _drop(conn: Any, markers: list[str]) -> None:
-    pipe = conn.pipeline(transaction=False)
-    for marker in markers:
-        pipe.delete(marker)
-    pipe.execute()
+    """Drop the markers of committed deletes (best effort: left, they expire)."""
+    if not markers:
+        return
+
+    def drop() -> None:
+        pipe = conn.pipeline(transaction=False)
+        for marker in markers:
+            pipe.delete(marker)
+        pipe.execute()
+
+    errors.best_effort(COMPONENT, drop)
 
 
 def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]]:
