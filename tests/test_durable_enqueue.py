@@ -76,3 +76,24 @@ def test_redis_away_at_the_commit_the_block_does_not_raise_and_the_row_stays(
     assert rows(db_alias) == []
     listed = server.client().lrange(f"{keys.prefix()}:queue:default", 0, -1)
     assert [json.loads(raw)["jid"] for raw in listed] == [jid]
+
+
+class OutboxElsewhere:
+    """A database router: the outbox on ``durable_sqlite``, nothing else decided."""
+
+    def db_for_write(self, model, **hints):
+        return "durable_sqlite" if model is OutboxEntry else None
+
+    def allow_migrate(self, db, app_label, model_name=None, **hints):
+        if model_name == "outboxentry":
+            return db == "durable_sqlite"
+        return None
+
+
+def test_a_router_that_sends_the_outbox_elsewhere_is_respected(r, settings):
+    settings.DATABASE_ROUTERS = ["tests.test_durable_enqueue.OutboxElsewhere"]
+    with transaction.atomic(using="durable_sqlite"):
+        jid = tj.record.using(durable=True).enqueue("routed")  # no using_db
+        assert [row.jid for row in rows("durable_sqlite")] == [jid]
+    assert [j["jid"] for j in queued(r)] == [jid]
+    assert relay.aliases() == ["durable_sqlite"]  # the workers relay only there

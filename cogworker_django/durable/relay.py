@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import DatabaseError, connections, router, transaction
+from django.db import connections, router, transaction
 
 from .. import connection, errors, homes, keys, locks, payload, priority, scripts
 from ..unique import PUSH_LOCKED, lock_key
@@ -99,7 +99,7 @@ def _has_table(alias: str) -> bool:
         try:
             with connections[alias].cursor() as cursor:
                 present = TABLE in connections[alias].introspection.table_names(cursor)
-        except DatabaseError as exc:
+        except Exception as exc:  # noqa: BLE001 - not reachable: looked at again later
             log.debug("durable outbox: database %r not reachable: %s", alias, exc)
             present = False
     with _tables_lock:

@@ -175,6 +175,12 @@ if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0"
         "noretry": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 0}},
         "retry1": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 1}},
         "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        # Tasks as outbox rows in the caller's transaction (tests/test_durable_tasks.py).
+        "durable": {
+            "BACKEND": _COGWORKER_TASKS,
+            "QUEUES": _TASK_QUEUES,
+            "OPTIONS": {"DURABLE": True},
+        },
     }
 
 if os.environ.get("TESTPROJECT_OTEL_SPANS"):
