@@ -126,6 +126,23 @@ def test_a_batch_block_waits_for_durable_members_left_by_redis(db_alias, redis_s
     assert client.hget(keys.batch(batch.bid), "blocks") == "0"  # closed after them
 
 
+def test_a_batch_block_stays_open_while_a_member_row_is_left(db_alias, r):
+    queue = f"{keys.prefix()}:queue:default"
+    r.set(queue, "not a list")  # every push to it is refused (WRONGTYPE)
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:
+            jid = durable(tj.wf_member, db_alias).enqueue("a")
+    assert [row.kind for row in rows(db_alias)] == ["job", CLOSE]  # the push was refused
+    relay.relay_pending(conn(), db_alias)
+    assert [row.kind for row in rows(db_alias)] == ["job", CLOSE]  # so the block waits
+    assert r.hget(keys.batch(batch.bid), "blocks") == "1"
+    r.delete(queue)
+    assert relay.relay_pending(conn(), db_alias) == 1
+    assert rows(db_alias) == []
+    assert [j["jid"] for j in queued(r)] == [jid]
+    assert r.hget(keys.batch(batch.bid), "blocks") == "0"
+
+
 def test_a_relay_stopped_between_its_push_and_its_delete_pushes_nothing_again(db_alias, r, hooks):
     with transaction.atomic(using=db_alias):
         jids = durable(tj.record, db_alias).enqueue_many([("a",), ("b",)])
