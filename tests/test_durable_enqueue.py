@@ -36,6 +36,7 @@ def test_a_durable_job_is_pushed_right_after_the_commit(db_alias, r):
     assert [j["jid"] for j in queued(r)] == [jid]
     assert rows(db_alias) == []
     assert r.keys(f"{keys.prefix()}:relayed:*") == []  # markers dropped after the commit
+    assert r.smembers(keys.queues()) == {"default"}  # listed in the same round trip
 
 
 def test_a_rolled_back_durable_job_is_never_pushed(db_alias, r):

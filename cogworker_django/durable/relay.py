@@ -255,7 +255,8 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     now = time.time()
     script = scripts.get("outbox_relay")
     members: dict[str, list[tuple[OutboxEntry, dict[str, Any]]]] = {}
-    planned: list[tuple[OutboxEntry, str, str]] = []  # (row, marker, queue)
+    planned: list[tuple[OutboxEntry, str]] = []  # (row, its marker: "" when buried)
+    listing: set[str] = set()
     pipe = conn.pipeline(transaction=False)
     for row in rows:
         job = payload.decode(row.payload)
@@ -263,7 +264,7 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
         if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
             # Only a row written by hand: filed in dead with its bytes (rule 6).
             _bury(conn, row, job, "not a job with a queue")
-            planned.append((row, "", ""))
+            planned.append((row, ""))
             continue
         if job.get("bid"):
             members.setdefault(job["bid"], []).append((row, job))
@@ -290,15 +291,21 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
             key_list.append(lock)
             args += [row.jid, push_ttl(job, now)]
         script.pipelined(pipe, key_list, args)
-        planned.append((row, marker, queue))
+        planned.append((row, marker))
+        listing.add(queue)
+    if listing:
+        # The queues' listing rides in the same round trip, after the pushes; only a
+        # listing (rule 1): its failure is reported, never raised.
+        pipe.sadd(keys.queues(), *sorted(listing))
     replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+    if listing and isinstance(replies[-1], Exception):
+        errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
     done: list[int] = []
     markers: list[str] = []
-    queues: set[str] = set()
     pushed = 0
     failure: Exception | None = None
     replies_iter = iter(replies)
-    for row, marker, queue in planned:
+    for row, marker in planned:
         if not marker:
             done.append(row.id)
             continue
@@ -312,7 +319,6 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
         markers.append(marker)
         if int(reply) == 1:
             pushed += 1
-            queues.add(queue)
     for bid, found in members.items():
         try:
             count, member_markers = store.push_durable(bid, [job for _row, job in found], conn)
@@ -330,8 +336,6 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
         pushed += count
         done += [row.id for row, _job in found]
         markers += member_markers
-    if queues:
-        errors.best_effort("Queue listing", lambda: conn.sadd(keys.queues(), *sorted(queues)))
     if failure is not None:
         errors.report(COMPONENT, failure, "a row was left in the outbox")
     return done, pushed, markers
