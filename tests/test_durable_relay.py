@@ -162,6 +162,27 @@ def test_a_relay_stopped_between_its_push_and_its_delete_pushes_nothing_again(db
     assert r.keys(f"{keys.prefix()}:relayed:*") == []
 
 
+def test_batch_members_of_a_relay_stopped_before_its_delete_are_pushed_and_counted_once(
+    db_alias, r, hooks
+):
+    def fail(pushed):
+        raise RuntimeError("stopped after the push")
+
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:
+            jids = durable(tj.wf_member, db_alias).enqueue_many([("a",), ("b",)])
+        hooks.after_push = fail
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # pushed, rows left
+    assert len(rows(db_alias)) == 3
+    hooks.after_push = None
+    assert relay.relay_pending(conn(), db_alias) == 0
+    assert rows(db_alias) == []
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # each once
+    assert r.lrange(keys.batch_jids(batch.bid), 0, -1) == jids  # counted once
+    assert r.hget(keys.batch(batch.bid), "total") == "2"
+    assert r.hget(keys.batch(batch.bid), "blocks") == "0"
+
+
 def test_two_relays_at_once_never_take_the_same_row(db_alias, r, hooks):
     """On PostgreSQL a relay holding rows makes another skip them (SKIP LOCKED) and
     take the next ones, without waiting; on SQLite the other relay finds the Redis lock
