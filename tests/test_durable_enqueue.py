@@ -98,3 +98,26 @@ def test_a_router_that_sends_the_outbox_elsewhere_is_respected(r, settings):
         assert [row.jid for row in rows("durable_sqlite")] == [jid]
     assert [j["jid"] for j in queued(r)] == [jid]
     assert relay.aliases() == ["durable_sqlite"]  # the workers relay only there
+
+
+@pytest.mark.cluster
+@pytest.mark.spread
+def test_every_kind_of_durable_job_on_a_cluster_too(db_alias, r, redis_mode):
+    """A single Redis, a cluster with one hash tag, and a home per queue: the marker is
+    in the job's queue's home (or the batch's), with what the script writes."""
+    from cogworker_django import Batch
+
+    home = keys.home_of("default")
+    with transaction.atomic(using=db_alias):
+        job = tj.record.using(durable=True, using_db=db_alias)
+        plain = job.enqueue("plain")
+        later = job.enqueue_in(600, "later")
+        unique = job.using(unique="until_executed")
+        first, _duplicate = unique.enqueue("u"), unique.enqueue("u")
+        with Batch() as batch:
+            member = tj.wf_member.using(durable=True, using_db=db_alias).enqueue("m")
+    listed = {json.loads(raw)["jid"] for raw in r.lrange(keys.queue("default"), 0, -1)}
+    assert listed == {plain, first, member}
+    assert [json.loads(raw)["jid"] for raw in r.zrange(keys.schedule(home), 0, -1)] == [later]
+    assert r.smembers(keys.batch_pending(batch.bid)) == {member}
+    assert rows(db_alias) == []
