@@ -121,3 +121,25 @@ def test_every_kind_of_durable_job_on_a_cluster_too(db_alias, r, redis_mode):
     assert [json.loads(raw)["jid"] for raw in r.zrange(keys.schedule(home), 0, -1)] == [later]
     assert r.smembers(keys.batch_pending(batch.bid)) == {member}
     assert rows(db_alias) == []
+
+
+def test_the_decorator_makes_every_enqueue_durable(db_alias, r):
+    with transaction.atomic(using=db_alias):
+        jid = tj.durable_record.using(using_db=db_alias).enqueue("a")
+        assert [row.jid for row in rows(db_alias)] == [jid]
+        assert queued(r) == []
+        # using(durable=False) turns it off for one enqueue.
+        plain = tj.durable_record.using(durable=False).enqueue("b")
+        assert [j["jid"] for j in queued(r)] == [plain]
+    assert {j["jid"] for j in queued(r)} == {jid, plain}
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_enqueue_durable_must_be_a_boolean(configure, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from cogworker_django import conf
+
+    configure(ENQUEUE_DURABLE=value)
+    with pytest.raises(ImproperlyConfigured, match="ENQUEUE_DURABLE"):
+        conf.get()

@@ -99,9 +99,9 @@ def _has_table(alias: str) -> bool:
         try:
             with connections[alias].cursor() as cursor:
                 present = TABLE in connections[alias].introspection.table_names(cursor)
-        except Exception as exc:  # noqa: BLE001 - not reachable: looked at again later
+        except Exception as exc:  # noqa: BLE001 - not reachable now: asked again next time
             log.debug("durable outbox: database %r not reachable: %s", alias, exc)
-            present = False
+            return False
     with _tables_lock:
         _tables[alias] = (present, now)
     return present
