@@ -95,6 +95,24 @@ def test_a_web_process_killed_right_after_its_commit_loses_no_job(db_alias, work
     assert len(jids) == 3
 
 
+def test_at_the_production_timings_a_worker_relays_a_dead_web_processs_rows(
+    db_alias, worker, r, prefix
+):
+    """The poller's interval (POLL_INTERVAL, 5 s) and every other timing at its default:
+    the rows of a web process killed after its commit are pushed within a poll or two."""
+    from cogworker_django.conf import DEFAULTS
+
+    from .helpers import FAST_SETTINGS
+
+    production = {k: DEFAULTS[k] for k in FAST_SETTINGS if k != "RETRY_BACKOFF"}
+    assert production["POLL_INTERVAL"] == 5.0
+    start_worker(worker, settings=production)
+    web(prefix, db_alias, "after-commit")  # (its rows left: the test above shows it)
+    wait_until(lambda: len(runs(r, prefix)) == 3, 60, message="the three jobs ran")
+    assert runs(r, prefix) == {f"web-{i}": 1 for i in range(3)}
+    assert rows(db_alias) == 0
+
+
 def test_a_relay_killed_between_its_push_and_its_delete_pushes_nothing_twice(
     db_alias, worker, r, prefix
 ):
