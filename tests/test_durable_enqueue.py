@@ -143,3 +143,18 @@ def test_enqueue_durable_must_be_a_boolean(configure, value):
     configure(ENQUEUE_DURABLE=value)
     with pytest.raises(ImproperlyConfigured, match="ENQUEUE_DURABLE"):
         conf.get()
+
+
+def test_in_a_test_mode_a_durable_job_is_recorded_at_the_commit_with_no_row(db_alias):
+    from cogworker_django import Batch, testing
+
+    with testing.fake():
+        with transaction.atomic(using=db_alias):
+            with Batch() as batch:
+                tj.record.using(durable=True, using_db=db_alias).enqueue("in a batch")
+            tj.record.using(durable=True, using_db=db_alias).enqueue("alone")
+            assert tj.record.jobs == []
+            assert rows(db_alias) == []
+        assert [j["args"] for j in tj.record.jobs] == [["in a batch"], ["alone"]]
+        assert tj.record.jobs[0]["bid"] == batch.bid
+        assert testing.drain() == 2
