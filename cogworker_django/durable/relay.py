@@ -146,6 +146,8 @@ def relay_all(conn: Any) -> int:
     failure: Exception | None = None
     for alias in aliases():
         try:
+            if oldest_age(alias) is None:
+                continue  # empty: no transaction, no lock, no round trip to Redis
             pushed += relay_pending(conn, alias)
         except Exception as exc:  # noqa: BLE001 - raised after the others
             failure = failure or exc
