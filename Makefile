@@ -25,7 +25,7 @@ exists or User.objects.create_superuser('admin', 'admin@example.com', 'admin'); 
 print('admin user: admin / admin' + ('' if exists else ' (created)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv redis test demo runserver migrate lint bench clean distclean
+.PHONY: help venv redis postgres test demo runserver migrate lint bench clean distclean
 .PHONY: test-loaded
 .PHONY: docs dist
 
@@ -41,6 +41,7 @@ help:
 	@echo "make dist       build the sdist and wheel into dist/ and run twine check"
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
 	@echo "make redis      make sure a Redis answers at \$$COGWORKER_REDIS_URL (starts a local one if needed)"
+	@echo "make postgres   start this checkout's throwaway PostgreSQL for the durable tests (prints its URL)"
 	@echo "make clean      remove caches and the demo database; make distclean also removes .venv and .tox"
 
 venv: $(STAMP)
@@ -70,6 +71,9 @@ pyproject.toml:
 redis:
 	@scripts/ensure-redis
 
+postgres:
+	@scripts/ensure-postgres
+
 # The suite runs on TEST_WORKERS pytest-xdist processes (each test isolates itself by key
 # prefix, private servers and its own local cluster per process, so they never share
 # state); most of a test's time is waiting for a worker, so 4 beats the core count on 2
@@ -79,8 +83,12 @@ redis:
 TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
+# The durable-enqueue tests also run on PostgreSQL: scripts/ensure-postgres starts this
+# checkout's throwaway cluster (or checks COGWORKER_TEST_POSTGRES_URL). Without one they
+# run on SQLite only (outside CI; with CI=true a missing PostgreSQL fails them).
 test: venv redis
-	$(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	@pg=$$(scripts/ensure-postgres) || pg=""; \
+	COGWORKER_TEST_POSTGRES_URL="$$pg" $(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # A busy machine: the timing-dependent tests (beats, orphan threshold, stalls, shutdown
 # grace, periodic ticks and boot, lock TTLs) LOAD_RUNS times in a row with two CPU-bound

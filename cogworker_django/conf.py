@@ -56,6 +56,8 @@ DEFAULTS: dict[str, Any] = {
     # The largest job payload (JSON, in bytes) an enqueue accepts.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "ENQUEUE_ON_COMMIT": False,
+    # Every enqueue writes an outbox row in the caller's transaction (docs/jobs.md).
+    "ENQUEUE_DURABLE": False,
     "MIDDLEWARE": {"client": [], "server": []},
     "TESTING": None,
     # Job controls (docs/controls.md): fleet-wide limiters by name, and the time limit of
@@ -124,6 +126,7 @@ class Settings:
     BATCH_UNFINISHED_TTL: int
     MAX_PAYLOAD_BYTES: int
     ENQUEUE_ON_COMMIT: bool
+    ENQUEUE_DURABLE: bool
     MIDDLEWARE: dict
     TESTING: str | None
     LIMITS: dict
@@ -499,7 +502,7 @@ def _validate(user: Any) -> Settings:
         _number(key, v[key], integer=True)
     for key in ("DEAD_MAX_JOBS", "HISTORY_MAX_RUNS"):
         _number(key, v[key], integer=True, strict=False)
-    for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "HISTORY"):
+    for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "ENQUEUE_DURABLE", "HISTORY"):
         if not isinstance(v[key], bool):
             raise _bad(key, v[key], "expected True or False")
     mw = v["MIDDLEWARE"]

@@ -36,6 +36,7 @@ _OPTION_NAMES = (
     "unique",
     "unique_for",
     "on_commit",
+    "durable",  # an outbox row in the caller's transaction (durable/)
     "using_db",
     "timeout",  # job controls (controls/options.py)
     "expires_in",
@@ -150,6 +151,9 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
     on_commit = opts.get("on_commit")
     if on_commit is not None and not isinstance(on_commit, bool):
         raise ValueError(f"{where}: on_commit must be True or False, got {on_commit!r}")
+    durable = opts.get("durable")
+    if durable is not None and not isinstance(durable, bool):
+        raise ValueError(f"{where}: durable must be True or False, got {durable!r}")
     from .controls import options as controls
 
     controls.check_options(where, opts)
@@ -209,6 +213,7 @@ class _Lazy:
     _controls: Any = None
     _unique: Any = None
     _workflow: Any = None
+    _durable: Any = None
 
     def controls(self) -> Any:
         if self._controls is None:
@@ -230,6 +235,13 @@ class _Lazy:
 
             self._workflow = context
         return self._workflow
+
+    def durable(self) -> Any:
+        if self._durable is None:
+            from .durable import writer  # (imports client and the model)
+
+            self._durable = writer
+        return self._durable
 
 
 _lazy = _Lazy()
@@ -291,7 +303,8 @@ class _Enqueuer:
         # an on_commit enqueue, and its arguments were encoded above).
         if on_commit is None:
             on_commit = self._on_commit()
-        if _lazy.workflow().stamp(job, on_commit, opts.get("using_db")):
+        durable = self._durable()
+        if _lazy.workflow().stamp(job, on_commit or durable, opts.get("using_db"), durable):
             return job, None
         return job, text
 
@@ -299,7 +312,14 @@ class _Enqueuer:
         value = self._opts.get("on_commit")
         return conf.get().ENQUEUE_ON_COMMIT if value is None else value
 
+    def _durable(self) -> bool:
+        value = self._opts.get("durable")
+        return conf.get().ENQUEUE_DURABLE if value is None else value
+
     def _push(self, job: dict[str, Any], encoded: str | None = None) -> str | None:
+        if self._durable():
+            # A row in the caller's transaction, pushed after its commit (durable/).
+            return _lazy.durable().enqueue(job, encoded, self._opts.get("using_db"))  # type: ignore[no-any-return]
         if self._on_commit():
             # Pushed (and its enqueued_at set) at the commit.
             transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
@@ -331,8 +351,9 @@ class _Enqueuer:
         now = _now()
         fields = _lazy.controls().payload_fields(self._opts, now, None)
         on_commit = self._on_commit()
+        durable = self._durable()
         jids = payload.new_jids(len(items))
-        if not (fields or on_commit) and self._plain_bulk():
+        if not (fields or on_commit or durable) and self._plain_bulk():
             opts = self._opts
             return client.push_plain(
                 opts["queue"],
@@ -353,6 +374,8 @@ class _Enqueuer:
             )
             jobs.append(job)
             texts.append(data)
+        if durable:  # one INSERT for the call (durable/writer.py)
+            return _lazy.durable().enqueue_many(jobs, texts, self._opts.get("using_db"))  # type: ignore[no-any-return]
         if on_commit:
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
             return [j["jid"] for j in jobs]
@@ -385,7 +408,8 @@ class _Enqueuer:
         return Signature(self._fn.path, args, kwargs, self._opts, enqueuer=self)
 
     def using(self, **options: Any) -> _BoundJob:
-        """A variant with other options (queue, retry, unique, unique_for, on_commit)."""
+        """A variant with other options (queue, retry, unique, unique_for, on_commit,
+        durable, using_db, and the job controls)."""
         _check_options(f"{self._fn.path}.using()", options)
         return _BoundJob(self._fn, {**self._opts, **options})
 

@@ -181,7 +181,12 @@ def inprogress_homes(identity: str) -> str:  # set: homes of a process's lists (
 
 
 def relayed(job_id: str, home: str) -> str:  # string: this outbox entry was pushed here
+    # (an envelope's id, outbox.py; or a durable row's jid, durable/relay.py)
     return _h(home, "relayed", job_id)
+
+
+def durable_relay_lock(alias: str) -> str:  # string: the relay of a SQLite outbox (owner)
+    return _k("durable", "relaying", alias)
 
 
 def signal(identity: str) -> str:  # pub/sub channel

@@ -119,13 +119,41 @@ class SnapshotCollector:
         yield from (last, upcoming, enabled)
 
 
-def render(snapshot: Any, accept: str | None = None) -> tuple[bytes, str]:
-    """(body, content type) of ``snapshot`` in the format ``accept`` asks for."""
+class OutboxCollector:
+    """The durable enqueue's outboxes (api.Outbox): rows waiting, and the oldest's age."""
+
+    def __init__(self, outboxes: Any) -> None:
+        self.outboxes = outboxes
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        size = GaugeMetricFamily(
+            "cogworker_outbox_size",
+            "Durable jobs written in the database and not yet pushed to Redis.",
+            labels=["database"],
+        )
+        age = GaugeMetricFamily(
+            "cogworker_outbox_oldest_age_seconds",
+            "How long the oldest row of the outbox has waited (0 when it is empty).",
+            labels=["database"],
+        )
+        for o in self.outboxes:
+            if not o.error:
+                size.add_metric([o.database], o.size)
+                age.add_metric([o.database], o.oldest_age or 0.0)
+        yield from (size, age)
+
+
+def render(snapshot: Any, accept: str | None = None, outboxes: Any = ()) -> tuple[bytes, str]:
+    """(body, content type) of ``snapshot`` (and the durable ``outboxes``) in the format
+    ``accept`` asks for."""
     pc = prometheus()
     from prometheus_client.exposition import choose_encoder
 
     registry = pc.CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(snapshot))
+    registry.register(OutboxCollector(outboxes))
     encoder, content_type = choose_encoder(accept or "")
     return encoder(registry), content_type
 
@@ -154,5 +182,7 @@ def view(request: HttpRequest) -> HttpResponse:
             status=503,
             content_type="text/plain",
         )
-    body, content_type = render(snapshot, request.META.get("HTTP_ACCEPT"))
+    from .api.outbox import Outbox
+
+    body, content_type = render(snapshot, request.META.get("HTTP_ACCEPT"), Outbox().databases())
     return HttpResponse(body, content_type=content_type)

@@ -1,6 +1,7 @@
-"""Unmanaged models: no table, one per admin page.
+"""Unmanaged models: no table, one per admin page; and, at the end, the one real table,
+the durable enqueue's outbox (durable/entry.py).
 
-They exist for what the admin hangs on a model: an entry in the admin index under
+The pages exist for what the admin hangs on a model: an entry in the admin index under
 "Cogworker", and Django auth permissions (view to look, change to act, delete to
 remove). The data itself stays in Redis and is read through ``cogworker_django.api``.
 """
@@ -96,3 +97,7 @@ class Limiter(_Page):
         verbose_name = "limiter"
         verbose_name_plural = "Limits"
         default_permissions = ("view",)
+
+
+# The durable enqueue's outbox: a real table (cogworker_django/durable/).
+from .durable.entry import OutboxEntry  # noqa: E402,F401

@@ -253,6 +253,7 @@ PINNED_WITH_ARGS = {
     ("inprogress_homes", ("h:1:ab",)): "cw:inprogress_homes:h:1:ab",
     ("signal", ("h:1:ab",)): "cw:signal:h:1:ab",
     ("relayed", ("e1",)): "cw:relayed:e1",
+    ("durable_relay_lock", ("default",)): "cw:durable:relaying:default",
     ("unique", ("d1",)): "cw:unique:d1",
     ("periodic_last_slot", ("n",)): "cw:periodic:last_slot:n",
     ("periodic_lock", ("n", 60)): "cw:periodic:lock:n:60",

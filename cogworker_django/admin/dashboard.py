@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
 
-from ..api import RedisServer, Stats, find_job
+from ..api import Outbox, RedisServer, Stats, find_job
 from . import chart, live
 from .base import PageAdmin
 
@@ -47,6 +47,7 @@ class DashboardAdmin(PageAdmin):
             live_interval=live.LIVE_INTERVAL,
             live_pending_interval=live.PENDING_INTERVAL,
             persistence=RedisServer().persistence(),
+            outboxes=Outbox().databases(),
         )
 
     def find_view(self, request: HttpRequest) -> HttpResponse:

@@ -14,6 +14,7 @@ from .controls import LeaseHolder, LimitInfo, Limits, cancel
 from .find import Found, find_job
 from .history import History, Run
 from .jobs import BulkResult, DeadSet, JobSet, Outcome, RetrySet, ScheduledSet
+from .outbox import Outbox, OutboxInfo
 from .periodic import PeriodicEntries, PeriodicEntry
 from .processes import (
     AwaitingRecovery,
@@ -47,6 +48,8 @@ __all__ = [
     "LimitInfo",
     "Limits",
     "Outcome",
+    "Outbox",
+    "OutboxInfo",
     "OrphanedProcess",
     "Overview",
     "Persistence",

@@ -31,7 +31,7 @@ from . import KIND, resolve, results, runner, store
 
 log = logging.getLogger("cogworker_django")
 
-OPTION_NAMES = ("RETRY",)
+OPTION_NAMES = ("RETRY", "DURABLE")
 # As for @job: retry=True means payload.DEFAULT_MAX_RETRIES (25) attempts with backoff.
 DEFAULT_RETRY = True
 
@@ -73,6 +73,13 @@ class CogworkerBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.retry = _retry_option(alias, self.options)
+        # Tasks written as outbox rows in the caller's transaction (durable/, docs/jobs.md).
+        self.durable = self.options.get("DURABLE", False)
+        if not isinstance(self.durable, bool):
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS']['DURABLE'] = {self.durable!r} is invalid: "
+                "expected True or False."
+            )
         bad = sorted(str(q) for q in self.queues if not _valid_queue_name(q))
         if bad:
             raise InvalidTaskBackend(
@@ -125,8 +132,11 @@ class CogworkerBackend(BaseTaskBackend):
             worker_ids=[],
         )
         job = self._job(task, result)
-        workflow.stamp(job)  # a member of the batch whose block is open here, if any
+        # A member of the batch whose block is open here, if any.
+        workflow.stamp(job, self.durable, None, self.durable)
         payload.encode(job)  # a TypeError naming the argument, before anything is pushed
+        if self.durable:
+            return self._enqueue_durable(task, job, result)
         if client.push(job) is None:
             log.warning(
                 "task %s (%s): a client middleware stopped the push; it will not run",
@@ -139,6 +149,29 @@ class CogworkerBackend(BaseTaskBackend):
         if client.active_sink() is None:
             waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
             store.create(job, extra_ttl=waits)  # kept at least until run_after
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _enqueue_durable(self, task: Any, job: dict[str, Any], result: TaskResult) -> TaskResult:
+        """An outbox row in the caller's transaction; its READY result is written at the
+        commit (best effort, as after a push: a rolled-back task has none)."""
+        from django.db import transaction
+
+        from ..durable import writer
+
+        if writer.enqueue(job, None, None) is None:
+            log.warning(
+                "task %s (%s): a client middleware stopped the push; it will not run",
+                result.id,
+                task.module_path,
+            )
+            return result
+        object.__setattr__(result, "enqueued_at", store.from_epoch(job["created_at"]))
+        if client.active_sink() is None:
+            waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
+            transaction.on_commit(
+                lambda: store.create(job, extra_ttl=waits), using=writer.database(None)
+            )
         task_enqueued.send(type(self), task_result=result)
         return result
 

@@ -6,9 +6,12 @@
 -- KEYS[4] = its jids list, KEYS[5] = P:queues, KEYS[6] = P:batches,
 -- KEYS[7...] = where the jobs go (queue lists, P:schedule, priority zsets)
 -- ARGV[1] = bid, ARGV[2] = now, ARGV[3] = TTL of an unfinished batch (seconds),
--- then five per job: index of its target in KEYS, the payload (encoded in Python, rule 3;
+-- then six per job: index of its target in KEYS, the payload (encoded in Python, rule 3;
 -- for a priority zset the member priority.py built), the score ("" for a list: LPUSH),
--- the jid, the queue to list in P:queues ("" for none)
+-- the jid, the queue to list in P:queues ("" for none), the index in KEYS of its relay
+-- marker ("0" for none; a durable member relayed from the database outbox,
+-- durable/relay.py: set NX with the push, TTL ARGV[3]; a job whose marker is there was
+-- pushed and counted by an earlier relay: skipped)
 -- Returns the number of jobs pushed, or "gone" (no such batch) / "finished" (on_success
 -- has fired): then nothing is pushed.
 local function kind(key)
@@ -22,7 +25,7 @@ for i = 1, 6 do
     return redis.error_reply("WRONGTYPE " .. KEYS[i] .. " holds the wrong kind of value")
   end
 end
-for i = 4, #ARGV, 5 do
+for i = 4, #ARGV, 6 do
   local key = KEYS[tonumber(ARGV[i])]
   local t = kind(key)
   local expected = ARGV[i + 2] == "" and "list" or "zset"
@@ -37,23 +40,27 @@ if redis.call("HEXISTS", KEYS[1], "success_at") == 1 then
   return "finished"
 end
 local pushed = 0
-for i = 4, #ARGV, 5 do
+for i = 4, #ARGV, 6 do
   local key, value, score, jid, queue =
     KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  if score == "" then
-    redis.call("LPUSH", key, value)
-  else
-    redis.call("ZADD", key, score, value)
+  local marker = tonumber(ARGV[i + 5])
+  -- A durable member whose marker is there was pushed and counted by an earlier relay.
+  if marker == 0 or redis.call("SET", KEYS[marker], "1", "NX", "EX", ARGV[3]) then
+    if score == "" then
+      redis.call("LPUSH", key, value)
+    else
+      redis.call("ZADD", key, score, value)
+    end
+    if redis.call("SADD", KEYS[2], jid) == 1 then
+      redis.call("SADD", KEYS[3], jid)
+      redis.call("RPUSH", KEYS[4], jid)
+      redis.call("HINCRBY", KEYS[1], "total", 1)
+    end
+    if queue ~= "" then
+      redis.pcall("SADD", KEYS[5], queue)
+    end
+    pushed = pushed + 1
   end
-  if redis.call("SADD", KEYS[2], jid) == 1 then
-    redis.call("SADD", KEYS[3], jid)
-    redis.call("RPUSH", KEYS[4], jid)
-    redis.call("HINCRBY", KEYS[1], "total", 1)
-  end
-  if queue ~= "" then
-    redis.pcall("SADD", KEYS[5], queue)
-  end
-  pushed = pushed + 1
 end
 redis.call("HSET", KEYS[1], "updated_at", ARGV[2])
 for i = 1, 4 do

@@ -13,6 +13,10 @@ def build(launcher: Any) -> list[Any]:
     # Key guard: at boot and every KEYGUARD_INTERVAL, in every process (rule 9).
     guard = keyguard.timer(q.name for q in launcher.queues)
     launcher.poller.timers.append(("Key guard", conf.get().KEYGUARD_INTERVAL, guard))
+    from ..durable import chore
+
+    # The durable enqueue's outboxes: every poll (a timer of interval 0), in every process.
+    launcher.poller.timers.append(("Durable outbox relay", 0.0, chore.Chore()))
     if history.enabled():
         components.append(history.HistoryFlusher(launcher.identity))
     from ..periodic import entries, running_lock, ticker

@@ -210,6 +210,16 @@ class Batch:
         blocks = blocks_here()
         block = blocks[-1]
         set_blocks(blocks[:-1])
+        if block.durable:
+            # Closed by an outbox row, in the same transaction as its durable members,
+            # once they are all pushed (durable/relay.py). With members on several
+            # databases (or on_commit ones besides), by a row on the first: relayed after
+            # its commit, when the on_commit members of that commit are pushed.
+            from ..durable import writer
+
+            using = sorted(block.durable, key=lambda alias: alias or "")[0]
+            writer.close_block(self._bid, block.token, using)
+            return
         if block.deferred:
             self._close_at_commit(block)
             return

@@ -20,6 +20,9 @@ class Block:
     # Databases whose commit pushes jobs of this block (on_commit enqueues): the block
     # closes after those pushes, at the same commit.
     deferred: set[str | None] = field(default_factory=set)
+    # Databases holding durable members of this block (outbox rows): the block is closed
+    # by a row of its own there, relayed once they are all pushed (durable/relay.py).
+    durable: set[str | None] = field(default_factory=set)
 
 
 _blocks: contextvars.ContextVar[tuple[Block, ...]] = contextvars.ContextVar(
@@ -51,10 +54,12 @@ def reattach(token: contextvars.Token) -> None:
     _blocks.reset(token)
 
 
-def stamp(job: dict[str, Any], deferred: bool = False, using: str | None = None) -> bool:
+def stamp(
+    job: dict[str, Any], deferred: bool = False, using: str | None = None, durable: bool = False
+) -> bool:
     """Make ``job`` (being built) a member of the batch whose block is open here, if one
-    is; ``deferred``: it is pushed at the commit of database ``using``. True when it
-    was made one (the job changed)."""
+    is; ``deferred``: it is pushed at the commit of database ``using``; ``durable``: as
+    an outbox row there. True when it was made one (the job changed)."""
     block = active()
     if block is None or job.get("bid"):
         return False
@@ -64,6 +69,8 @@ def stamp(job: dict[str, Any], deferred: bool = False, using: str | None = None)
             "batch: a refused duplicate would be counted as a member that never runs"
         )
     job["bid"] = block.batch.bid
-    if deferred:
+    if durable and not block.local:  # (a test mode's: pushed at the commit, no row)
+        block.durable.add(using)
+    elif deferred:
         block.deferred.add(using)
     return True

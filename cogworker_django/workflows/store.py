@@ -207,10 +207,14 @@ def push(bid: str, jobs: list[dict[str, Any]]) -> int:
     return answer
 
 
-def push_counted(bid: str, jobs: list[dict[str, Any]], conn: Any = None) -> tuple[int, list[str]]:
+def push_counted(
+    bid: str, jobs: list[dict[str, Any]], conn: Any = None, markers: list[str] | None = None
+) -> tuple[int, list[str]]:
     """The script of :func:`push`, without the relay: the number of jobs pushed and the
     outbox envelopes standing for them (none off spread, where the script pushes into
-    the queues itself). Raises BatchNotFound / BatchFinished when nothing was pushed."""
+    the queues itself). Raises BatchNotFound / BatchFinished when nothing was pushed.
+    ``markers`` (durable members, durable/relay.py): each job's relay marker, set with
+    its push; a job whose marker is there is skipped (pushed by an earlier relay)."""
     at_now = now()
     spread = keys.spread()
     targets: list[str] = []
@@ -231,7 +235,10 @@ def push_counted(bid: str, jobs: list[dict[str, Any]], conn: Any = None) -> tupl
             listed = "" if scheduled else job["queue"]
         if key not in targets:
             targets.append(key)
-        args += [7 + targets.index(key), value, score, job["jid"], listed]
+        args += [7 + targets.index(key), value, score, job["jid"], listed, 0]
+    for i, marker in enumerate(markers or ()):
+        targets.append(marker)
+        args[3 + 6 * i + 5] = 6 + len(targets)
     answer = scripts.run(
         "batch_push",
         conn or connection.get_client(),
@@ -256,6 +263,23 @@ def push_counted(bid: str, jobs: list[dict[str, Any]], conn: Any = None) -> tupl
             f"batch {bid} has succeeded: nothing can join it any more (the job was not pushed)"
         )
     raise WorkflowError(f"batch {bid}: unexpected answer {answer!r}")
+
+
+def push_durable(bid: str, jobs: list[dict[str, Any]], conn: Any) -> tuple[int, list[str]]:
+    """Durable members of batch ``bid`` from the database outbox (durable/relay.py): each
+    pushed and counted with its relay marker (in the batch's home) in one script, then
+    relayed on from the outbox with a home per queue; returns how many were pushed and
+    the markers."""
+    markers = [keys.relayed(job["jid"], keys.root()) for job in jobs]
+    pushed, envelopes = push_counted(bid, jobs, conn, markers)
+    outbox.relay_present(conn, envelopes)  # not those skipped: pushed by an earlier relay
+    return pushed, markers
+
+
+def close_durable(bid: str, token: str) -> None:
+    """Close the block ``token`` of batch ``bid`` whose durable members are all pushed
+    (durable/relay.py)."""
+    update(bid, "close", token, meta(bid))
 
 
 # Outcomes -----------------------------------------------------------------------------------

@@ -32,6 +32,12 @@ def record(token=None):
     _count(token)
 
 
+@job(durable=True)
+def durable_record(token=None):
+    """A job whose every enqueue is durable (an outbox row: tests/test_durable_*.py)."""
+    _count(token)
+
+
 @job
 def slow(seconds, token=None):
     time.sleep(seconds)

@@ -13,6 +13,12 @@ Environment knobs (the tests start workers with them):
 - COGWORKER_TASKS_BACKEND  "0" leaves the django.tasks backend out (Django 6.0+)
 - COGWORKER_LOG_LEVEL      level of the cogworker_django and demo loggers (default INFO)
 - TESTPROJECT_DB           SQLite file (default testproject/db.sqlite3)
+- COGWORKER_TEST_POSTGRES_URL  a PostgreSQL server (postgresql://user@host:port/db): the
+                           "durable_pg" database alias, for the durable-enqueue tests
+                           (scripts/ensure-postgres starts one; docs/testing.md)
+- TESTPROJECT_DURABLE_SQLITE / TESTPROJECT_DURABLE_PG_NAME  the database files/names of
+                           the "durable_sqlite" / "durable_pg" aliases (the tests pass
+                           their test databases' to the workers they start)
 - TESTPROJECT_EXTRA_APPS   more INSTALLED_APPS, comma-separated (e.g. "soakapp")
 - DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
 - TESTPROJECT_JSON_LOGS    "1": the JSON logs recipe of docs/observability.md
@@ -95,6 +101,29 @@ DATABASES = {
         "NAME": os.environ.get("TESTPROJECT_DB") or BASE_DIR / "db.sqlite3",
     }
 }
+# The durable-enqueue tests (tests/test_durable_*.py) write the outbox on these aliases,
+# which a worker subprocess must reach too: a SQLite file (pytest-django's test database
+# of an alias without TEST NAME would be in memory), and PostgreSQL when a server is
+# given. Other tests never ask for them (pytest-django creates only the databases a test
+# asks for).
+DATABASES["durable_sqlite"] = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": os.environ.get("TESTPROJECT_DURABLE_SQLITE") or BASE_DIR / "durable.sqlite3",
+    "TEST": {"NAME": str(BASE_DIR / "test-durable.sqlite3"), "DEPENDENCIES": []},
+}
+if os.environ.get("COGWORKER_TEST_POSTGRES_URL"):
+    from urllib.parse import unquote, urlsplit
+
+    _pg = urlsplit(os.environ["COGWORKER_TEST_POSTGRES_URL"])
+    DATABASES["durable_pg"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("TESTPROJECT_DURABLE_PG_NAME") or _pg.path.lstrip("/") or "postgres",
+        "USER": unquote(_pg.username or "postgres"),
+        "PASSWORD": unquote(_pg.password or ""),
+        "HOST": _pg.hostname or "127.0.0.1",
+        "PORT": str(_pg.port or 5432),
+        "TEST": {"NAME": "test_cogworker_durable", "DEPENDENCIES": []},
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -143,6 +172,12 @@ if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0"
         "noretry": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 0}},
         "retry1": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 1}},
         "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+        # Tasks as outbox rows in the caller's transaction (tests/test_durable_tasks.py).
+        "durable": {
+            "BACKEND": _COGWORKER_TASKS,
+            "QUEUES": _TASK_QUEUES,
+            "OPTIONS": {"DURABLE": True},
+        },
     }
 
 if os.environ.get("TESTPROJECT_OTEL_SPANS"):

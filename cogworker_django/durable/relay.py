@@ -1,0 +1,381 @@
+"""The relay: committed outbox rows to Redis, each pushed exactly once, then deleted.
+
+A pass, on one database, in one database transaction:
+
+1. read the oldest rows (at most :data:`BATCH`), holding them: ``SELECT ... FOR UPDATE
+   SKIP LOCKED`` where the database has it (PostgreSQL, MySQL 8, Oracle), so two
+   relays at once take different rows and neither waits for the other; SQLite has no
+   row locks, so there one pass at a time runs, under an owner-checked Redis lock
+   (:func:`_sqlite_turn`);
+2. push each job by lua/outbox_relay.lua: a marker per jid (``keys.relayed``) is set
+   NX in the same script as the push, and only if it was not there;
+3. delete the rows whose script ran, commit; then drop their markers.
+
+A relay that dies after 2 and before the commit leaves its rows (its transaction rolls
+back) and their markers: the next pass finds a marker, pushes nothing and deletes the
+row. A marker outlives a dead relay by :data:`MARKER_TTL`, far longer than a row waits
+for the next pass of a running worker.
+
+A unique job's lock is taken here, by the same script (not at the enqueue: the row may
+roll back). A batch member is pushed and counted by the batch's script, with the same
+marker (workflows/store.py). A ``close`` row closes its batch's block once none of the
+batch's job rows is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections, router, transaction
+
+from .. import connection, errors, homes, keys, locks, payload, priority, scripts
+from ..unique import PUSH_LOCKED, lock_key
+from ..unique import _push_ttl as push_ttl
+from ..workflows import store
+from ..workflows.signatures import BatchFinished, BatchNotFound
+from .entry import CLOSE, TABLE, OutboxEntry
+
+log = logging.getLogger("cogworker_django")
+
+COMPONENT = "Durable outbox relay"
+# Rows read and pushed per pass (one database transaction, one Redis round trip).
+BATCH = 500
+# Passes a poller makes per database per poll at most: a large backlog leaves room for
+# the poller's other chores.
+MAX_PASSES = 20
+# Seconds a marker outlives a relay that died between its push and its commit.
+MARKER_TTL = 86400
+# The SQLite relay lock's TTL: far longer than a pass (a query and a round trip), short
+# enough that a relay killed while holding it holds up the others only a little.
+SQLITE_LOCK_TTL = 15.0
+# Seconds a database found without the outbox table is skipped before looking again.
+TABLE_RECHECK = 60.0
+
+# Called (if set) with the rows a pass pushed, before their deletion: a test stops a
+# relay there.
+after_push: Callable[[list[OutboxEntry]], None] | None = None
+# Called (if set) with the rows a pass holds, before pushing them.
+after_read: Callable[[list[OutboxEntry]], None] | None = None
+
+_tables: dict[str, tuple[bool, float]] = {}
+_tables_lock = threading.Lock()
+
+
+def skip_locked(alias: str) -> bool:
+    """True when the database holds rows for a relay (``FOR UPDATE SKIP LOCKED``)."""
+    return bool(connections[alias].features.has_select_for_update_skip_locked)
+
+
+def aliases() -> list[str]:
+    """The databases that may hold outbox rows: those the routers allow the model on,
+    that have its table (migrated). A SQLite database whose file does not exist is not
+    opened (opening it would create it)."""
+    found = []
+    for alias in connections:
+        if router.allow_migrate_model(alias, OutboxEntry) and _has_table(alias):
+            found.append(alias)
+    return found
+
+
+def _has_table(alias: str) -> bool:
+    now = time.monotonic()
+    with _tables_lock:
+        known = _tables.get(alias)
+    if known is not None and (known[0] or now - known[1] < TABLE_RECHECK):
+        return known[0]
+    settings = connections.settings[alias]
+    name = str(settings.get("NAME") or "")
+    if settings.get("ENGINE", "").endswith("sqlite3") and (
+        not name
+        or (":memory:" not in name and "mode=memory" not in name and not os.path.exists(name))
+    ):
+        present = False
+    else:
+        try:
+            with connections[alias].cursor() as cursor:
+                present = TABLE in connections[alias].introspection.table_names(cursor)
+        except Exception as exc:  # noqa: BLE001 - not reachable now: asked again next time
+            log.debug("durable outbox: database %r not reachable: %s", alias, exc)
+            return False
+    with _tables_lock:
+        _tables[alias] = (present, now)
+    return present
+
+
+def relay_own(alias: str, ids: Sequence[int]) -> int:
+    """The enqueuing process's relay of the rows it just committed (``ids``), right
+    after its commit. Never raises: what it can't push (Redis away), a worker's poller
+    pushes later. Returns how many it pushed."""
+    if not ids:
+        return 0
+    pushed = 0
+    try:
+        conn = connection.get_client()
+        for start in range(0, len(ids), BATCH):
+            pushed += _pass(alias, conn, ids=ids[start : start + BATCH])[0]
+    except Exception as exc:  # noqa: BLE001 - the rows are committed: a worker relays them
+        errors.report(COMPONENT, exc, "left in the outbox for the workers")
+        return 0
+    errors.recovered(COMPONENT)
+    return pushed
+
+
+def relay_pending(conn: Any, alias: str, passes: int = MAX_PASSES) -> int:
+    """A worker's relay of what is left on ``alias``, oldest first, until none is left
+    or after ``passes`` passes; returns how many were pushed. Raises when Redis or the
+    database is unavailable (the poller's backoff)."""
+    pushed = 0
+    for _ in range(passes):
+        done, read = _pass(alias, conn)
+        pushed += done
+        if read < BATCH:
+            break
+    return pushed
+
+
+def relay_all(conn: Any) -> int:
+    """:func:`relay_pending` on every database holding outbox rows (the poller's chore).
+    One database that fails does not stop the others; the first failure is raised after
+    them."""
+    pushed = 0
+    failure: Exception | None = None
+    for alias in aliases():
+        try:
+            if oldest_age(alias) is None:
+                continue  # empty: no transaction, no lock, no round trip to Redis
+            pushed += relay_pending(conn, alias)
+        except Exception as exc:  # noqa: BLE001 - raised after the others
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return pushed
+
+
+def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int]:
+    """One pass (see the module docstring); returns (pushed, rows read)."""
+    if skip_locked(alias):
+        pushed, read, markers = _locked_pass(alias, conn, ids)
+        _drop(conn, markers)
+        return pushed, read
+    turn = _SqliteTurn(alias, conn)
+    if not turn.take():
+        return 0, 0  # another relay is at it: these rows are its, or the next pass's
+    try:
+        pushed, read, markers = _locked_pass(alias, conn, ids)
+        # Only while the turn is still ours: had it expired (a pass longer than its
+        # TTL), another relay may have read these rows before our commit; the markers
+        # then make its push of them a no-op.
+        if turn.still_ours():
+            _drop(conn, markers)
+        return pushed, read
+    finally:
+        turn.give_back()
+
+
+class _SqliteTurn:
+    """One relay at a time on a database without row locks: an owner-checked Redis lock
+    per database, taken without waiting (a relay that finds it held leaves the rows to
+    the holder or to a later pass). A relay killed while holding it holds it up to
+    :data:`SQLITE_LOCK_TTL`."""
+
+    def __init__(self, alias: str, conn: Any) -> None:
+        self.key = keys.durable_relay_lock(alias)
+        self.conn = conn
+        self.owner = payload.new_jid()
+        self.taken = False
+
+    def take(self) -> bool:
+        self.taken = locks.take(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
+        return self.taken
+
+    def still_ours(self) -> bool:
+        return locks.expire(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
+
+    def give_back(self) -> None:
+        if self.taken:
+            errors.best_effort(COMPONENT, lambda: locks.delete(self.key, self.owner, self.conn))
+
+
+def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int, int, list[str]]:
+    """Read, push and delete in one database transaction; returns (pushed, rows read,
+    the markers to drop now that the deletes are committed)."""
+    with transaction.atomic(using=alias):
+        rows = _read(alias, ids)
+        if not rows:
+            return 0, 0, []
+        if after_read is not None:
+            after_read(rows)
+        jobs = [row for row in rows if row.kind != CLOSE]
+        done, pushed, markers = _push(conn, jobs)
+        if after_push is not None:
+            after_push(jobs)
+        closing = [row for row in rows if row.kind == CLOSE]
+        if closing:
+            done += _close_blocks(alias, closing, done)
+        if done:
+            OutboxEntry.objects.using(alias).filter(id__in=done).delete()
+    if pushed:
+        log.debug("durable outbox: %d jobs pushed from %r", pushed, alias)
+    return pushed, len(rows), markers
+
+
+def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
+    rows = OutboxEntry.objects.using(alias).order_by("id")
+    if ids is not None:
+        rows = rows.filter(id__in=list(ids))
+    if skip_locked(alias):
+        rows = rows.select_for_update(skip_locked=True)
+    return list(rows[:BATCH])
+
+
+def _drop(conn: Any, markers: list[str]) -> None:
+    """Drop the markers of committed deletes (best effort: left, they expire)."""
+    if not markers:
+        return
+
+    def drop() -> None:
+        pipe = conn.pipeline(transaction=False)
+        for marker in markers:
+            pipe.delete(marker)
+        pipe.execute()
+
+    errors.best_effort(COMPONENT, drop)
+
+
+def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]]:
+    """Each row's script in one pipeline; returns the ids of the rows to delete (their
+    script ran), how many were pushed, and their markers. Raises when Redis is
+    unavailable; a row refused deterministically (a key of the wrong type: the key guard
+    moves it aside) stays for a later pass, and is reported."""
+    if not rows:
+        return [], 0, []
+    now = time.time()
+    script = scripts.get("outbox_relay")
+    members: dict[str, list[tuple[OutboxEntry, dict[str, Any]]]] = {}
+    planned: list[tuple[OutboxEntry, str]] = []  # (row, its marker: "" when buried)
+    listing: set[str] = set()
+    pipe = conn.pipeline(transaction=False)
+    for row in rows:
+        job = payload.decode(row.payload)
+        queue = job.get("queue")
+        if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
+            # Only a row written by hand: filed in dead with its bytes (rule 6).
+            _bury(conn, row, job, "not a job with a queue")
+            planned.append((row, ""))
+            continue
+        if job.get("bid"):
+            members.setdefault(job["bid"], []).append((row, job))
+            continue
+        home = homes.job_home(job)
+        marker = keys.relayed(row.jid, home)
+        at = job.get("at")
+        key_list = [marker]
+        if at is not None and float(at) > now:
+            key_list.append(keys.schedule(home))
+            value, score = row.payload, repr(float(at))
+        elif at is None and not priority.routes(job):
+            key_list.append(keys.queue(queue))
+            value, score = row.payload, ""  # the text as written at the enqueue
+        else:
+            job.pop("at", None)
+            job["enqueued_at"] = now
+            where = priority.route(job, now)
+            key_list.append(where.key)
+            value, score = where.value, where.score_arg
+        args: list[Any] = [value, score, MARKER_TTL]
+        lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
+        if lock is not None:
+            key_list.append(lock)
+            args += [row.jid, push_ttl(job, now)]
+        script.pipelined(pipe, key_list, args)
+        planned.append((row, marker))
+        listing.add(queue)
+    if listing:
+        # The queues' listing rides in the same round trip, after the pushes; only a
+        # listing (rule 1): its failure is reported, never raised.
+        pipe.sadd(keys.queues(), *sorted(listing))
+    replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+    if listing and isinstance(replies[-1], Exception):
+        errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
+    done: list[int] = []
+    markers: list[str] = []
+    pushed = 0
+    failure: Exception | None = None
+    replies_iter = iter(replies)
+    for row, marker in planned:
+        if not marker:
+            done.append(row.id)
+            continue
+        reply = next(replies_iter)
+        if isinstance(reply, Exception):
+            if errors.is_unavailable(reply):
+                raise reply
+            failure = failure or reply
+            continue
+        done.append(row.id)
+        markers.append(marker)
+        if int(reply) == 1:
+            pushed += 1
+    for bid, found in members.items():
+        try:
+            count, member_markers = store.push_durable(bid, [job for _row, job in found], conn)
+        except (BatchNotFound, BatchFinished) as exc:
+            # Its batch expired (BATCH_UNFINISHED_TTL) or finished: it can't join any more.
+            for row, _job in found:
+                _bury(conn, row, _job, errors.safe_str(exc))
+                done.append(row.id)
+            continue
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                raise
+            failure = failure or exc
+            continue
+        pushed += count
+        done += [row.id for row, _job in found]
+        markers += member_markers
+    if failure is not None:
+        errors.report(COMPONENT, failure, "a row was left in the outbox")
+    return done, pushed, markers
+
+
+def _bury(conn: Any, row: OutboxEntry, job: dict[str, Any], why: str) -> None:
+    """File a row that can't be pushed in the prefix's dead set, with its bytes (the
+    row is deleted after: rule 2)."""
+    wrapper = payload.unparseable(row.payload, job.get("queue"), "InvalidOutboxEntry", why)
+    conn.zadd(keys.dead(keys.root()), {payload.encode(wrapper): time.time()})
+    log.error(
+        "durable outbox: row %s (jid %s) can't be pushed (%s): filed in dead", row.id, row.jid, why
+    )
+
+
+def _close_blocks(alias: str, rows: list[OutboxEntry], pushed: list[int]) -> list[int]:
+    """Close the batch blocks of ``rows`` whose batch has no job row left but those this
+    pass pushed (a row another relay holds counts: its members are not yet pushed, or
+    that relay may still roll back); returns the ids of the rows closed."""
+    closed: list[int] = []
+    for row in rows:
+        waiting = OutboxEntry.objects.using(alias).filter(bid=row.bid).exclude(kind=CLOSE)
+        if waiting.exclude(id__in=pushed).exists():
+            continue
+        store.close_durable(row.bid, row.jid)
+        closed.append(row.id)
+    return closed
+
+
+def oldest_age(alias: str) -> float | None:
+    """Seconds the oldest row of the outbox of ``alias`` has waited, None when empty."""
+    oldest = (
+        OutboxEntry.objects.using(alias).order_by("id").values_list("created_at", flat=True)[:1]
+    )
+    found = list(oldest)
+    return max(0.0, time.time() - found[0]) if found else None
+
+
+def outbox_size(alias: str) -> tuple[int, float | None]:
+    """(rows in the outbox of ``alias``, the oldest one's age in seconds or None)."""
+    return OutboxEntry.objects.using(alias).count(), oldest_age(alias)

@@ -1,0 +1,288 @@
+"""The durable relay in one process: what it pushes for each kind of job (scheduled,
+unique, batch members, many at once), exactly once under a relay that fails between its
+push and its delete, never the same row from two relays at once, and nothing written for
+what an enqueue refuses. (Real Redis; SQLite and PostgreSQL: tests/durable_support.py.)"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import threading
+
+import pytest
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+from testapp import jobs as tj
+
+from cogworker_django import Batch, api, connection, keys
+from cogworker_django.durable import relay
+from cogworker_django.durable.entry import CLOSE
+from cogworker_django.models import OutboxEntry
+
+from . import durable_support
+
+pytestmark = durable_support.durable_db
+db_alias = durable_support.db_alias
+
+
+def rows(alias):
+    return list(OutboxEntry.objects.using(alias).order_by("id"))
+
+
+def queued(r, queue="default"):
+    return [json.loads(raw) for raw in r.lrange(f"{keys.prefix()}:queue:{queue}", 0, -1)]
+
+
+def conn():
+    return connection.get_client()
+
+
+def durable(fn, alias, **options):
+    return fn.using(durable=True, using_db=alias, **options)
+
+
+@pytest.fixture
+def hooks():
+    yield relay
+    relay.after_push = None
+    relay.after_read = None
+
+
+def test_enqueue_many_of_1000_durable_jobs_is_one_insert(db_alias, r):
+    with (
+        CaptureQueriesContext(connections[db_alias]) as queries,
+        transaction.atomic(using=db_alias),
+    ):
+        jids = durable(tj.record, db_alias).enqueue_many([(str(i),) for i in range(1000)])
+        written = [q["sql"] for q in queries.captured_queries]
+    inserts = [sql for sql in written if sql.startswith("INSERT")]
+    assert len(inserts) == 1
+    assert len(set(jids)) == 1000
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)
+    assert rows(db_alias) == []
+
+
+def test_enqueue_in_and_at_wait_in_the_schedule(db_alias, r):
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    with transaction.atomic(using=db_alias):
+        later = durable(tj.record, db_alias).enqueue_in(60, "in")
+        at = durable(tj.record, db_alias).enqueue_at(when, "at")
+        (row, _) = rows(db_alias)
+        assert row.run_at is not None and row.run_at > row.created_at + 59
+    scheduled = {
+        json.loads(raw)["jid"]: score
+        for raw, score in r.zrange(keys.schedule(keys.home_of("default")), 0, -1, withscores=True)
+    }
+    assert set(scheduled) == {later, at}
+    assert math.isclose(scheduled[at], when.timestamp(), abs_tol=0.01)
+    assert queued(r) == []
+
+
+def test_a_durable_unique_job_takes_its_lock_at_relay_time(db_alias, r):
+    unique = durable(tj.record, db_alias, unique="until_executed")
+    with transaction.atomic(using=db_alias):
+        first = unique.enqueue("same")
+        second = unique.enqueue("same")  # both written: no lock until the relay
+        assert len(rows(db_alias)) == 2
+    assert [j["jid"] for j in queued(r)] == [first]  # the second was refused at the relay
+    assert second != first
+    assert rows(db_alias) == []
+    (lock,) = r.keys(f"{keys.prefix()}:unique:*")
+    assert r.get(lock) == first
+    # A rolled-back one takes no lock: the lock is the relay's.
+    r.delete(lock)
+    with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
+        unique.enqueue("other")
+        raise RuntimeError
+    assert r.keys(f"{keys.prefix()}:unique:*") == []
+
+
+def test_durable_members_of_a_batch_are_counted_and_its_block_closes_after_them(db_alias, r):
+    with transaction.atomic(using=db_alias):
+        with Batch(on_success=tj.wf_callback.s("ok")) as batch:
+            jids = [durable(tj.wf_member, db_alias).enqueue(str(i)) for i in range(3)]
+        assert [row.kind for row in rows(db_alias)] == ["job", "job", "job", CLOSE]
+    status = api.Batches().get(batch.bid)
+    assert (status.total, status.pending, status.open_blocks) == (3, 3, 0)
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)
+    assert rows(db_alias) == []
+
+
+def test_a_batch_block_waits_for_durable_members_left_by_redis(db_alias, redis_server, configure):
+    # (an append-only file fsynced at every write: the batch survives the SIGKILL)
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:  # opened (Redis up)
+            server.stop()  # the members' rows and the block's close need no Redis
+            jids = [durable(tj.wf_member, db_alias).enqueue(str(i)) for i in range(2)]
+    assert len(rows(db_alias)) == 3  # two members and the block's close, committed
+    server.start()
+    client = server.client()
+    assert relay.relay_pending(conn(), db_alias) == 2
+    assert rows(db_alias) == []
+    assert client.smembers(keys.batch_pending(batch.bid)) == set(jids)
+    assert client.hget(keys.batch(batch.bid), "blocks") == "0"  # closed after them
+
+
+def test_a_batch_block_stays_open_while_a_member_row_is_left(db_alias, r):
+    queue = f"{keys.prefix()}:queue:default"
+    r.set(queue, "not a list")  # every push to it is refused (WRONGTYPE)
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:
+            jid = durable(tj.wf_member, db_alias).enqueue("a")
+    assert [row.kind for row in rows(db_alias)] == ["job", CLOSE]  # the push was refused
+    relay.relay_pending(conn(), db_alias)
+    assert [row.kind for row in rows(db_alias)] == ["job", CLOSE]  # so the block waits
+    assert r.hget(keys.batch(batch.bid), "blocks") == "1"
+    r.delete(queue)
+    assert relay.relay_pending(conn(), db_alias) == 1
+    assert rows(db_alias) == []
+    assert [j["jid"] for j in queued(r)] == [jid]
+    assert r.hget(keys.batch(batch.bid), "blocks") == "0"
+
+
+def test_a_relay_stopped_between_its_push_and_its_delete_pushes_nothing_again(db_alias, r, hooks):
+    with transaction.atomic(using=db_alias):
+        jids = durable(tj.record, db_alias).enqueue_many([("a",), ("b",)])
+
+        def fail(pushed):
+            raise RuntimeError("stopped after the push")
+
+        hooks.after_push = fail
+    # The pusher's relay pushed both, then failed before its delete: rows and markers stay.
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)
+    assert len(rows(db_alias)) == 2
+    assert len(r.keys(f"{keys.prefix()}:relayed:*")) == 2
+    hooks.after_push = None
+    assert relay.relay_pending(conn(), db_alias) == 0  # the markers: nothing pushed again
+    assert rows(db_alias) == []
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # each once
+    assert r.keys(f"{keys.prefix()}:relayed:*") == []
+
+
+def test_batch_members_of_a_relay_stopped_before_its_delete_are_pushed_and_counted_once(
+    db_alias, r, hooks
+):
+    def fail(pushed):
+        raise RuntimeError("stopped after the push")
+
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:
+            jids = durable(tj.wf_member, db_alias).enqueue_many([("a",), ("b",)])
+        hooks.after_push = fail
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # pushed, rows left
+    assert len(rows(db_alias)) == 3
+    hooks.after_push = None
+    assert relay.relay_pending(conn(), db_alias) == 0
+    assert rows(db_alias) == []
+    assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # each once
+    assert r.lrange(keys.batch_jids(batch.bid), 0, -1) == jids  # counted once
+    assert r.hget(keys.batch(batch.bid), "total") == "2"
+    assert r.hget(keys.batch(batch.bid), "blocks") == "0"
+
+
+def test_two_relays_at_once_never_take_the_same_row(db_alias, r, hooks):
+    """On PostgreSQL a relay holding rows makes another skip them (SKIP LOCKED) and
+    take the next ones, without waiting; on SQLite the other relay finds the Redis lock
+    held and takes nothing."""
+    pause = threading.Event()
+    holding = threading.Event()
+    held: list[int] = []
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{i:024x}", queue="default", payload=_payload(i), created_at=i)
+            for i in range(relay.BATCH + 10)
+        ]
+    )
+
+    def hold(read):
+        if threading.current_thread().name == "first":
+            held.extend(row.id for row in read)
+            holding.set()
+            assert pause.wait(30)
+
+    hooks.after_read = hold
+
+    def relay_once():
+        try:
+            relay.relay_pending(conn(), db_alias, passes=1)
+        finally:
+            connections.close_all()  # this thread's
+
+    first = threading.Thread(target=relay_once, name="first")
+    first.start()
+    try:
+        assert holding.wait(30)
+        second = relay.relay_pending(conn(), db_alias, passes=1)
+    finally:
+        pause.set()
+        first.join(30)
+    assert len(held) == relay.BATCH
+    if relay.skip_locked(db_alias):
+        assert second == 10  # the ten the first relay did not hold, while it held its
+    else:
+        assert second == 0
+        assert relay.relay_pending(conn(), db_alias) == 10  # once the first is done
+    pushed = [j["jid"] for j in queued(r)]
+    assert len(pushed) == len(set(pushed)) == relay.BATCH + 10
+    assert rows(db_alias) == []
+
+
+def _payload(i):
+    return json.dumps(
+        {
+            "jid": f"{i:024x}",
+            "func": "testapp.jobs.record",
+            "args": [],
+            "kwargs": {},
+            "queue": "default",
+            "retry": True,
+            "retry_count": 0,
+            "created_at": 1.0,
+            "enqueued_at": 1.0,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "enqueue, error",
+    [
+        (lambda j: j.enqueue(object()), TypeError),
+        (lambda j: j.enqueue(float("nan")), ValueError),
+        (lambda j: j.enqueue_in(float("inf"), "a"), ValueError),
+        (lambda j: j.enqueue_at(dt.datetime(2030, 1, 1), "a"), ValueError),
+        (lambda j: j.enqueue("x" * (2 * 1024 * 1024)), ValueError),
+        (lambda j: j.enqueue_many([(object(),)]), TypeError),
+        (lambda j: j.using(durable="yes"), ValueError),
+    ],
+    ids=["unserialisable", "nan", "inf-delay", "naive-datetime", "too-big", "many", "option"],
+)
+def test_what_an_enqueue_refuses_writes_no_row(db_alias, r, enqueue, error):
+    with transaction.atomic(using=db_alias):
+        with pytest.raises(error):
+            enqueue(durable(tj.record, db_alias))
+    assert rows(db_alias) == []
+    assert queued(r) == []
+
+
+class StopOdd:
+    """A client middleware: stops a job whose argument is odd, stamps the others."""
+
+    def __call__(self, job, push):
+        if job["args"][0] % 2:
+            return None
+        job["stamped"] = True
+        return push(job)
+
+
+def test_the_client_middleware_runs_before_the_row_is_written(db_alias, r, configure):
+    configure(MIDDLEWARE={"client": ["tests.test_durable_relay.StopOdd"], "server": []})
+    with transaction.atomic(using=db_alias):
+        kept = durable(tj.record, db_alias).enqueue(2)
+        stopped = durable(tj.record, db_alias).enqueue(1)
+        many = durable(tj.record, db_alias).enqueue_many([(3,), (4,)])
+        assert [json.loads(row.payload)["stamped"] for row in rows(db_alias)] == [True, True]
+    assert stopped is None and many[0] is None
+    assert sorted(j["jid"] for j in queued(r)) == sorted([kept, many[1]])
