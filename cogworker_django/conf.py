@@ -85,7 +85,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 FETCH_MODES = ("reliable", "basic")
-TESTING_MODES = (None, "fake", "inline")
+# None: "fake" in a test run, else Redis (testrun.py); "redis": Redis even in a test run.
+TESTING_MODES = (None, "fake", "inline", "redis")
 
 
 @dataclass(frozen=True)
@@ -516,7 +517,7 @@ def _validate(user: Any) -> Settings:
             "MIDDLEWARE", mw, 'expected {"client": [dotted paths], "server": [dotted paths]}'
         )
     if v["TESTING"] not in TESTING_MODES:
-        raise _bad("TESTING", v["TESTING"], 'expected None, "fake" or "inline"')
+        raise _bad("TESTING", v["TESTING"], 'expected None, "fake", "inline" or "redis"')
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
         raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
     _check_observability(v)

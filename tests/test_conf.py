@@ -68,7 +68,7 @@ def test_queue_weights_and_repetition():
         ("DEAD_MAX_JOBS", -1, ">= 0"),
         ("ENQUEUE_ON_COMMIT", "yes", "True or False"),
         ("MIDDLEWARE", {"client": "x"}, "dotted paths"),
-        ("TESTING", "mock", '"fake" or "inline"'),
+        ("TESTING", "mock", '"inline" or "redis"'),
         ("SENTINELS", ["host"], "pairs"),
         ("REDIS_OPTIONS", [], "dict"),
     ],
