@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import inspect
 import math
 import os
@@ -96,11 +97,25 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     if fn is None:
         return None
     args, kwargs = job.get("args") or [], job.get("kwargs") or {}
-    return lambda: fn.func(*args, **kwargs)
+
+    def run() -> Any:
+        # Arguments the function can't take fail before the call, as BadArguments: a
+        # retry would fail the same way (a TypeError from the body is retried as usual).
+        fn.check_call(args, kwargs)
+        return fn.func(*args, **kwargs)
+
+    return run
 
 
 class NotRegistered(CogworkerError, LookupError):
     """The payload names no registered job; it is never imported or called."""
+
+
+class BadArguments(CogworkerError, TypeError):
+    """A job's arguments don't fit its function's signature: raised by ``enqueue`` (the
+    TypeError a direct call would raise, naming the job), and by a run whose payload
+    carries such arguments (a job enqueued before its function changed), which is
+    filed in dead without a retry."""
 
 
 def perform(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Any:
@@ -261,6 +276,7 @@ class _Enqueuer:
         after it was encoded: it joined a batch). ``fields`` (the options' payload
         fields at ``now``), ``on_commit`` and ``jid`` are given by a bulk enqueue, which
         works them out once per call."""
+        self._fn.check_call(args, kwargs)
         opts = self._opts
         if now is None:
             now = _now()
@@ -339,7 +355,8 @@ class _Enqueuer:
                 jids,
                 payload.plain_texts(
                     self._fn.path,
-                    (_split_call(item) for item in items),  # one at a time, as built
+                    # one at a time, as built; each checked against the signature
+                    (self._fn.check_call(*_split_call(item)) for item in items),
                     jids,
                     queue=opts["queue"],
                     retry=opts.get("retry", True),
@@ -436,6 +453,27 @@ class JobFunction(_Enqueuer):
     @property
     def options(self) -> dict[str, Any]:
         return dict(self._opts)
+
+    @functools.cached_property
+    def call_signature(self) -> inspect.Signature | None:
+        """The function's signature (None when Python can't tell it: no check then)."""
+        try:
+            return inspect.signature(self.func)
+        except (TypeError, ValueError):
+            return None
+
+    def check_call(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``(args, kwargs)`` when the function takes them, else :class:`BadArguments`
+        (a TypeError) saying why, as a direct call would."""
+        sig = self.call_signature
+        if sig is not None:
+            try:
+                sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise BadArguments(
+                    f"{self.path}{sig} does not take these arguments: {exc}"
+                ) from None
+        return args, kwargs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)

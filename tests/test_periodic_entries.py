@@ -82,11 +82,19 @@ def test_defaults_come_from_the_job_and_time_zone():
 
 
 def test_the_job_payload_of_a_run():
-    raw = {"e": {**GOOD, "unique": "until_executed", "args": [2], "kwargs": {"k": "v"}}}
+    raw = {
+        "e": {
+            **GOOD,
+            "job": "testapp.jobs.takes_anything",
+            "unique": "until_executed",
+            "args": [2],
+            "kwargs": {"k": "v"},
+        }
+    }
     with override_settings(COGWORKER_PERIODIC=raw):
         (entry,) = entries.load()
     job = entry.build_job(slot=1700000000)
-    assert job["func"] == "testapp.jobs.periodic_tick"
+    assert job["func"] == "testapp.jobs.takes_anything"
     assert (job["args"], job["kwargs"], job["queue"]) == ([2], {"k": "v"}, "default")
     assert job["periodic"] == "e"
     assert job["periodic_slot"] == 1700000000
