@@ -74,9 +74,7 @@ def test_a_payload_the_function_cannot_take_goes_to_dead_without_a_retry(worker,
     assert dead["jid"] == job["jid"]
     assert dead["retry_count"] == 1
     assert dead["error_class"] == "cogworker_django.jobs.BadArguments"
-    assert "does not take these arguments: too many positional arguments" in (
-        dead["error_message"]
-    )
+    assert "does not take these arguments: too many positional arguments" in (dead["error_message"])
     assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     assert w.stop() == 0
 
