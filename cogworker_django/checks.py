@@ -19,7 +19,14 @@ from django.core.exceptions import ImproperlyConfigured
 from . import cluster, conf, connection, errors
 
 
-@checks.register("cogworker")
+# The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
+REDIS_TAG = "cogworker_redis"
+
+
+# Tagged for Redis too: the connection check runs on the settings' values, and says
+# nothing when they are invalid (`check --deploy --tag cogworker_redis` must not pass a
+# malformed REDIS_URL).
+@checks.register("cogworker", REDIS_TAG)
 def check_settings(app_configs=None, **kwargs):
     try:
         conf.get()
@@ -87,10 +94,6 @@ def _load_urlconf() -> None:
         from django.urls import get_resolver
 
         get_resolver().url_patterns  # noqa: B018 - imports the URLconf and its views
-
-
-# The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
-REDIS_TAG = "cogworker_redis"
 
 
 def _settings_or_none() -> conf.Settings | None:

@@ -136,6 +136,14 @@ def test_check_deploy_reports_redis_down(prefix, down_url):
         assert "hunter2" not in done.stderr and "***" in done.stderr
 
 
+def test_the_redis_check_reports_a_malformed_url(prefix):
+    done = run_command(
+        prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url="localhost:6379"
+    )
+    assert done.returncode == 1, done.stdout
+    assert "cogworker.E001" in done.stderr and "REDIS_URL" in done.stderr
+
+
 @pytest.mark.parametrize("testing", ["fake", "inline"])
 def test_check_deploy_leaves_redis_alone_in_a_testing_mode(prefix, down_url, testing):
     done = run_command(
