@@ -18,7 +18,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from . import cluster, conf, connection, errors
 
-
 # The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
 REDIS_TAG = "cogworker_redis"
 
@@ -45,23 +44,26 @@ def check_periodic(app_configs=None, **kwargs):
 
 @checks.register("cogworker")
 def check_job_modules(app_configs=None, **kwargs):
-    """A ``@job`` defined in a module no worker imports at start: its payloads would go to
-    dead as "not registered". Workers import the installed apps' ``jobs`` and ``tasks``
-    modules (jobs.JOB_MODULES) after Django's own start-up; a job is fine when its module
-    is one of those, or was imported by one of them or by the start-up. The URLconf is
+    """Every job module imports (``cogworker.E006`` otherwise, naming it and its file),
+    and no ``@job`` is defined in a module no worker imports at start (its payloads would
+    go to dead as "not registered"; ``cogworker.W003``). Workers import the installed
+    apps' ``jobs`` and ``tasks`` modules and ``COGWORKER["JOB_MODULES"]``
+    (jobs.job_module_names) after Django's own start-up; a job is fine when its module is
+    one of those, or was imported by one of them or by the start-up. The URLconf is
     loaded first, so jobs defined in views (or imported by them) are seen."""
     if _settings_or_none() is None:
         return []
-    from django.apps import apps
-
     from . import jobs
 
     try:
         jobs.import_job_modules()
+    except jobs.JobModuleError as exc:
+        return [checks.Error(str(exc), id="cogworker.E006")]
+    try:
         _load_urlconf()
-    except Exception:  # noqa: BLE001 - an import error: Django's own checks and errors say it
+    except Exception:  # noqa: BLE001 - an import error: Django's own URL checks say it
         return []
-    roots = tuple(f"{c.name}.{m}" for c in apps.get_app_configs() for m in jobs.JOB_MODULES)
+    roots = tuple(dotted for dotted, _required in jobs.job_module_names())
 
     def imported_by_workers(name: str) -> bool:
         return name == "django.setup" or any(
@@ -76,10 +78,11 @@ def check_job_modules(app_configs=None, **kwargs):
         found.append(
             checks.Warning(
                 f"@job {fn.path} is defined in {fn.__module__}, which a worker does not "
-                f"import: `manage.py cogworker` imports the {' and '.join(jobs.JOB_MODULES)} "
-                "modules of installed apps, so its jobs would go to dead as not registered.",
-                hint=f"Move it to a jobs.py or tasks.py module of an installed app, or import "
-                f"{fn.__module__} from one.",
+                f"import: {jobs.where_jobs_live()}; its jobs would go to dead as not "
+                "registered.",
+                hint=f"Move it to a jobs.py or tasks.py module of an installed app, import "
+                f"{fn.__module__} from one, or add {fn.__module__!r} to "
+                "COGWORKER['JOB_MODULES'].",
                 obj=fn.path,
                 id="cogworker.W003",
             )

@@ -124,7 +124,7 @@ def perform(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Any
     registered."""
     runner = runner or resolve(job)
     if runner is None:
-        raise NotRegistered(f"{job.get('func')!r} is not a registered job")
+        raise NotRegistered(f"{job.get('func')!r} is not a registered job ({where_jobs_live()})")
     with running(job, runner):
         result = runner()
         if inspect.isawaitable(result):
@@ -509,38 +509,94 @@ class JobFunction(_Enqueuer):
 
 # The modules of every installed app a worker imports at start, so that the jobs they
 # define can run: ``jobs`` (this package's convention) and ``tasks`` (Celery's and
-# django.tasks'). A job defined elsewhere runs only if one of these (or Django's own
-# start-up: models, admin, app configs) imports its module.
+# django.tasks'); besides them, the modules of COGWORKER["JOB_MODULES"]. A job defined
+# elsewhere runs only if one of these (or Django's own start-up: models, admin, app
+# configs) imports its module.
 JOB_MODULES = ("jobs", "tasks")
 
 
-def import_job_modules() -> list[str]:
-    """Import ``<app>.jobs`` and ``<app>.tasks`` of every installed app that has them;
-    returns the names imported. A ``jobs`` module that fails to import raises (its jobs
-    could not run); a ``tasks`` module that fails is logged and skipped, since it may
-    belong to another task system."""
-    import importlib
-    import logging
+def where_jobs_live() -> str:
+    """Where a worker finds jobs, for messages about a job it does not know."""
+    try:
+        extra = conf.get().JOB_MODULES
+    except Exception:  # noqa: BLE001 - a message must not raise (bad settings say so elsewhere)
+        extra = ()
+    listed = f" ({', '.join(extra)})" if extra else ""
+    return (
+        "a worker runs the @job functions of the jobs.py and tasks.py modules of installed "
+        f"apps and of the modules in COGWORKER['JOB_MODULES']{listed}, and of what they "
+        "import"
+    )
 
+
+class JobModuleError(CogworkerError, ImportError):
+    """A job module (an installed app's ``jobs``, or one of ``COGWORKER["JOB_MODULES"]``)
+    could not be imported; the message names the module and its file, ``__cause__`` is
+    the error it raised."""
+
+
+def job_module_names() -> list[tuple[str, bool]]:
+    """(dotted name, required) of every module a worker imports for its jobs: each
+    installed app's ``jobs`` (required) and ``tasks`` (not: it may belong to another task
+    system), then ``COGWORKER["JOB_MODULES"]`` (required)."""
     from django.apps import apps
     from django.utils.module_loading import module_has_submodule
 
+    names = [
+        (f"{config.name}.{name}", name == "jobs")
+        for config in apps.get_app_configs()
+        for name in JOB_MODULES
+        if module_has_submodule(config.module, name)
+    ]
+    names += [(dotted, True) for dotted in conf.get().JOB_MODULES]
+    return names
+
+
+def _where_it_failed(dotted: str, exc: BaseException) -> str:
+    """The module's file, and the line of it the error came from when it did."""
+    import importlib.util
+    import traceback
+
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except Exception:  # noqa: BLE001 - its package is missing or fails itself
+        spec = None
+    origin = spec.origin if spec is not None else None
+    if not origin:
+        return "not found"
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == origin]
+    return f"{origin}, line {lines[-1]}" if lines else origin
+
+
+def import_job_modules() -> list[str]:
+    """Import every job module (:func:`job_module_names`); returns the names imported. A
+    required one that fails raises :class:`JobModuleError` naming it and its file (its
+    jobs could not run); a ``tasks`` module that fails is logged and skipped."""
+    import importlib
+    import logging
+
+    from . import errors
+
     imported = []
-    for config in apps.get_app_configs():
-        for name in JOB_MODULES:
-            if not module_has_submodule(config.module, name):
-                continue
-            dotted = f"{config.name}.{name}"
-            try:
-                importlib.import_module(dotted)
-            except Exception as exc:
-                if name == "jobs":
-                    raise
-                logging.getLogger("cogworker_django").error(
-                    "%s could not be imported; its jobs will not run here: %r", dotted, exc
-                )
-                continue
-            imported.append(dotted)
+    for dotted, required in job_module_names():
+        try:
+            importlib.import_module(dotted)
+        except Exception as exc:
+            where = _where_it_failed(dotted, exc)
+            listed = " (COGWORKER['JOB_MODULES'])" if dotted in conf.get().JOB_MODULES else ""
+            if required:
+                raise JobModuleError(
+                    f"The job module {dotted}{listed} could not be imported ({where}): "
+                    f"{errors.describe(exc)}"
+                ) from exc
+            logging.getLogger("cogworker_django").error(
+                "%s could not be imported (%s); its jobs will not run here: %s",
+                dotted,
+                where,
+                errors.describe(exc),
+            )
+            continue
+        imported.append(dotted)
     return imported
 
 

@@ -71,6 +71,8 @@ def test_queue_weights_and_repetition():
         ("TESTING", "mock", '"inline" or "redis"'),
         ("SENTINELS", ["host"], "pairs"),
         ("REDIS_OPTIONS", [], "dict"),
+        ("JOB_MODULES", "shop.emails", "list of dotted module paths"),
+        ("JOB_MODULES", ["shop emails"], "list of dotted module paths"),
     ],
 )
 def test_bad_value_names_key_value_and_what_is_allowed(key, value, fragment):

@@ -224,6 +224,8 @@ def check_messages() -> list[Any]:
         import_job_modules()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="cogworker.E101")]
+    except jobs.JobModuleError:
+        return []  # cogworker.E006 names it; an entry can't be judged without its job
     found = []
     for name, value in raw.items():
         try:
