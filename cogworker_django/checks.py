@@ -90,6 +90,40 @@ def check_job_modules(app_configs=None, **kwargs):
     return found
 
 
+@checks.register("cogworker")
+def check_job_queues(app_configs=None, **kwargs):
+    """A ``@job`` whose queue is in no ``COGWORKER["QUEUES"]``: a worker started without
+    ``-q <queue>`` never runs it (its jobs wait for ever); ``cogworker.W005``, as the
+    django.tasks backend's W010 for its queues."""
+    s = _settings_or_none()
+    if s is None:
+        return []
+    from . import jobs
+
+    try:
+        jobs.import_job_modules()
+    except jobs.JobModuleError:
+        return []  # cogworker.E006
+    read = set(s.queue_names)
+    found = []
+    for fn in jobs.registered_jobs():
+        queue = fn.options.get("queue")
+        if queue in read:
+            continue
+        found.append(
+            checks.Warning(
+                f"@job {fn.path} pushes to queue {queue!r}, which is not in "
+                f"COGWORKER['QUEUES'] ({', '.join(s.queue_names)}): workers started without "
+                f"'-q {queue}' never run it.",
+                hint=f"Add {queue!r} to COGWORKER['QUEUES'], fix the queue name, or run a "
+                f"worker with -q {queue}.",
+                obj=fn.path,
+                id="cogworker.W005",
+            )
+        )
+    return found
+
+
 def _load_urlconf() -> None:
     from django.conf import settings
 
