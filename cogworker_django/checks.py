@@ -207,7 +207,8 @@ def refused_credentials(exc: BaseException) -> bool:
 
 def redis_failure(exc: BaseException) -> tuple[str, str]:
     """(message, hint) for a failure to talk to Redis, saying which kind it is: the
-    credentials refused, or nothing answering."""
+    credentials refused, a database index the server does not have, or nothing
+    answering."""
     target = connection.describe_target()
     detail = errors.describe(exc).rstrip(".")
     if refused_credentials(exc):
@@ -216,6 +217,13 @@ def redis_failure(exc: BaseException) -> tuple[str, str]:
             "Check the user and password in COGWORKER['REDIS_URL'] "
             "(redis://user:password@host:6379/0) or REDIS_OPTIONS, and that the user may "
             "run the commands cogworker needs (docs/operations.md).",
+        )
+    if "DB index is out of range" in detail:
+        return (
+            f"Redis at {target} has no such database: {detail}",
+            "The database index is the last part of COGWORKER['REDIS_URL'] "
+            "(redis://host:6379/0); a Redis has 16 (0 to 15) unless its `databases` "
+            "setting says otherwise.",
         )
     return (
         f"Redis at {target} is unreachable: {detail}",

@@ -199,3 +199,16 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(worker, r):
         assert error["exception_class_path"] == "cogworker_django.jobs.NotRegistered"
         assert why in error["traceback"]
         assert json.loads(data["worker_ids"]) == []  # it never ran
+
+
+def test_a_failed_task_is_logged_once(worker, r):
+    """The worker's own line ("failed: ... -> dead"), not Django's ERROR line for the same
+    failure too; Django's other lines (state=RUNNING) stay."""
+    result = tt.boom.using(backend="noretry").enqueue("kaput")
+    w = worker()
+    finished(result)
+    assert w.stop() == 0
+    log = w.log()
+    assert log.count(f"(jid {result.id}) failed: ValueError: kaput -> dead") == 1
+    assert f"Task id={result.id} path=testapp.tasks.boom state=RUNNING" in log
+    assert "state=FAILED" not in log and log.count("ValueError: kaput") == 1
