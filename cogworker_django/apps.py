@@ -15,6 +15,14 @@ def _running_management_command() -> bool:
     return program == "__main__.py" and os.path.basename(os.path.dirname(sys.argv[0])) == "django"
 
 
+def management_command() -> str | None:
+    """The name of the management command this process runs (``migrate``), or None when
+    it runs none (a web server, a test runner calling the checks itself)."""
+    if not _running_management_command() or len(sys.argv) < 2:
+        return None
+    return sys.argv[1]
+
+
 class CogworkerConfig(AppConfig):
     name = "cogworker_django"
     verbose_name = "Cogworker"

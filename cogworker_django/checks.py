@@ -34,12 +34,31 @@ def check_settings(app_configs=None, **kwargs):
     return []
 
 
+# The commands a bad periodic entry stops (with cogworker.E101): the one that would run
+# it, and the one that checks. Any other (migrate, runserver, shell, test) only warns
+# (cogworker.W101): none of them runs periodic entries, and migrate must work while the
+# entry is being fixed.
+PERIODIC_STOPS = ("check", "cogworker")
+
+
 @checks.register("cogworker")
 def check_periodic(app_configs=None, **kwargs):
     """Every COGWORKER_PERIODIC entry (its job must be a registered @job)."""
+    from .apps import management_command
     from .periodic import entries
 
-    return entries.check_messages()
+    found = entries.check_messages()
+    command = management_command()
+    if not found or command is None or command in PERIODIC_STOPS:
+        return found
+    return [
+        checks.Warning(
+            m.msg,
+            hint=f"`manage.py check` and the worker refuse it; `{command}` goes on.",
+            id="cogworker.W101",
+        )
+        for m in found
+    ]
 
 
 @checks.register("cogworker")

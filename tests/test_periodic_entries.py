@@ -155,3 +155,25 @@ def test_the_worker_names_every_bad_entry(prefix):
     assert "COGWORKER_PERIODIC['second']['cron']" in output
     assert "COGWORKER_PERIODIC['second']['queue']" in output
     assert "'fine'" not in output and "Traceback" not in output
+
+
+def test_a_mistyped_job_path_gets_did_you_mean():
+    raw = {"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}
+    with override_settings(COGWORKER_PERIODIC=raw), pytest.raises(ImproperlyConfigured) as caught:
+        entries.load()
+    assert "not a registered @job (did you mean 'testapp.jobs.periodic_tick'?)" in str(caught.value)
+    assert "COGWORKER['JOB_MODULES']" in str(caught.value)
+
+
+def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
+    env = {
+        "COGWORKER_PERIODIC_JSON": json.dumps({"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}),
+        "TESTPROJECT_DB": str(tmp_path / "db.sqlite3"),
+    }
+    migrated = run_command(prefix, "migrate", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "cogworker.W101" in migrated.stderr and "did you mean" in migrated.stderr
+    checked = run_command(prefix, "check", env=env)
+    assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
+    worker = run_command(prefix, "cogworker", env=env)
+    assert worker.returncode == 1 and "periodic_tik" in worker.stderr

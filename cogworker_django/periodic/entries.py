@@ -10,6 +10,7 @@ the calling (main) thread (rule 10).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -133,13 +134,17 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     else:
         function = jobs.registered(path)
         if function is None:
+            close = difflib.get_close_matches(
+                path, [f.path for f in jobs.registered_jobs()], n=1, cutoff=0.6
+            )
             problems.append(
                 _bad(
                     name,
                     "job",
                     path,
-                    "not a registered @job (decorate it with @job in a jobs.py or tasks.py "
-                    "module of an installed app, or in a module one imports)",
+                    "not a registered @job"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f"; {jobs.where_jobs_live()}",
                 )
             )
 
