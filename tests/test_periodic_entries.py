@@ -67,7 +67,8 @@ def test_bad_entries(raw, why):
 
 
 def test_defaults_come_from_the_job_and_time_zone():
-    raw = {"a": GOOD, "b": {**GOOD, "queue": "low", "timezone": "Asia/Tokyo", "args": [1]}}
+    b = {**GOOD, "job": "testapp.jobs.takes_anything", "args": [1]}
+    raw = {"a": GOOD, "b": {**b, "queue": "low", "timezone": "Asia/Tokyo"}}
     with override_settings(COGWORKER_PERIODIC=raw, TIME_ZONE="Europe/Paris"):
         a, b = entries.load()
     assert (a.name, a.queue, a.timezone, a.unique, a.args, a.kwargs) == (
@@ -177,3 +178,11 @@ def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
     assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
     worker = run_command(prefix, "cogworker", env=env)
     assert worker.returncode == 1 and "periodic_tik" in worker.stderr
+
+
+def test_arguments_the_job_does_not_take_are_refused():
+    raw = {"e": {**GOOD, "args": [1]}}  # periodic_tick() takes none
+    with override_settings(COGWORKER_PERIODIC=raw), pytest.raises(ImproperlyConfigured) as caught:
+        entries.load()
+    assert "['args'] = [1] is invalid" in str(caught.value)
+    assert "too many positional arguments" in str(caught.value)

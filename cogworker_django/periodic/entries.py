@@ -167,6 +167,12 @@ def parse_entry(name: Any, raw: Any) -> Entry:
             )
         )
 
+    if function is not None and not any(p for p in problems if "['args']" in str(p)):
+        try:
+            function.check_call(list(args), dict(kwargs) if isinstance(kwargs, dict) else {})
+        except jobs.BadArguments as exc:
+            problems.append(_bad(name, "args", args, f"with kwargs {kwargs!r}: {exc}"))
+
     queue = raw.get("queue", None)
     if queue is None and function is not None:
         queue = function.options["queue"]
