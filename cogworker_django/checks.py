@@ -44,7 +44,7 @@ PERIODIC_STOPS = ("check", "cogworker")
 @checks.register("cogworker")
 def check_periodic(app_configs=None, **kwargs):
     """Every COGWORKER_PERIODIC entry (its job must be a registered @job)."""
-    from .apps import management_command
+    from .commandline import management_command
     from .periodic import entries
 
     found = entries.check_messages()

@@ -86,10 +86,11 @@ class Queue:
         return [cls(n) for n in cls.names()]
 
     @classmethod
-    def overview(cls) -> list[QueueInfo]:
+    def overview(cls, *, left_behind: bool = True) -> list[QueueInfo]:
         """Size, latency, paused flag and whether a worker reads it, of every known
-        queue, in two round trips. A queue that is empty, unread, not paused and not in
-        ``COGWORKER["QUEUES"]`` (left behind by a worker's ``-q`` run) is left out."""
+        queue, in two round trips. ``left_behind=False`` leaves out a queue that is
+        empty, unread, not paused and not in ``COGWORKER["QUEUES"]`` (left behind by a
+        worker's ``-q`` run: the admin's list)."""
         names = cls.names()
         if not names:
             return []
@@ -143,6 +144,8 @@ class Queue:
                 )
             for i, wrong in found.items():
                 out[i] = replace(out[i], wrong_type=wrong)
+        if left_behind:
+            return out
         configured = set(conf.get().queue_names)
         return [
             q for q in out if q.read or q.size or q.paused or q.wrong_type or q.name in configured

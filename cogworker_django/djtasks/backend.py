@@ -126,8 +126,11 @@ class CogworkerBackend(BaseTaskBackend):
                 errors=[],
                 worker_ids=[],
             )
-        except TypeError:
-            payload.encode({"func": task.module_path, "args": list(args), "kwargs": kwargs})
+        except TypeError as exc:
+            try:
+                payload.encode({"func": task.module_path, "args": list(args), "kwargs": kwargs})
+            except TypeError as named:  # Django's words first: its own tests match them
+                raise TypeError(f"{exc}: {named}") from None
             raise  # (something the payload could hold: Django's own error, as it is)
         job = self._job(task, result)
         workflow.stamp(job)  # a member of the batch whose block is open here, if any
