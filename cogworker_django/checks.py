@@ -164,7 +164,7 @@ def check_client(app_configs=None, **kwargs):
     """The client jobs will use (built, not connected): automatic retries off and a
     socket timeout longer than a blocking fetch, whatever made it (the cache's too)."""
     s = _settings_or_none()
-    if s is None or s.TESTING:
+    if s is None or s.TESTING in conf.LOCAL_MODES:
         return []
     return _client_or_message()[1]
 
@@ -204,7 +204,7 @@ def check_retry_backoff(app_configs=None, **kwargs):
 @checks.register("cogworker", REDIS_TAG, deploy=True)
 def check_redis(app_configs=None, **kwargs):
     s = _settings_or_none()
-    if s is None or s.TESTING:
+    if s is None or s.TESTING in conf.LOCAL_MODES:
         return []
     return redis_messages()
 

@@ -91,6 +91,8 @@ DEFAULTS: dict[str, Any] = {
 FETCH_MODES = ("reliable", "basic")
 # None: "fake" in a test run, else Redis (testrun.py); "redis": Redis even in a test run.
 TESTING_MODES = (None, "fake", "inline", "redis")
+# The modes in which nothing talks to Redis (the client and Redis checks skip them).
+LOCAL_MODES = ("fake", "inline")
 
 
 @dataclass(frozen=True)

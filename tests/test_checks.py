@@ -154,6 +154,13 @@ def test_the_redis_check_reports_a_malformed_url(prefix):
     assert "cogworker.E001" in done.stderr and "REDIS_URL" in done.stderr
 
 
+def test_check_deploy_checks_redis_when_testing_asks_for_it(prefix, down_url):
+    done = run_command(
+        prefix, "check", "--deploy", redis_url=down_url, settings={"TESTING": "redis"}
+    )
+    assert done.returncode == 1 and "cogworker.E002" in done.stderr
+
+
 @pytest.mark.parametrize("testing", ["fake", "inline"])
 def test_check_deploy_leaves_redis_alone_in_a_testing_mode(prefix, down_url, testing):
     done = run_command(
