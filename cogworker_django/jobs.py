@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, middleware, payload, recording
+from . import client, conf, middleware, payload, recording, signatures
 from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
@@ -455,24 +455,16 @@ class JobFunction(_Enqueuer):
         return dict(self._opts)
 
     @functools.cached_property
-    def call_signature(self) -> inspect.Signature | None:
-        """The function's signature (None when Python can't tell it: no check then)."""
-        try:
-            return inspect.signature(self.func)
-        except (TypeError, ValueError):
-            return None
+    def _call_check(self) -> signatures.CallCheck:
+        return signatures.CallCheck(self.func)
 
     def check_call(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """``(args, kwargs)`` when the function takes them, else :class:`BadArguments`
         (a TypeError) saying why, as a direct call would."""
-        sig = self.call_signature
-        if sig is not None:
-            try:
-                sig.bind(*args, **kwargs)
-            except TypeError as exc:
-                raise BadArguments(
-                    f"{self.path}{sig} does not take these arguments: {exc}"
-                ) from None
+        check = self._call_check
+        why = check.problem(args, kwargs)
+        if why is not None:
+            raise BadArguments(f"{self.path}{check.signature} does not take these arguments: {why}")
         return args, kwargs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
