@@ -27,7 +27,7 @@ from .controls import (  # noqa: E402
     limit,
 )
 from .errors import CogworkerError  # noqa: E402
-from .jobs import NotRegistered, call, current_job, job  # noqa: E402
+from .jobs import BadArguments, NotRegistered, call, current_job, job  # noqa: E402
 from .middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
 from .periodic.slots import CronError  # noqa: E402
 from .workflows import (  # noqa: E402
@@ -40,6 +40,7 @@ from .workflows import (  # noqa: E402
 )
 
 __all__ = [
+    "BadArguments",
     "Batch",
     "BatchFinished",
     "BatchNotFound",

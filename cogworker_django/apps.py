@@ -1,18 +1,7 @@
-import os
-import sys
-
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
-
-def _running_management_command() -> bool:
-    """manage.py / django-admin: the system checks report a bad setting as cogworker.E001
-    (and ``manage.py cogworker`` exits with it on one line), so raising here would only
-    put a traceback in front of it."""
-    program = os.path.basename(sys.argv[0]) if sys.argv else ""
-    if program in ("manage.py", "django-admin", "django-admin.py"):
-        return True
-    return program == "__main__.py" and os.path.basename(os.path.dirname(sys.argv[0])) == "django"
+from .commandline import running_management_command
 
 
 class CogworkerConfig(AppConfig):
@@ -37,7 +26,7 @@ class CogworkerConfig(AppConfig):
             # A management command reports it through the checks (cogworker.E001) or, for
             # `manage.py cogworker`, on one line; raised from here it would come with a
             # traceback. A web or other process fails here, naming the key.
-            if not _running_management_command():
+            if not running_management_command():
                 raise
 
 

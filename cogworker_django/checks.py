@@ -18,8 +18,14 @@ from django.core.exceptions import ImproperlyConfigured
 
 from . import cluster, conf, connection, errors
 
+# The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
+REDIS_TAG = "cogworker_redis"
 
-@checks.register("cogworker")
+
+# Tagged for Redis too: the connection check runs on the settings' values, and says
+# nothing when they are invalid (`check --deploy --tag cogworker_redis` must not pass a
+# malformed REDIS_URL).
+@checks.register("cogworker", REDIS_TAG)
 def check_settings(app_configs=None, **kwargs):
     try:
         conf.get()
@@ -28,33 +34,55 @@ def check_settings(app_configs=None, **kwargs):
     return []
 
 
+# The commands a bad periodic entry stops (with cogworker.E101): the one that would run
+# it, and the one that checks. Any other (migrate, runserver, shell, test) only warns
+# (cogworker.W101): none of them runs periodic entries, and migrate must work while the
+# entry is being fixed.
+PERIODIC_STOPS = ("check", "cogworker")
+
+
 @checks.register("cogworker")
 def check_periodic(app_configs=None, **kwargs):
     """Every COGWORKER_PERIODIC entry (its job must be a registered @job)."""
+    from .commandline import management_command
     from .periodic import entries
 
-    return entries.check_messages()
+    found = entries.check_messages()
+    command = management_command()
+    if not found or command is None or command in PERIODIC_STOPS:
+        return found
+    return [
+        checks.Warning(
+            m.msg,
+            hint=f"`manage.py check` and the worker refuse it; `{command}` goes on.",
+            id="cogworker.W101",
+        )
+        for m in found
+    ]
 
 
 @checks.register("cogworker")
 def check_job_modules(app_configs=None, **kwargs):
-    """A ``@job`` defined in a module no worker imports at start: its payloads would go to
-    dead as "not registered". Workers import the installed apps' ``jobs`` and ``tasks``
-    modules (jobs.JOB_MODULES) after Django's own start-up; a job is fine when its module
-    is one of those, or was imported by one of them or by the start-up. The URLconf is
+    """Every job module imports (``cogworker.E006`` otherwise, naming it and its file),
+    and no ``@job`` is defined in a module no worker imports at start (its payloads would
+    go to dead as "not registered"; ``cogworker.W003``). Workers import the installed
+    apps' ``jobs`` and ``tasks`` modules and ``COGWORKER["JOB_MODULES"]``
+    (jobs.job_module_names) after Django's own start-up; a job is fine when its module is
+    one of those, or was imported by one of them or by the start-up. The URLconf is
     loaded first, so jobs defined in views (or imported by them) are seen."""
     if _settings_or_none() is None:
         return []
-    from django.apps import apps
-
     from . import jobs
 
     try:
         jobs.import_job_modules()
+    except jobs.JobModuleError as exc:
+        return [checks.Error(str(exc), id="cogworker.E006")]
+    try:
         _load_urlconf()
-    except Exception:  # noqa: BLE001 - an import error: Django's own checks and errors say it
+    except Exception:  # noqa: BLE001 - an import error: Django's own URL checks say it
         return []
-    roots = tuple(f"{c.name}.{m}" for c in apps.get_app_configs() for m in jobs.JOB_MODULES)
+    roots = tuple(dotted for dotted, _required in jobs.job_module_names())
 
     def imported_by_workers(name: str) -> bool:
         return name == "django.setup" or any(
@@ -69,12 +97,47 @@ def check_job_modules(app_configs=None, **kwargs):
         found.append(
             checks.Warning(
                 f"@job {fn.path} is defined in {fn.__module__}, which a worker does not "
-                f"import: `manage.py cogworker` imports the {' and '.join(jobs.JOB_MODULES)} "
-                "modules of installed apps, so its jobs would go to dead as not registered.",
-                hint=f"Move it to a jobs.py or tasks.py module of an installed app, or import "
-                f"{fn.__module__} from one.",
+                f"import: {jobs.where_jobs_live()}; its jobs would go to dead as not "
+                "registered.",
+                hint=f"Move it to a jobs.py or tasks.py module of an installed app, import "
+                f"{fn.__module__} from one, or add {fn.__module__!r} to "
+                "COGWORKER['JOB_MODULES'].",
                 obj=fn.path,
                 id="cogworker.W003",
+            )
+        )
+    return found
+
+
+@checks.register("cogworker")
+def check_job_queues(app_configs=None, **kwargs):
+    """A ``@job`` whose queue is in no ``COGWORKER["QUEUES"]``: a worker started without
+    ``-q <queue>`` never runs it (its jobs wait for ever); ``cogworker.W005``, as the
+    django.tasks backend's W010 for its queues."""
+    s = _settings_or_none()
+    if s is None:
+        return []
+    from . import jobs
+
+    try:
+        jobs.import_job_modules()
+    except jobs.JobModuleError:
+        return []  # cogworker.E006
+    read = set(s.queue_names)
+    found = []
+    for fn in jobs.registered_jobs():
+        queue = fn.options.get("queue")
+        if queue in read:
+            continue
+        found.append(
+            checks.Warning(
+                f"@job {fn.path} pushes to queue {queue!r}, which is not in "
+                f"COGWORKER['QUEUES'] ({', '.join(s.queue_names)}): workers started without "
+                f"'-q {queue}' never run it.",
+                hint=f"Add {queue!r} to COGWORKER['QUEUES'], fix the queue name, or run a "
+                f"worker with -q {queue}.",
+                obj=fn.path,
+                id="cogworker.W005",
             )
         )
     return found
@@ -89,10 +152,6 @@ def _load_urlconf() -> None:
         get_resolver().url_patterns  # noqa: B018 - imports the URLconf and its views
 
 
-# The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
-REDIS_TAG = "cogworker_redis"
-
-
 def _settings_or_none() -> conf.Settings | None:
     try:
         return conf.get()
@@ -105,7 +164,7 @@ def check_client(app_configs=None, **kwargs):
     """The client jobs will use (built, not connected): automatic retries off and a
     socket timeout longer than a blocking fetch, whatever made it (the cache's too)."""
     s = _settings_or_none()
-    if s is None or s.TESTING:
+    if s is None or s.TESTING in conf.LOCAL_MODES:
         return []
     return _client_or_message()[1]
 
@@ -145,7 +204,7 @@ def check_retry_backoff(app_configs=None, **kwargs):
 @checks.register("cogworker", REDIS_TAG, deploy=True)
 def check_redis(app_configs=None, **kwargs):
     s = _settings_or_none()
-    if s is None or s.TESTING:
+    if s is None or s.TESTING in conf.LOCAL_MODES:
         return []
     return redis_messages()
 
@@ -167,7 +226,8 @@ def refused_credentials(exc: BaseException) -> bool:
 
 def redis_failure(exc: BaseException) -> tuple[str, str]:
     """(message, hint) for a failure to talk to Redis, saying which kind it is: the
-    credentials refused, or nothing answering."""
+    credentials refused, a database index the server does not have, or nothing
+    answering."""
     target = connection.describe_target()
     detail = errors.describe(exc).rstrip(".")
     if refused_credentials(exc):
@@ -176,6 +236,13 @@ def redis_failure(exc: BaseException) -> tuple[str, str]:
             "Check the user and password in COGWORKER['REDIS_URL'] "
             "(redis://user:password@host:6379/0) or REDIS_OPTIONS, and that the user may "
             "run the commands cogworker needs (docs/operations.md).",
+        )
+    if "DB index is out of range" in detail:
+        return (
+            f"Redis at {target} has no such database: {detail}",
+            "The database index is the last part of COGWORKER['REDIS_URL'] "
+            "(redis://host:6379/0); a Redis has 16 (0 to 15) unless its `databases` "
+            "setting says otherwise.",
         )
     return (
         f"Redis at {target} is unreachable: {detail}",

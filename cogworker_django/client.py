@@ -17,8 +17,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
-from . import conf, connection, errors, keys, middleware, payload, priority
+from . import conf, connection, errors, keys, middleware, payload, priority, testrun
 from .errors import CogworkerError
 
 log = logging.getLogger("cogworker_django")
@@ -52,11 +55,18 @@ def install_mode_sink(mode: str, fn: Sink) -> None:
 
 
 def active_sink() -> Sink | None:
-    """The sink pushes go to now, or None when they go to Redis."""
+    """The sink pushes go to now, or None when they go to Redis: a ``testing.fake()`` or
+    ``inline()`` block's; Redis when a test asked for it (testrun.real_redis); the
+    ``TESTING`` setting's mode; "fake" in a test run that set none (testrun.py)."""
     if _diverter is not None:
         return _diverter
+    _check_installed()
+    if testrun.real_redis_asked():
+        return None
     mode = conf.get().TESTING
-    if mode:
+    if mode is None:
+        mode = testrun.default_mode()
+    if mode and mode != "redis":
         sink = _mode_sinks.get(mode)
         if sink is None:
             raise RuntimeError(
@@ -65,6 +75,37 @@ def active_sink() -> Sink | None:
             )
         return sink
     return None
+
+
+class NotInstalled(CogworkerError, ImproperlyConfigured):
+    """An enqueue in a project whose INSTALLED_APPS lacks ``cogworker_django``: no worker
+    of it could run the job, and its test modes and checks are off."""
+
+
+# True once INSTALLED_APPS was seen to hold the app (forgotten when the setting changes).
+_installed = False
+
+
+def _check_installed() -> None:
+    global _installed
+    if _installed:
+        return
+    from django.apps import apps
+
+    if not apps.is_installed("cogworker_django"):
+        raise NotInstalled(
+            "cogworker_django is not in INSTALLED_APPS: add it, or no `manage.py cogworker` "
+            "exists to run this job (and the TESTING modes, the settings' validation and "
+            "the system checks are off)."
+        )
+    _installed = True
+
+
+@receiver(setting_changed)
+def _forget_installed(*, setting: str, **kwargs: Any) -> None:
+    global _installed
+    if setting == "INSTALLED_APPS":
+        _installed = False
 
 
 def _needs_listing(queue: str) -> bool:

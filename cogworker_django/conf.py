@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -84,10 +85,16 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_PORT": None,
     "METRICS_TOKEN": None,
     "OTEL": False,
+    # More modules a worker imports at start for their @job functions, besides the jobs
+    # and tasks modules of installed apps (jobs.import_job_modules).
+    "JOB_MODULES": [],
 }
 
 FETCH_MODES = ("reliable", "basic")
-TESTING_MODES = (None, "fake", "inline")
+# None: "fake" in a test run, else Redis (testrun.py); "redis": Redis even in a test run.
+TESTING_MODES = (None, "fake", "inline", "redis")
+# The modes in which nothing talks to Redis (the client and Redis checks skip them).
+LOCAL_MODES = ("fake", "inline")
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,7 @@ class Settings:
     METRICS_PORT: int | None
     METRICS_TOKEN: str | None
     OTEL: bool
+    JOB_MODULES: tuple[str, ...]
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -519,10 +527,11 @@ def _validate(user: Any) -> Settings:
             "MIDDLEWARE", mw, 'expected {"client": [dotted paths], "server": [dotted paths]}'
         )
     if v["TESTING"] not in TESTING_MODES:
-        raise _bad("TESTING", v["TESTING"], 'expected None, "fake" or "inline"')
+        raise _bad("TESTING", v["TESTING"], 'expected None, "fake", "inline" or "redis"')
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
         raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
     _check_observability(v)
+    _check_job_modules(v["JOB_MODULES"])
     from .controls import spec
 
     limits = spec.parse_limits(v["LIMITS"], valid_name)
@@ -533,6 +542,7 @@ def _validate(user: Any) -> Settings:
         QUEUES=queues,
         SENTINELS=sentinels,
         LIMITS=limits,
+        JOB_MODULES=tuple(v["JOB_MODULES"]),
         MIDDLEWARE={"client": list(mw.get("client", [])), "server": list(mw.get("server", []))},
         raw=user,
     )
@@ -546,6 +556,20 @@ def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
         raise _bad(key, value, "expected a TCP port number from 1 to 65535, or None")
     return value
+
+
+_MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _check_job_modules(value: Any) -> None:
+    """A list of dotted module paths (whether they import is the worker's and the
+    checks' to say: an import here would run user code at settings time)."""
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(m, str) and _MODULE_PATH.fullmatch(m) for m in value
+    ):
+        raise _bad(
+            "JOB_MODULES", value, 'expected a list of dotted module paths, e.g. ["shop.emails"]'
+        )
 
 
 def _check_observability(v: dict) -> None:

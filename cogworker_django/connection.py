@@ -111,7 +111,13 @@ def _cache_client(alias: str) -> redis.Redis:
     where = f"CACHES[{alias!r}] (COGWORKER['CACHE_ALIAS'])"
     try:
         from django_redis import get_redis_connection
-
+    except ImportError:
+        raise ImproperlyConfigured(
+            f"COGWORKER['CACHE_ALIAS'] = {alias!r} needs django-redis, which is not "
+            "installed: pip install 'cogworker-django[cache]' (or django-redis), or set "
+            "COGWORKER['REDIS_URL'] instead."
+        ) from None
+    try:
         client = get_redis_connection(alias)
     except Exception as exc:  # noqa: BLE001 - a missing alias or a cache that isn't django-redis
         raise ImproperlyConfigured(

@@ -136,7 +136,8 @@ class _Reporter:
             if was_down:
                 self._recovered_at[component] = time.monotonic()
         if was_down:
-            log.warning("%s: Redis recovered", component)
+            # INFO: good news; the outage's own line was the warning.
+            log.info("%s: Redis recovered", component)
 
     def is_down(self, component: str) -> bool:
         with self._lock:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import inspect
 import math
 import os
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, middleware, payload, recording
+from . import client, conf, middleware, payload, recording, signatures
 from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
@@ -97,11 +98,25 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     if fn is None:
         return None
     args, kwargs = job.get("args") or [], job.get("kwargs") or {}
-    return lambda: fn.func(*args, **kwargs)
+
+    def run() -> Any:
+        # Arguments the function can't take fail before the call, as BadArguments: a
+        # retry would fail the same way (a TypeError from the body is retried as usual).
+        fn.check_call(args, kwargs)
+        return fn.func(*args, **kwargs)
+
+    return run
 
 
 class NotRegistered(CogworkerError, LookupError):
     """The payload names no registered job; it is never imported or called."""
+
+
+class BadArguments(CogworkerError, TypeError):
+    """A job's arguments don't fit its function's signature: raised by ``enqueue`` (the
+    TypeError a direct call would raise, naming the job), and by a run whose payload
+    carries such arguments (a job enqueued before its function changed), which is
+    filed in dead without a retry."""
 
 
 def perform(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Any:
@@ -110,7 +125,7 @@ def perform(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Any
     registered."""
     runner = runner or resolve(job)
     if runner is None:
-        raise NotRegistered(f"{job.get('func')!r} is not a registered job")
+        raise NotRegistered(f"{job.get('func')!r} is not a registered job ({where_jobs_live()})")
     with running(job, runner):
         result = runner()
         if inspect.isawaitable(result):
@@ -273,6 +288,7 @@ class _Enqueuer:
         after it was encoded: it joined a batch). ``fields`` (the options' payload
         fields at ``now``), ``on_commit`` and ``jid`` are given by a bulk enqueue, which
         works them out once per call."""
+        self._fn.check_call(args, kwargs)
         opts = self._opts
         if now is None:
             now = _now()
@@ -360,7 +376,8 @@ class _Enqueuer:
                 jids,
                 payload.plain_texts(
                     self._fn.path,
-                    (_split_call(item) for item in items),  # one at a time, as built
+                    # one at a time, as built; each checked against the signature
+                    (self._fn.check_call(*_split_call(item)) for item in items),
                     jids,
                     queue=opts["queue"],
                     retry=opts.get("retry", True),
@@ -461,6 +478,19 @@ class JobFunction(_Enqueuer):
     def options(self) -> dict[str, Any]:
         return dict(self._opts)
 
+    @functools.cached_property
+    def _call_check(self) -> signatures.CallCheck:
+        return signatures.CallCheck(self.func)
+
+    def check_call(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``(args, kwargs)`` when the function takes them, else :class:`BadArguments`
+        (a TypeError) saying why, as a direct call would."""
+        check = self._call_check
+        why = check.problem(args, kwargs)
+        if why is not None:
+            raise BadArguments(f"{self.path}{check.signature} does not take these arguments: {why}")
+        return args, kwargs
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
@@ -495,38 +525,94 @@ class JobFunction(_Enqueuer):
 
 # The modules of every installed app a worker imports at start, so that the jobs they
 # define can run: ``jobs`` (this package's convention) and ``tasks`` (Celery's and
-# django.tasks'). A job defined elsewhere runs only if one of these (or Django's own
-# start-up: models, admin, app configs) imports its module.
+# django.tasks'); besides them, the modules of COGWORKER["JOB_MODULES"]. A job defined
+# elsewhere runs only if one of these (or Django's own start-up: models, admin, app
+# configs) imports its module.
 JOB_MODULES = ("jobs", "tasks")
 
 
-def import_job_modules() -> list[str]:
-    """Import ``<app>.jobs`` and ``<app>.tasks`` of every installed app that has them;
-    returns the names imported. A ``jobs`` module that fails to import raises (its jobs
-    could not run); a ``tasks`` module that fails is logged and skipped, since it may
-    belong to another task system."""
-    import importlib
-    import logging
+def where_jobs_live() -> str:
+    """Where a worker finds jobs, for messages about a job it does not know."""
+    try:
+        extra = conf.get().JOB_MODULES
+    except Exception:  # noqa: BLE001 - a message must not raise (bad settings say so elsewhere)
+        extra = ()
+    listed = f" ({', '.join(extra)})" if extra else ""
+    return (
+        "a worker runs the @job functions of the jobs.py and tasks.py modules of installed "
+        f"apps and of the modules in COGWORKER['JOB_MODULES']{listed}, and of what they "
+        "import"
+    )
 
+
+class JobModuleError(CogworkerError, ImportError):
+    """A job module (an installed app's ``jobs``, or one of ``COGWORKER["JOB_MODULES"]``)
+    could not be imported; the message names the module and its file, ``__cause__`` is
+    the error it raised."""
+
+
+def job_module_names() -> list[tuple[str, bool]]:
+    """(dotted name, required) of every module a worker imports for its jobs: each
+    installed app's ``jobs`` (required) and ``tasks`` (not: it may belong to another task
+    system), then ``COGWORKER["JOB_MODULES"]`` (required)."""
     from django.apps import apps
     from django.utils.module_loading import module_has_submodule
 
+    names = [
+        (f"{config.name}.{name}", name == "jobs")
+        for config in apps.get_app_configs()
+        for name in JOB_MODULES
+        if module_has_submodule(config.module, name)
+    ]
+    names += [(dotted, True) for dotted in conf.get().JOB_MODULES]
+    return names
+
+
+def _where_it_failed(dotted: str, exc: BaseException) -> str:
+    """The module's file, and the line of it the error came from when it did."""
+    import importlib.util
+    import traceback
+
+    try:
+        spec = importlib.util.find_spec(dotted)
+    except Exception:  # noqa: BLE001 - its package is missing or fails itself
+        spec = None
+    origin = spec.origin if spec is not None else None
+    if not origin:
+        return "not found"
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == origin]
+    return f"{origin}, line {lines[-1]}" if lines else origin
+
+
+def import_job_modules() -> list[str]:
+    """Import every job module (:func:`job_module_names`); returns the names imported. A
+    required one that fails raises :class:`JobModuleError` naming it and its file (its
+    jobs could not run); a ``tasks`` module that fails is logged and skipped."""
+    import importlib
+    import logging
+
+    from . import errors
+
     imported = []
-    for config in apps.get_app_configs():
-        for name in JOB_MODULES:
-            if not module_has_submodule(config.module, name):
-                continue
-            dotted = f"{config.name}.{name}"
-            try:
-                importlib.import_module(dotted)
-            except Exception as exc:
-                if name == "jobs":
-                    raise
-                logging.getLogger("cogworker_django").error(
-                    "%s could not be imported; its jobs will not run here: %r", dotted, exc
-                )
-                continue
-            imported.append(dotted)
+    for dotted, required in job_module_names():
+        try:
+            importlib.import_module(dotted)
+        except Exception as exc:
+            where = _where_it_failed(dotted, exc)
+            listed = " (COGWORKER['JOB_MODULES'])" if dotted in conf.get().JOB_MODULES else ""
+            if required:
+                raise JobModuleError(
+                    f"The job module {dotted}{listed} could not be imported ({where}): "
+                    f"{errors.describe(exc)}"
+                ) from exc
+            logging.getLogger("cogworker_django").error(
+                "%s could not be imported (%s); its jobs will not run here: %s",
+                dotted,
+                where,
+                errors.describe(exc),
+            )
+            continue
+        imported.append(dotted)
     return imported
 
 

@@ -1,17 +1,85 @@
-"""pytest fixtures: ``cogworker_fake`` and ``cogworker_inline`` (see testing.py).
+"""pytest plugin: jobs stay in the test process unless a test asks for Redis.
 
-def test_signup(cogworker_fake):
-    signup("a@example.com")
-    assert len(send_welcome.jobs) == 1
+In a pytest run, an enqueue for which no ``TESTING`` mode is set is recorded as in
+``testing.fake()`` (and the record is emptied after each test), never pushed to the Redis
+of ``COGWORKER`` (a development worker would run it against the development database).
+A test that wants the real Redis says so:
+
+    @pytest.mark.cogworker_redis
+    def test_pushes(): ...
+
+    def test_pushes_too(cogworker_redis): ...
+
+and a whole suite with ``cogworker_redis = true`` in its pytest configuration (ini,
+pyproject's ``[tool.pytest.ini_options]``). Fixtures ``cogworker_fake`` and
+``cogworker_inline`` run a test in those modes (see testing.py).
+
+    def test_signup(cogworker_fake):
+        signup("a@example.com")
+        assert len(send_welcome.jobs) == 1
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+
+from . import testrun
+
+INI_OPTION = "cogworker_redis"
+MARKER = "cogworker_redis"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        INI_OPTION,
+        type="bool",
+        default=False,
+        help="cogworker: let every test's jobs reach the Redis of COGWORKER (by default "
+        "they are recorded as in testing.fake())",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}: cogworker jobs enqueued by this test go to the real Redis of COGWORKER "
+        "(by default they are recorded as in testing.fake())",
+    )
+    testrun.set_session_default("redis" if config.getini(INI_OPTION) else "fake")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    testrun.set_session_default(None)
+
+
+@pytest.fixture(autouse=True)
+def _cogworker_test_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test: Redis when marked ``cogworker_redis``; afterwards the record of jobs
+    that the default fake mode kept is emptied, so no test sees another's."""
+    if request.node.get_closest_marker(MARKER) is not None:
+        with testrun.real_redis():
+            yield
+    else:
+        yield
+    # Imported by the app's ready(); absent when the test run never set Django up.
+    testing: Any = sys.modules.get("cogworker_django.testing")
+    if testing is not None:
+        testing.clear()
 
 
 @pytest.fixture
-def cogworker_fake():
+def cogworker_redis() -> Iterator[None]:
+    """Jobs enqueued by this test go to the real Redis of ``COGWORKER``."""
+    with testrun.real_redis():
+        yield
+
+
+@pytest.fixture
+def cogworker_fake() -> Iterator[Any]:
     from cogworker_django import testing
 
     with testing.fake():
@@ -19,7 +87,7 @@ def cogworker_fake():
 
 
 @pytest.fixture
-def cogworker_inline():
+def cogworker_inline() -> Iterator[Any]:
     from cogworker_django import testing
 
     with testing.inline():

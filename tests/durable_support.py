@@ -38,7 +38,7 @@ def db_alias(request) -> str:
     if alias not in settings.DATABASES:
         message = (
             f"no PostgreSQL for the {alias} runs: set COGWORKER_TEST_POSTGRES_URL "
-            "(scripts/ensure-postgres starts one; docs/testing.md)"
+            "(scripts/ensure-postgres starts one; docs/contributing.md)"
         )
         if in_ci():
             pytest.fail(message)

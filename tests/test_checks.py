@@ -136,6 +136,31 @@ def test_check_deploy_reports_redis_down(prefix, down_url):
         assert "hunter2" not in done.stderr and "***" in done.stderr
 
 
+def test_a_database_index_the_server_lacks_is_named_not_unreachable(prefix):
+    url = MAIN_REDIS_URL.rsplit("/", 1)[0] + "/99"
+    done = run_command(prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url=url)
+    assert done.returncode == 1
+    assert "has no such database: ResponseError: DB index is out of range" in done.stderr
+    assert "unreachable" not in done.stderr
+    worker = run_command(prefix, "cogworker", redis_url=url)
+    assert worker.returncode == 1 and "has no such database" in worker.stderr
+
+
+def test_the_redis_check_reports_a_malformed_url(prefix):
+    done = run_command(
+        prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url="localhost:6379"
+    )
+    assert done.returncode == 1, done.stdout
+    assert "cogworker.E001" in done.stderr and "REDIS_URL" in done.stderr
+
+
+def test_check_deploy_checks_redis_when_testing_asks_for_it(prefix, down_url):
+    done = run_command(
+        prefix, "check", "--deploy", redis_url=down_url, settings={"TESTING": "redis"}
+    )
+    assert done.returncode == 1 and "cogworker.E002" in done.stderr
+
+
 @pytest.mark.parametrize("testing", ["fake", "inline"])
 def test_check_deploy_leaves_redis_alone_in_a_testing_mode(prefix, down_url, testing):
     done = run_command(

@@ -68,9 +68,11 @@ def test_queue_weights_and_repetition():
         ("DEAD_MAX_JOBS", -1, ">= 0"),
         ("ENQUEUE_ON_COMMIT", "yes", "True or False"),
         ("MIDDLEWARE", {"client": "x"}, "dotted paths"),
-        ("TESTING", "mock", '"fake" or "inline"'),
+        ("TESTING", "mock", '"inline" or "redis"'),
         ("SENTINELS", ["host"], "pairs"),
         ("REDIS_OPTIONS", [], "dict"),
+        ("JOB_MODULES", "shop.emails", "list of dotted module paths"),
+        ("JOB_MODULES", ["shop emails"], "list of dotted module paths"),
     ],
 )
 def test_bad_value_names_key_value_and_what_is_allowed(key, value, fragment):

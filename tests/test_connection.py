@@ -1,6 +1,7 @@
 """The Redis connection: timeouts always set, one pool per process, rebuilt after fork,
 clear errors when Redis is away, passwords masked."""
 
+import sys
 import threading
 import time
 
@@ -86,6 +87,17 @@ def use_cache(settings, location=MAIN_REDIS_URL, **options):
     }
     if options:
         settings.CACHES["jobs"]["OPTIONS"] = options
+
+
+def test_cache_alias_without_django_redis_names_the_extra(settings, configure, monkeypatch):
+    use_cache(settings)
+    configure(CACHE_ALIAS="jobs")
+    monkeypatch.setitem(sys.modules, "django_redis", None)  # import django_redis fails
+    connection.reset()
+    with pytest.raises(
+        ImproperlyConfigured, match=r"needs django-redis.*cogworker-django\[cache\]"
+    ):
+        connection.get_client()
 
 
 def test_cache_alias_uses_the_django_redis_client(settings, configure, prefix, r):

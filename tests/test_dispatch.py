@@ -196,7 +196,7 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r,
     import redis
 
     strategy.fail = [redis.ConnectionError("Connection refused")]
-    with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+    with caplog.at_level(logging.INFO, logger="cogworker_django"):
         take(d, got, done=work).join(5)
     assert record.pending() == {work.raw: ACK}  # the heartbeat acks it
     assert work.raw not in record.running_raws()

@@ -67,7 +67,8 @@ def test_bad_entries(raw, why):
 
 
 def test_defaults_come_from_the_job_and_time_zone():
-    raw = {"a": GOOD, "b": {**GOOD, "queue": "low", "timezone": "Asia/Tokyo", "args": [1]}}
+    b = {**GOOD, "job": "testapp.jobs.takes_anything", "args": [1]}
+    raw = {"a": GOOD, "b": {**b, "queue": "low", "timezone": "Asia/Tokyo"}}
     with override_settings(COGWORKER_PERIODIC=raw, TIME_ZONE="Europe/Paris"):
         a, b = entries.load()
     assert (a.name, a.queue, a.timezone, a.unique, a.args, a.kwargs) == (
@@ -82,11 +83,19 @@ def test_defaults_come_from_the_job_and_time_zone():
 
 
 def test_the_job_payload_of_a_run():
-    raw = {"e": {**GOOD, "unique": "until_executed", "args": [2], "kwargs": {"k": "v"}}}
+    raw = {
+        "e": {
+            **GOOD,
+            "job": "testapp.jobs.takes_anything",
+            "unique": "until_executed",
+            "args": [2],
+            "kwargs": {"k": "v"},
+        }
+    }
     with override_settings(COGWORKER_PERIODIC=raw):
         (entry,) = entries.load()
     job = entry.build_job(slot=1700000000)
-    assert job["func"] == "testapp.jobs.periodic_tick"
+    assert job["func"] == "testapp.jobs.takes_anything"
     assert (job["args"], job["kwargs"], job["queue"]) == ([2], {"k": "v"}, "default")
     assert job["periodic"] == "e"
     assert job["periodic_slot"] == 1700000000
@@ -147,3 +156,33 @@ def test_the_worker_names_every_bad_entry(prefix):
     assert "COGWORKER_PERIODIC['second']['cron']" in output
     assert "COGWORKER_PERIODIC['second']['queue']" in output
     assert "'fine'" not in output and "Traceback" not in output
+
+
+def test_a_mistyped_job_path_gets_did_you_mean():
+    raw = {"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}
+    with override_settings(COGWORKER_PERIODIC=raw), pytest.raises(ImproperlyConfigured) as caught:
+        entries.load()
+    assert "not a registered @job (did you mean 'testapp.jobs.periodic_tick'?)" in str(caught.value)
+    assert "COGWORKER['JOB_MODULES']" in str(caught.value)
+
+
+def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
+    env = {
+        "COGWORKER_PERIODIC_JSON": json.dumps({"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}),
+        "TESTPROJECT_DB": str(tmp_path / "db.sqlite3"),
+    }
+    migrated = run_command(prefix, "migrate", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "cogworker.W101" in migrated.stderr and "did you mean" in migrated.stderr
+    checked = run_command(prefix, "check", env=env)
+    assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
+    worker = run_command(prefix, "cogworker", env=env)
+    assert worker.returncode == 1 and "periodic_tik" in worker.stderr
+
+
+def test_arguments_the_job_does_not_take_are_refused():
+    raw = {"e": {**GOOD, "args": [1]}}  # periodic_tick() takes none
+    with override_settings(COGWORKER_PERIODIC=raw), pytest.raises(ImproperlyConfigured) as caught:
+        entries.load()
+    assert "['args'] = [1] is invalid" in str(caught.value)
+    assert "too many positional arguments" in str(caught.value)

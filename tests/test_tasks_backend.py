@@ -246,3 +246,14 @@ def test_enqueue_on_commit_with_djangos_pattern(r):
     assert [j["args"] for j in queued(r)] == [["committed"]]
     result_id = queued(r)[0]["jid"]
     assert store.read(result_id)["status"] == "READY"
+
+
+def test_a_model_instance_passed_to_a_task_is_named(r):
+    from django.contrib.auth.models import Group
+
+    group = Group(name="staff")
+    with pytest.raises(TypeError, match=r"testapp\.tasks\.echo: positional argument 1 \(Group\)"):
+        tt.echo.enqueue(1, group)
+    with pytest.raises(TypeError, match=r"keyword argument 'owner' \(Group\)"):
+        tt.echo.enqueue(owner=group)
+    assert r.llen(keys.queue("default")) == 0

@@ -3,6 +3,7 @@ end write that waits for Redis rather than being lost (Django 6.0+)."""
 
 import json
 import logging
+import time
 
 import pytest
 
@@ -85,8 +86,9 @@ def test_a_late_end_of_an_older_run_never_overwrites_a_newer_run():
     assert stored(job)["status"] == "SUCCESSFUL"
 
 
-def test_a_missing_result_is_rebuilt_from_the_payload():
+def test_a_missing_result_is_rebuilt_from_the_payload(r):
     job = task_job(priority=4)
+    r.hset(keys.process("w1"), "beat", time.time())  # w1 is alive: it runs the task
     store.start(job, token="a", worker_id="w1", at=100.0)  # no create: it failed, or expired
     result = tt.add.get_result(job["jid"])
     assert result.status == TaskResultStatus.RUNNING

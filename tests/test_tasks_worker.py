@@ -199,3 +199,52 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(worker, r):
         assert error["exception_class_path"] == "cogworker_django.jobs.NotRegistered"
         assert why in error["traceback"]
         assert json.loads(data["worker_ids"]) == []  # it never ran
+
+
+def test_a_failed_task_is_logged_once(worker, r):
+    """The worker's own line ("failed: ... -> dead"), not Django's ERROR line for the same
+    failure too; Django's other lines (state=RUNNING) stay."""
+    result = tt.boom.using(backend="noretry").enqueue("kaput")
+    w = worker()
+    finished(result)
+    assert w.stop() == 0
+    log = w.log()
+    assert log.count(f"(jid {result.id}) failed: ValueError: kaput -> dead") == 1
+    assert f"Task id={result.id} path=testapp.tasks.boom state=RUNNING" in log
+    assert "state=FAILED" not in log and log.count("ValueError: kaput") == 1
+
+
+def _status(result):
+    result.refresh()
+    return result.status
+
+
+@pytest.mark.parametrize("how", ["term", "kill"])
+def test_a_run_handed_back_reads_ready_until_a_worker_takes_it(worker, r, how):
+    """TERM past the shutdown timeout requeues the running task; SIGKILL leaves it to
+    orphan recovery. Either way no worker runs it: its result reads READY (not RUNNING)
+    until another worker takes it, and then finishes it."""
+    result = tt.slow_add.enqueue(4, 1, 2)
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 0.5})
+    wait_until(lambda: _status(result) == TaskResultStatus.RUNNING, 15, message="running")
+    if how == "term":
+        assert w.stop() == 0
+        assert r.llen(keys.queue("default")) == 1  # handed back to its queue
+        assert _status(result) == TaskResultStatus.READY
+    else:
+        w.kill_all()
+        # Its presence expires within a few beats; the job waits for orphan recovery.
+        wait_until(lambda: _status(result) == TaskResultStatus.READY, 15, message="ready")
+    assert r.hget(keys.result(result.id), "status") == "RUNNING"  # as stored; read as READY
+    second = worker()
+    taken = [None]
+
+    def taken_by_another():
+        taken[0] = _status(result)
+        return len(result.worker_ids) == 2
+
+    wait_until(taken_by_another, 20, message="taken by another worker")
+    assert taken[0] in (TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL)
+    finished(result, timeout=20)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert second.stop() == 0

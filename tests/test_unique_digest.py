@@ -54,13 +54,13 @@ def test_digest_is_a_plain_hex_string():
 
 
 def test_enqueue_stores_mode_ttl_and_digest_in_the_payload(r):
-    jid = UE.enqueue("tok", token=None)
+    jid = tj.takes_anything.using(unique="until_executed").enqueue("tok", token=None)
     job = json.loads(r.lindex(keys.queue("default"), 0))
     assert job["jid"] == jid
     assert job["unique"] == "until_executed"
     assert job["unique_for"] == 86400  # UNIQUE_LOCK_TTL's default
     assert job["unique_digest"] == unique.digest(
-        tj.record.path, ["tok"], {"token": None}, "default"
+        tj.takes_anything.path, ["tok"], {"token": None}, "default"
     )
 
 
@@ -81,7 +81,7 @@ def test_fractional_unique_for_rounds_up_never_to_a_day(r):
 
 def test_unique_argument_that_json_cannot_hold_names_the_argument():
     with pytest.raises(TypeError, match="keyword argument 'token'"):
-        UE.enqueue("a", token=object())
+        UE.enqueue(token=object())
     with pytest.raises(TypeError, match="positional argument 0"):
         UE.enqueue({1, 2})
 

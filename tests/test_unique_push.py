@@ -23,11 +23,14 @@ US = tj.record.using(unique="until_started")
 WE = tj.record.using(unique="while_executing")
 
 
-@pytest.mark.parametrize("variant", [UE, US], ids=["until_executed", "until_started"])
-def test_duplicate_enqueue_returns_none_and_pushes_nothing(r, variant):
+@pytest.mark.parametrize(
+    "unique_mode", ["until_executed", "until_started"], ids=["until_executed", "until_started"]
+)
+def test_duplicate_enqueue_returns_none_and_pushes_nothing(r, unique_mode):
+    variant = tj.takes_anything.using(unique=unique_mode)  # positional and keyword arguments
     jid = variant.enqueue("a", token="x")
     assert isinstance(jid, str)
-    key = lock_of("a", token="x")
+    key = lock_of("a", token="x", func=tj.takes_anything.path)
     assert r.get(key) == jid
     assert 0 < r.ttl(key) <= 86400
     assert variant.enqueue("a", token="x") is None

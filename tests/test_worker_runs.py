@@ -116,6 +116,11 @@ def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(wor
     evil_dead = dead.pop("evil1")
     assert evil_dead["error_class"] == "NotRegistered"
     assert "'os.system' is not a registered job" in evil_dead["error_message"]
+    # ... saying where a worker finds jobs
+    assert (
+        "the jobs.py and tasks.py modules of installed apps and of the modules in "
+        "COGWORKER['JOB_MODULES']"
+    ) in evil_dead["error_message"]
     assert evil_dead["args"] == ["touch /tmp/pwned"]  # kept as it was
     unparseable = sorted(dead.values(), key=lambda d: d["error_class"])
     assert [d["func"] for d in unparseable] == ["(unparseable)", "(unparseable)"]

@@ -5,6 +5,7 @@ names the key too."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 import redis
@@ -48,6 +49,7 @@ def test_other_refusals_are_left_as_they_are(r, configure):
 @pytest.mark.django_db
 def test_the_queues_page_shows_the_wrong_type(admin_client, r):
     r.sadd(keys.queues(), "mail", "fine")
+    r.zadd(keys.live_queues(), {"fine": time.time()})  # a worker reads it
     r.set(keys.queue("mail"), "oops")
     [mail] = [q for q in Queue.overview() if q.name == "mail"]
     assert mail.wrong_type == {keys.queue("mail"): "string"}

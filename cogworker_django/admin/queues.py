@@ -24,7 +24,7 @@ class QueueAdmin(PageAdmin):
         return [path("jobs/", wrap(self.jobs_view), name=self.url_name("jobs"))]
 
     def page(self, request: HttpRequest) -> HttpResponse:
-        return self.render(request, "queues.html", queues=Queue.overview())
+        return self.render(request, "queues.html", queues=Queue.overview(left_behind=False))
 
     def jobs_view(self, request: HttpRequest) -> HttpResponse:
         self.require(request, "view")

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import departures, homes, keys, locks, payload
+from .. import conf, departures, homes, keys, locks, payload
 from ._util import as_bytes, client, epoch, text
 from .jobs import Outcome
 from .records import JobRecord
@@ -32,6 +32,15 @@ class QueueInfo:
     paused: bool
     # A queue key holding another type (until the key guard moves it aside): key -> type.
     wrong_type: dict[str, str] | None = None
+    # A live worker read it lately (P:live_queues, within read_window()); False: no
+    # worker reads it, so its jobs wait (a mistyped queue name, say).
+    read: bool = True
+
+
+def read_window() -> float:
+    """How recently a worker must have listed a queue in ``P:live_queues`` for the queue to
+    count as read: the life of a worker's presence (a few beats; worker/heartbeat.py)."""
+    return max(2.0, 4 * conf.get().HEARTBEAT_INTERVAL)
 
 
 def _latency(oldest: bytes | None, now: float) -> float | None:
@@ -77,13 +86,17 @@ class Queue:
         return [cls(n) for n in cls.names()]
 
     @classmethod
-    def overview(cls) -> list[QueueInfo]:
-        """Size, latency and paused flag of every known queue, in two round trips."""
+    def overview(cls, *, left_behind: bool = True) -> list[QueueInfo]:
+        """Size, latency, paused flag and whether a worker reads it, of every known
+        queue, in two round trips. ``left_behind=False`` leaves out a queue that is
+        empty, unread, not paused and not in ``COGWORKER["QUEUES"]`` (left behind by a
+        worker's ``-q`` run: the admin's list)."""
         names = cls.names()
         if not names:
             return []
         conn = client()
         pipe = conn.pipeline(transaction=False)
+        pipe.zrangebyscore(keys.live_queues(), time.time() - read_window(), "+inf")
         for n in names:
             pipe.llen(keys.queue(n))
             pipe.lindex(keys.queue(n), -1)
@@ -91,7 +104,8 @@ class Queue:
         groups = homes.group_by_home(names)
         for home, _ in groups:
             pipe.smembers(keys.paused(home))
-        replies = pipe.execute(raise_on_error=False)
+        live, *replies = pipe.execute(raise_on_error=False)
+        read = {text(q) for q in live} if isinstance(live, list) else None  # None: unknown
         paused_names: set[str] = set()
         for members in replies[len(replies) - len(groups) :]:
             paused_names |= {text(p) for p in members} if isinstance(members, set) else set()
@@ -109,7 +123,15 @@ class Queue:
                 prioritised if isinstance(prioritised, int) else 0
             )
             oldest = oldest if isinstance(oldest, bytes) else None
-            out.append(QueueInfo(n, size, _latency(oldest, now), n in paused_names))
+            out.append(
+                QueueInfo(
+                    n,
+                    size,
+                    _latency(oldest, now),
+                    n in paused_names,
+                    read=read is None or n in read,
+                )
+            )
         if broken:
             # Keys of the wrong type (the key guard moves them aside soon): say which.
             pipe = conn.pipeline(transaction=False)
@@ -122,7 +144,12 @@ class Queue:
                 )
             for i, wrong in found.items():
                 out[i] = replace(out[i], wrong_type=wrong)
-        return out
+        if left_behind:
+            return out
+        configured = set(conf.get().queue_names)
+        return [
+            q for q in out if q.read or q.size or q.paused or q.wrong_type or q.name in configured
+        ]
 
     # Reads ------------------------------------------------------------------------------
 

@@ -115,22 +115,30 @@ class CogworkerBackend(BaseTaskBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
-        # TaskResult normalises the arguments to JSON types as Django does (a TypeError
-        # "Unsupported type" for anything else).
-        result: TaskResult[..., Any] = TaskResult(
-            task=task,
-            id=payload.new_jid(),
-            status=TaskResultStatus.READY,
-            enqueued_at=None,
-            started_at=None,
-            last_attempted_at=None,
-            finished_at=None,
-            args=args,
-            kwargs=kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        # TaskResult normalises the arguments to JSON types as Django does; its TypeError
+        # for anything else ("Unsupported type: <class ...>") does not say which
+        # argument, so the payload's check says it instead.
+        try:
+            result: TaskResult[..., Any] = TaskResult(
+                task=task,
+                id=payload.new_jid(),
+                status=TaskResultStatus.READY,
+                enqueued_at=None,
+                started_at=None,
+                last_attempted_at=None,
+                finished_at=None,
+                args=args,
+                kwargs=kwargs,
+                backend=self.alias,
+                errors=[],
+                worker_ids=[],
+            )
+        except TypeError as exc:
+            try:
+                payload.encode({"func": task.module_path, "args": list(args), "kwargs": kwargs})
+            except TypeError as named:  # Django's words first: its own tests match them
+                raise TypeError(f"{exc}: {named}") from None
+            raise  # (something the payload could hold: Django's own error, as it is)
         job = self._job(task, result)
         # A member of the batch whose block is open here, if any.
         workflow.stamp(job, self.durable, None, self.durable)

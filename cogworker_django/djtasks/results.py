@@ -10,7 +10,7 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from .. import payload
+from .. import connection, keys, payload
 from ..errors import safe_str
 from . import resolve, store
 from .store import from_iso
@@ -107,4 +107,21 @@ def load(task_id: str) -> TaskResult:
         priority=_int(data.get("priority")),
         run_after=data.get("run_after"),
     )
-    return build(task, task_id, data)
+    return build(task, task_id, _as_read_now(data))
+
+
+def _as_read_now(data: dict[str, str]) -> dict[str, str]:
+    """``data`` with RUNNING read as READY when the worker that started the last run is
+    gone (stopped, or dead: its presence key has expired): the run was handed back to its
+    queue at TERM, or waits for orphan recovery, and no worker runs it until one takes
+    it (then RUNNING again, with that worker's id appended)."""
+    if data.get("status") != store.RUNNING:
+        return data
+    runners = _list(data.get("worker_ids"))
+    if not runners:
+        return data
+    try:
+        alive = connection.get_client().exists(keys.process(str(runners[-1])))
+    except Exception:  # noqa: BLE001 - unknown: the stored status stands
+        return data
+    return data if alive else {**data, "status": store.READY}

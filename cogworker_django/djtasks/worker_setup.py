@@ -10,7 +10,8 @@ worker/extensions.py; a no-op before Django 6.0 or when ``TASKS`` doesn't use it
   for another task system, and only that module's tasks are refused (they go to dead
   with the import error).
 - :func:`build`, when the launcher is built: this process's identity becomes the worker
-  id recorded in results, and the heartbeat retries result writes deferred by an outage.
+  id recorded in results, the heartbeat retries result writes deferred by an outage, and
+  Django's own line for a failed run is left out (:class:`OneFailureLine`).
 """
 
 from __future__ import annotations
@@ -95,4 +96,24 @@ def build(launcher: Any) -> list[Any]:
     _worker_id = launcher.identity
     if store.retry_pending not in heartbeat.beat_hooks:
         heartbeat.beat_hooks.append(store.retry_pending)
+    tasks_logger = logging.getLogger("django.tasks")
+    if not any(isinstance(f, OneFailureLine) for f in tasks_logger.filters):
+        tasks_logger.addFilter(OneFailureLine())
     return []
+
+
+class OneFailureLine(logging.Filter):
+    """In a worker, a failed run of a task is logged once: by the worker's own line
+    ("<task> (jid ...) failed: <error> -> retry|dead", as for any job), not a second time
+    by Django's task_finished receiver (``Task id=... state=FAILED`` at ERROR, with the
+    traceback the run's history and dead entry keep). Django's other lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            record.levelno >= logging.ERROR
+            and record.msg == "Task id=%s path=%s state=%s"
+            and isinstance(args, tuple)
+            and len(args) == 3
+            and str(args[2]) in ("FAILED", "TaskResultStatus.FAILED")
+        )

@@ -10,6 +10,7 @@ the calling (main) thread (rule 10).
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -133,13 +134,17 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     else:
         function = jobs.registered(path)
         if function is None:
+            close = difflib.get_close_matches(
+                path, [f.path for f in jobs.registered_jobs()], n=1, cutoff=0.6
+            )
             problems.append(
                 _bad(
                     name,
                     "job",
                     path,
-                    "not a registered @job (decorate it with @job in a jobs.py or tasks.py "
-                    "module of an installed app, or in a module one imports)",
+                    "not a registered @job"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f"; {jobs.where_jobs_live()}",
                 )
             )
 
@@ -161,6 +166,12 @@ def parse_entry(name: Any, raw: Any) -> Entry:
                 name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"
             )
         )
+
+    if function is not None and not any(p for p in problems if "['args']" in str(p)):
+        try:
+            function.check_call(list(args), dict(kwargs) if isinstance(kwargs, dict) else {})
+        except jobs.BadArguments as exc:
+            problems.append(_bad(name, "args", args, f"with kwargs {kwargs!r}: {exc}"))
 
     queue = raw.get("queue", None)
     if queue is None and function is not None:
@@ -224,6 +235,8 @@ def check_messages() -> list[Any]:
         import_job_modules()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), id="cogworker.E101")]
+    except jobs.JobModuleError:
+        return []  # cogworker.E006 names it; an entry can't be judged without its job
     found = []
     for name, value in raw.items():
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import codec, conf, errors, middleware, payload
+from .. import codec, conf, errors, jobs, middleware, payload
 from ..codec import wire
 from .record import Filing, Work
 
@@ -94,7 +94,8 @@ def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tupl
         record_error(
             job, payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
         )
-    if payload.retries_exhausted(job):
+    if payload.retries_exhausted(job) or isinstance(exc, jobs.BadArguments):
+        # Arguments the function can't take fail the same way every time: not retried.
         return "dead", time.time()
     return "retry", time.time() + backoff(job["retry_count"])
 

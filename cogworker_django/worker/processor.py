@@ -320,7 +320,8 @@ class Processor:
             return failures.to_dead(
                 job,
                 "NotRegistered",
-                f"{job['func']!r} is not a registered job; it was not imported or run",
+                f"{job['func']!r} is not a registered job; it was not imported or run "
+                f"({jobs.where_jobs_live()})",
             )
         now = time.time()
         if expiry.expired(job, now):

@@ -55,6 +55,17 @@ def fails_once_dead(message="no retry"):
     raise RuntimeError(message)
 
 
+@job
+def takes_anything(*args, **kwargs):
+    _count()
+
+
+@job(retry=2)
+def type_error_inside(message="from the body"):
+    _count()
+    raise TypeError(message)
+
+
 class BrokenStr(Exception):
     def __str__(self):
         raise RuntimeError("str() of this exception raises")

@@ -15,7 +15,7 @@ Environment knobs (the tests start workers with them):
 - TESTPROJECT_DB           SQLite file (default testproject/db.sqlite3)
 - COGWORKER_TEST_POSTGRES_URL  a PostgreSQL server (postgresql://user@host:port/db): the
                            "durable_pg" database alias, for the durable-enqueue tests
-                           (scripts/ensure-postgres starts one; docs/testing.md)
+                           (scripts/ensure-postgres starts one; docs/contributing.md)
 - TESTPROJECT_DURABLE_SQLITE / TESTPROJECT_DURABLE_PG_NAME  the database files/names of
                            the "durable_sqlite" / "durable_pg" aliases (the tests pass
                            their test databases' to the workers they start)

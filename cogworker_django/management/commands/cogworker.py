@@ -98,11 +98,20 @@ class Command(BaseCommand):
         self._setup_logging(opts["logfile"], opts["verbosity"])
 
         try:
-            jobs.import_job_modules()  # every installed app's jobs.py and tasks.py
-        except Exception as exc:  # noqa: BLE001 - a jobs module that can't be imported
+            # every installed app's jobs.py and tasks.py, and COGWORKER["JOB_MODULES"]
+            modules = jobs.import_job_modules()
+        except jobs.JobModuleError as exc:
+            # The cause's traceback stays chained: --traceback shows where it failed.
+            raise CommandError(f"{exc} (--traceback shows the traceback)") from exc
+        except Exception as exc:  # noqa: BLE001 - anything else on the way
             raise CommandError(
-                f"A jobs module could not be imported: {errors.describe(exc)}"
-            ) from None
+                f"The job modules could not be imported: {errors.describe(exc)}"
+            ) from exc
+        if opts["verbosity"] >= 2:
+            log.info("job modules: %s", ", ".join(modules) or "none")
+            log.info(
+                "registered jobs: %s", ", ".join(f.path for f in jobs.registered_jobs()) or "none"
+            )
         # Every bad periodic entry, each with every bad field, before anything starts.
         bad = [m.msg for m in entries.check_messages() if m.is_serious()]
         if bad:

@@ -1,0 +1,67 @@
+"""Whether this process runs tests, and whether its jobs may reach Redis then.
+
+In a test run, an ``enqueue`` with no ``TESTING`` mode set is recorded as in
+``testing.fake()`` instead of being pushed: a test must never push to the development
+Redis, where a running worker would run it against the development database. A test run
+is one where the pytest plugin is loaded, or Django's test environment is set up
+(``manage.py test``, pytest-django, any runner that calls
+``django.test.utils.setup_test_environment()``: it creates ``mail.outbox``).
+
+A test asks for the real Redis with ``@pytest.mark.cogworker_redis``, the
+``cogworker_redis`` fixture, :func:`real_redis` or ``COGWORKER["TESTING"] = "redis"``; a
+whole suite with ``cogworker_redis = true`` in its pytest configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+# Set by the pytest plugin at configure time: "fake" (the default in a pytest run) or
+# "redis" (the ``cogworker_redis`` ini option). None: no plugin, so a test run is told by
+# Django's test environment.
+_session_default: str | None = None
+# Depth of real_redis() blocks (the marker and the fixture use one); process-wide, as the
+# test-mode sinks are, so a job's own enqueues in a worker thread of the test see it too.
+_real_redis = 0
+_lock = threading.Lock()
+
+
+def set_session_default(mode: str | None) -> None:
+    global _session_default
+    _session_default = mode
+
+
+def _django_test_environment() -> bool:
+    from django.core import mail
+
+    return hasattr(mail, "outbox")
+
+
+def real_redis_asked() -> bool:
+    """True inside :func:`real_redis` (the marker, the fixture)."""
+    return _real_redis > 0
+
+
+def default_mode() -> str | None:
+    """The test mode of an enqueue for which nothing else chose one: "fake" in a test
+    run, else None (Redis)."""
+    if _session_default is not None:
+        return None if _session_default == "redis" else _session_default
+    return "fake" if _django_test_environment() else None
+
+
+@contextlib.contextmanager
+def real_redis() -> Iterator[None]:
+    """Inside the block, jobs go to Redis even in a test run (and whatever the
+    ``TESTING`` setting says); a ``testing.fake()`` or ``inline()`` block inside it still
+    wins."""
+    global _real_redis
+    with _lock:
+        _real_redis += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _real_redis -= 1
