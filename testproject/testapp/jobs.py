@@ -356,10 +356,13 @@ def wf_not_json():
 
 @job
 def wf_chaos_member(label, i, seconds=0.0):
-    """A member of the chaos test's batches: marks itself done (a set per batch)."""
+    """A member of the chaos test's batches: counts its runs (a run a kill cut short
+    counts too), marks itself done (a set per batch)."""
+    conn = connection.get_client()
+    conn.hincrby(f"{keys.prefix()}:test:chaos:runs", f"{label}:{i}", 1)
     if seconds:
         time.sleep(seconds)
-    connection.get_client().sadd(f"{keys.prefix()}:test:chaos:done:{label}", i)
+    conn.sadd(f"{keys.prefix()}:test:chaos:done:{label}", i)
 
 
 @job
