@@ -17,6 +17,10 @@ def runs_key() -> str:
     return f"{keys.prefix()}:test:runs"
 
 
+def times_key() -> str:
+    return f"{keys.prefix()}:test:times"
+
+
 def _count(token=None):
     token = token or current_job()["jid"]
     connection.get_client().hincrby(runs_key(), token, 1)
@@ -470,11 +474,16 @@ def cooperative_cancel(token=None):
 
 @job(retry=False)
 def ignores_cancel(token=None):
-    """Never checks: the worker interrupts it after CANCEL_GRACE."""
+    """Never checks: the worker interrupts it after CANCEL_GRACE. Records when the
+    interruption came (its own clock, ``test:times``)."""
     _count(token)
     deadline = time.time() + 60
-    while time.time() < deadline:
-        time.sleep(0.05)
+    try:
+        while time.time() < deadline:
+            time.sleep(0.05)
+    except BaseException:
+        connection.get_client().hset(times_key(), f"{token}:interrupted", repr(time.time()))
+        raise
 
 
 # Redis Cluster failover (tests/test_cluster_failover.py) ---------------------------------
