@@ -62,12 +62,18 @@ class Monitor:
 
     ``scripts`` counts every script call by the script's sha (EVALSHA), or under "eval"
     (EVAL sends the source: a pipelined script). Commands from the client addresses in
-    ``ignore`` (the test's own) are left out of both."""
+    ``ignore`` (the test's own) are left out of both. ``lines`` keeps the whole text of
+    every command that holds each of the ``watch`` strings, in the order Redis ran them
+    (a command a client sent but Redis never ran is not there)."""
 
-    def __init__(self, server, ignore: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, server, ignore: frozenset[str] = frozenset(), watch: tuple[str, ...] = ()
+    ) -> None:
         self.server = server
         self.client = server.client()
         self.ignore = ignore
+        self.watch = watch
+        self.lines: list[str] = []
         self.counts: Counter = Counter()
         self.scripts: Counter = Counter()
         self._marker = f"monitor-end-{secrets.token_hex(8)}"
@@ -93,6 +99,8 @@ class Monitor:
                         continue
                     if f"{cmd.get('client_address')}:{cmd.get('client_port')}" in self.ignore:
                         continue
+                    if self.watch and all(w in cmd["command"] for w in self.watch):
+                        self.lines.append(cmd["command"])
                     words = cmd["command"].split(" ", 2)
                     name = words[0].lower()
                     self.counts[name] += 1
