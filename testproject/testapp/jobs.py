@@ -201,8 +201,12 @@ def _periodic_slot() -> str:
 
 @job
 def periodic_tick():
-    """Counts its runs per periodic slot (``<prefix>:test:slots``, field = the slot)."""
-    connection.get_client().hincrby(periodic_slots_key(), _periodic_slot(), 1)
+    """Counts its runs per periodic slot (``<prefix>:test:slots``, field = the slot), and
+    keeps when each slot's run was pushed (``<prefix>:test:slots:pushed``)."""
+    conn = connection.get_client()
+    conn.hincrby(periodic_slots_key(), _periodic_slot(), 1)
+    pushed = (current_job() or {}).get("enqueued_at")
+    conn.hset(f"{periodic_slots_key()}:pushed", _periodic_slot(), repr(pushed))
 
 
 @job(retry=False)
