@@ -296,7 +296,7 @@ def _recover_at_once(r, dead: str) -> list[int]:
     return results
 
 
-def test_two_recoverers_at_once_push_each_job_once(r):
+def test_two_recoverers_at_once_push_the_job_once(r):
     """Two processes' recovery passes on one dead claimer, started together: each record
     is pushed by whichever push script finds it; the other writes nothing. The dead
     process claimed many entries' slots, and each racer walks all of them: both pushing
