@@ -106,6 +106,17 @@ def test_dead_pages_stay_bounded_with_200k_jobs(redis_server, configure, admin_c
         client, lambda: dead.search("BOOM 12345")
     )
     _assert_bounded(cmds, max_zscan=SEARCH_BUDGET)
+    # Any case; a page within its budget (not the whole set), continued by its cursor
+    # to the end: exactly the 11 entries whose text holds "boom 12345".
+    assert page.calls <= SEARCH_BUDGET and not page.complete, page
+    found, cursor = list(page.records), page.cursor
+    while cursor:
+        more = dead.search("BOOM 12345", cursor=cursor)
+        found += more.records
+        cursor = more.cursor
+    wanted = [12345, *range(123450, 123460)]
+    assert sorted(r.jid for r in found) == sorted(f"{i:024x}" for i in wanted)
+    assert all(b"boom 12345" in r.raw for r in found)
 
     rec = dead.page(0, 1)[0]
     found, timings["api find by jid (present)"], cmds = _timed(client, lambda: dead.find(rec.jid))

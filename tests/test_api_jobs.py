@@ -36,7 +36,9 @@ def test_get_by_entry_key_and_find_by_jid(r):
     for j in jobs:
         add_to(r, "retry", j, score)  # same score: the digest tells them apart
     rs = RetrySet()
-    for rec in rs.page(0, 10):
+    listed = rs.page(0, 10)
+    assert len(listed) == 3 and len({rec.key for rec in listed}) == 3
+    for rec in listed:
         assert rs.get(rec.key).raw == rec.raw
     assert rs.get("garbage") is None
     assert rs.get(f"{score!r}|0000") is None

@@ -49,18 +49,23 @@ def test_queues_on_three_masters_run_and_leave_nothing_behind(worker, r):
         assert r.llen(keys.queue(q)) == 5
         assert q in r.smembers(keys.queues())
     w = worker(settings={"QUEUES": qs, "CONCURRENCY": 3})
+    # The worker's identity as Redis knows it (the only process of this prefix), and the
+    # homes it registered lists in: the keys looked for below are the ones it used.
+    (ident,) = wait_until(lambda: r.smembers(keys.processes()), 10, message="presence")
+    assert f"identity={ident} " in w.log()
+    every_home = {keys.home_of(q) for q in qs}
+    wait_until(lambda: r.smembers(keys.inprogress_homes(ident)) == every_home, 10)
+    assert ident in r.smembers(keys.inprogress_ids())
     wait_until(lambda: len(counts(r)) == 15, 20, message="all 15 ran")
     assert set(counts(r).values()) == {1}
     assert w.stop() == 0
     for q in qs:
-        home = keys.home_of(q)
+        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
         assert r.llen(keys.queue(q)) == 0
-        assert not r.exists(keys.inprogress(_ident_of(w), home))
-
-
-def _ident_of(w) -> str:
-    found = [line for line in w.log().splitlines() if "identity" in line]
-    return found[0].rsplit(" ", 1)[-1] if found else "none"
+    assert not r.exists(keys.inprogress_homes(ident))
+    assert ident not in r.smembers(keys.inprogress_ids())
+    assert not r.hexists(keys.last_beat(), ident)
+    assert not r.smembers(keys.processes())
 
 
 def test_a_fetch_keeps_the_weighted_order_across_homes_in_one_script_call(r):

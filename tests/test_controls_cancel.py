@@ -25,6 +25,11 @@ def history(r, prefix) -> list[dict]:
     return [json.loads(fields["run"]) for _id, fields in r.xrange(f"{prefix}:history")]
 
 
+def acked(r, prefix) -> bool:
+    """Nothing on an in-progress list: every job taken was acked (or filed)."""
+    return not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*"))
+
+
 def test_cancel_a_queued_job_releases_its_unique_lock(r, prefix):
     jid = tj.record.using(unique="until_executed").enqueue("u")
     [lock] = r.keys(f"{prefix}:unique:*")
@@ -72,30 +77,44 @@ def test_a_running_job_that_checks_sees_cancelled_and_stops(worker, r, prefix):
     wait_until(lambda: api.cancel(jid) == "running", 10, message="cancel to find it running")
     wait_until(lambda: runs(r, prefix).get("coop-saw-cancel"), 10, message="cancelled() True")
     w.wait_for_log(r"cooperative_cancel \(jid \w+\) cancelled")
-    wait_until(
-        lambda: not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*")),
-        10,
-        message="the cancelled job acked",
-    )
+    wait_until(lambda: acked(r, prefix), 10, message="the cancelled job acked")
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
     assert runs(r, prefix)["coop"] == 1  # not retried
     assert w.stop() == 0
-    assert any(run["jid"] == jid and run["status"] == "cancelled" for run in history(r, prefix))
+    (run,) = [run for run in history(r, prefix) if run["jid"] == jid]
+    assert run["status"] == "cancelled", run
     assert not r.zscore(f"{prefix}:cancels", jid)
 
 
 def test_a_running_job_that_never_checks_is_interrupted_after_the_grace(worker, r, prefix):
+    grace = 2.0
     jid = tj.ignores_cancel.enqueue("deaf")
-    w = worker(settings={"CONCURRENCY": 1, "CANCEL_GRACE": 0.5})
+    w = worker(settings={"CONCURRENCY": 1, "CANCEL_GRACE": grace})
     wait_until(lambda: runs(r, prefix).get("deaf") == 1, 15, message="the job to start")
-    wait_until(lambda: api.cancel(jid) == "running", 10, message="cancel to find it running")
+    asked = []  # when each cancel was sent: the last one found it running
+
+    def cancel() -> bool:
+        asked.append(time.time())
+        return api.cancel(jid) == "running"
+
+    wait_until(cancel, 10, message="cancel to find it running")
     w.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: interrupting it", timeout=15)
     w.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: JobCancelled", timeout=15)
+    # The interruption came no sooner than CANCEL_GRACE after the cancel (the job's own
+    # clock: the worker can only have been told after the cancel was sent).
+    interrupted = float(r.hget(tj.times_key(), "deaf:interrupted"))
+    assert interrupted - asked[-1] >= grace, (interrupted - asked[-1], grace)
+    # Filed nowhere, once the worker has acked it.
+    wait_until(lambda: acked(r, prefix), 10, message="the cancelled job acked")
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
     tj.record.enqueue("next")
     wait_until(lambda: runs(r, prefix).get("next") == 1, 15, message="the next job")
     assert w.stop() == 0
     assert runs(r, prefix)["deaf"] == 1
+    (run,) = [run for run in history(r, prefix) if run["jid"] == jid]
+    assert run["status"] == "cancelled", run
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+    assert not r.zscore(f"{prefix}:cancels", jid)
 
 
 def test_cancelling_a_queued_task_fails_its_result(r, prefix):

@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from testapp import jobs as tj
 
-from cogworker_django import JobTimeout, api, job
+from cogworker_django import CogworkerError, JobCancelled, JobTimeout, api
 from cogworker_django.controls import options
 
 from .helpers import wait_until
@@ -71,7 +71,7 @@ def test_a_job_stuck_in_c_is_abandoned_and_the_worker_goes_on(worker, r, prefix)
     assert w.stop(30) == 0
     assert len(dead_jobs(r, prefix)) == 1
     assert r.llen(f"{prefix}:queue:default") == 0
-    assert "sleep_in_c-returned" not in runs(r, prefix)
+    assert runs(r, prefix)[jid] == 1  # run once: neither requeued nor run again
     assert any(run["status"] == "timeout" for run in _history(r, prefix))
 
 
@@ -83,6 +83,10 @@ def test_an_abandoned_run_that_returns_later_settles_nothing(worker, r, prefix):
     wait_until(lambda: r.zcard(f"{prefix}:retry") == 1, 20, message="filed in retry")
     # When the sleep ends the pending JobTimeout lands at once: the thread comes back.
     w.wait_for_log(r"came back from its job after the watchdog abandoned it", timeout=20)
+    # The JobTimeout pending since the watchdog raised it landed as the sleep returned:
+    # not one more line of the job ran.
+    assert "sleep_in_c-returned" not in runs(r, prefix)
+    assert runs(r, prefix)[jid] == 1
     assert r.zcard(f"{prefix}:retry") == 1
     assert r.zcard(f"{prefix}:dead") == 0
     [retry] = [json.loads(m) for m in r.zrange(f"{prefix}:retry", 0, -1)]
@@ -134,10 +138,15 @@ def test_default_timeout_setting_is_checked(configure):
         conf.get()
 
 
-def test_job_timeout_is_a_cogworker_error():
-    assert issubclass(JobTimeout, Exception)
-    assert "timeout" in str(JobTimeout())
-    assert job  # (the decorator is what the options go through)
+def test_the_job_controls_exceptions_are_cogworker_errors():
+    for exc in (JobTimeout, JobCancelled):
+        assert issubclass(exc, CogworkerError), exc.__mro__
+    # Raised by the interpreter outside a run (no arguments, no run state): a text of
+    # its own; a message given is kept.
+    assert str(JobTimeout()) == "the job ran past its timeout"
+    assert str(JobCancelled()) == "the job was cancelled"
+    assert str(JobTimeout("too slow")) == "too slow"
+    assert (JobTimeout.history_status, JobCancelled.history_status) == ("timeout", "cancelled")
 
 
 def test_with_basic_fetch_a_stuck_job_is_filed_once_and_not_handed_over(worker, r, prefix):

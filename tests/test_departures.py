@@ -2,6 +2,7 @@
 and a django.tasks task's result becomes FAILED with the reason."""
 
 import datetime as dt
+import logging
 
 import pytest
 from testapp import jobs as tj
@@ -29,10 +30,15 @@ def test_a_failing_listener_never_stops_the_others(caplog):
     before = list(departures.listeners)
     try:
         departures.listeners[:] = [broken, recording]
-        departures.job_left({"jid": "j1", "func": "f"}, "deleted")
+        with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+            departures.job_left({"jid": "j1", "func": "f"}, "deleted")
     finally:
         departures.listeners[:] = before
     assert seen == [("j1", "deleted")]
+    # The broken one is not silent: its failure is logged, once, with its text.
+    failures = [r for r in caplog.records if "listener bug" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].levelno >= logging.WARNING, caplog.text
+    assert "Departure" in failures[0].getMessage()
 
 
 def test_a_deleted_scheduled_task_has_a_failed_result(r):

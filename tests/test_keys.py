@@ -69,7 +69,12 @@ def test_two_prefixes_never_see_each_others_keys(r, prefix):
         mine = r.lrange(f"{prefix}:queue:default", 0, -1)
         assert len(theirs) == 1 and len(mine) == 1, (mine, theirs)
         assert '"mine"' in mine[0] and '"theirs"' in theirs[0]
-        assert not any(k.startswith(other) for k in r.scan_iter(match=f"{prefix}:*"))
+        # Each push wrote the same keys, each under its own prefix (the queue and its
+        # listing): none of one's writes went to the other's keys.
+        mine_keys = {k[len(prefix) :] for k in r.scan_iter(match=f"{prefix}:*")}
+        theirs_keys = {k[len(other) :] for k in r.scan_iter(match=f"{other}:*")}
+        assert {":queue:default", ":queues"} <= mine_keys == theirs_keys, (mine_keys, theirs_keys)
+        assert r.smembers(f"{prefix}:queues") == r.smembers(f"{other}:queues") == {"default"}
     finally:
         for k in r.scan_iter(match=f"{other}:*"):
             r.delete(k)

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,7 +20,12 @@ from cogworker_django.conf import QueueSpec
 from cogworker_django.worker.fetch import ReliableFetch
 from cogworker_django.worker.heartbeat import Heartbeat
 from cogworker_django.worker.manager import Manager
-from cogworker_django.worker.recovery import OrphanRecovery, redis_now, requeue_from_list
+from cogworker_django.worker.recovery import (
+    OrphanRecovery,
+    redis_now,
+    requeue_from_list,
+    stamp_of,
+)
 
 from .helpers import wait_until
 
@@ -32,8 +38,18 @@ def counts(r, prefix) -> dict[str, int]:
     return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
 
 
+def logged_at(log: str, pattern: str) -> float:
+    """When the first line matching ``pattern`` was logged (its asctime, this machine's
+    clock, as Redis's here)."""
+    m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*" + pattern, log, re.M)
+    assert m, pattern
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+
+
 def test_sigkilled_workers_jobs_are_run_by_another_after_the_threshold(worker, r, prefix):
-    threshold = 2
+    # Longer than the presence key's TTL (2 s at these beats): a recovery that waited
+    # only for that would come too soon.
+    threshold = 5
     settings = {"ORPHAN_THRESHOLD": threshold, "CONCURRENCY": 5}
     tokens = [f"k{i}" for i in range(5)]
     tj.tracked.enqueue_many([(4, t) for t in tokens])
@@ -45,17 +61,22 @@ def test_sigkilled_workers_jobs_are_run_by_another_after_the_threshold(worker, r
     )
     (ident_a,) = r.smembers(f"{prefix}:processes")
     assert r.llen(f"{prefix}:inprogress:{ident_a}") == 5
-    a.kill()  # SIGKILL: no hand-over, nothing cleaned up
-    killed_at = time.time()
-    assert r.llen(f"{prefix}:inprogress:{ident_a}") == 5
+    # The recoverer is running before the kill: what it does after is timed from the kill,
+    # not from its own boot.
     b = worker(settings=settings)
+    a.kill()  # SIGKILL: no hand-over, nothing cleaned up
+    last_beat = stamp_of(r.hget(f"{prefix}:last_beat", ident_a))
+    assert last_beat is not None
+    assert r.llen(f"{prefix}:inprogress:{ident_a}") == 5
     b.wait_for_log(r"recovered 5 job\(s\) from dead process", timeout=threshold + 10)
-    # Not before the dead process's last beat was `threshold` seconds old.
+    # Not before the dead process's last beat was `threshold` seconds old (the line is
+    # logged after the move: its time is no earlier than the recovery's).
+    recovered_at = logged_at(b.log(), r"recovered 5 job\(s\) from dead process")
+    assert recovered_at - last_beat >= threshold, (recovered_at - last_beat, threshold)
     # Forgotten once its list was empty: that step comes just after the "recovered" line.
     wait_until(
         lambda: r.hget(f"{prefix}:last_beat", ident_a) is None, 5, message="its stamp forgotten"
     )
-    assert time.time() - killed_at >= threshold - 0.6
     wait_until(
         lambda: all(counts(r, prefix).get(f"{t}:end") == 1 for t in tokens),
         10,

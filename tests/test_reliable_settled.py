@@ -15,6 +15,7 @@ from testapp import jobs as tj
 from cogworker_django import keys
 
 from .helpers import FAST_SETTINGS, ReplyCutter, wait_until
+from .test_reliable_fetch import Monitor
 
 
 def runs(c, prefix) -> dict[str, int]:
@@ -29,20 +30,24 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
     server = redis_server()
     configure(REDIS_URL=server.url)
     c = server.client()
-    settings = {"REDIS_OPTIONS": {"socket_timeout": 1.5}, "CONCURRENCY": 2}
+    # One thread: while it runs "short" nothing fetches, so the one fetch in the pause is
+    # the one carrying its ack.
+    settings = {"REDIS_OPTIONS": {"socket_timeout": 1.5}, "CONCURRENCY": 1}
     w = worker(redis_url=server.url, settings=settings)
     inprogress = keys.inprogress(identity(w), keys.home_of("default"))
-    tj.count_then_sleep.enqueue(1.0, "short")
+    jid = tj.count_then_sleep.enqueue(1.0, "short")
     wait_until(lambda: runs(c, prefix).get("short") == 1, 10, message="the job started")
-    (listed,) = c.lrange(inprogress, 0, -1)
-    # "short" finishes inside the pause: the fetch carrying its ack times out and Redis
-    # drops it with the client's connection (never applied). The pause outlasts the
-    # socket timeout by far, so the list is read while writes are still held.
-    c.execute_command("CLIENT", "PAUSE", 6000, "WRITE")
-    w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
-    assert c.lrange(inprogress, 0, -1) == [listed]  # the ack did not go through
-    # No stop: the worker acks it by itself once writes work again.
-    wait_until(lambda: c.llen(inprogress) == 0, 15, message="the retried ack")
+    assert len(c.lrange(inprogress, 0, -1)) == 1
+    # What Redis runs from here that names the job and the list: its acks.
+    with Monitor(server, watch=(jid, inprogress)) as mon:
+        # "short" finishes inside the pause: the fetch carrying its ack times out and
+        # Redis drops it with the client's connection (never run).
+        c.execute_command("CLIENT", "PAUSE", 6000, "WRITE")
+        w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
+        # No stop: the worker acks it by itself once writes work again.
+        wait_until(lambda: c.llen(inprogress) == 0, 15, message="the retried ack")
+    # Acked once, by the heartbeat's retry (LREM), never by the fetch that carried it.
+    assert [line.split(" ", 1)[0].upper() for line in mon.lines] == ["LREM"], mon.lines
     other = worker(redis_url=server.url, settings=settings)
     # Two orphan thresholds of both workers beating and reconciling: nobody runs it again.
     deadline = time.monotonic() + 2 * FAST_SETTINGS["ORPHAN_THRESHOLD"]

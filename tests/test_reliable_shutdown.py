@@ -12,13 +12,14 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys, payload
+from cogworker_django import connection, keys, payload, scripts
 from cogworker_django.conf import QueueSpec
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 from cogworker_django.worker.record import ACK, Filing
 
 from .helpers import ReplyCutter, wait_until
+from .test_reliable_fetch import Monitor
 
 
 def counts(client, prefix) -> dict[str, int]:
@@ -77,11 +78,25 @@ def test_a_job_whose_ack_failed_is_not_run_again(worker, redis_server, configure
         message="three jobs started",
     )
     (ident,) = client.smembers(f"{prefix}:processes")
-    client.execute_command("CLIENT", "PAUSE", 3500, "WRITE")
-    # "short" finishes inside the pause: its ack (with the next fetch) times out.
-    w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=5)
-    w.signal(signal.SIGTERM)
-    assert w.wait(20) == 0
+    inprogress = f"{prefix}:inprogress:{ident}"
+    (short,) = [
+        job["jid"]
+        for job in map(json.loads, client.lrange(inprogress, 0, -1))
+        if job["args"][1] == "short"
+    ]
+    # What Redis runs from here that names "short" and the list: its acks.
+    with Monitor(server, watch=(short, inprogress)) as mon:
+        client.execute_command("CLIENT", "PAUSE", 3500, "WRITE")
+        # "short" finishes inside the pause: its ack (with the next fetch: its threads all
+        # busy until then, the worker fetches nothing else) times out.
+        w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=5)
+        w.signal(signal.SIGTERM)
+        assert w.wait(20) == 0
+    # The fetch that carried the ack never ran; it was acked once, by the heartbeat's
+    # retry or by the hand-over.
+    handover = scripts.get("handover").sha
+    (ack,) = mon.lines
+    assert ack.startswith("LREM") or ack.startswith(f"EVALSHA {handover}"), mon.lines
     log = w.log()
     assert "requeued 2 job(s) unfinished at shutdown" in log, log
     queued = [json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]

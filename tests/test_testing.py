@@ -21,7 +21,12 @@ def test_fake_records_instead_of_pushing(r, prefix):
 
 
 def test_fake_refuses_what_a_real_push_refuses():
-    with testing.fake(), pytest.raises(TypeError):
+    with (
+        testing.fake(),
+        pytest.raises(
+            TypeError, match=r"^testapp\.jobs\.record: positional argument 0 \(object\) is not JSON"
+        ),
+    ):
         tj.record.enqueue(object())
 
 

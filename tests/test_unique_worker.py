@@ -43,8 +43,14 @@ def test_until_executed_refuses_duplicates_until_the_run_succeeds(worker, r, pre
     assert r.hexists(f"{prefix}:test:timeline", f"{jid}:end")
     jid2 = job.enqueue(1.0, "ue")
     assert jid2 not in (None, jid)
+    # The second push holds the lock in its turn (what is released below is its own),
+    # and refuses a third until its run is over.
+    assert r.get(key) == jid2
+    assert job.enqueue(1.0, "ue") is None
     wait_until(lambda: runs(r, prefix, "ue") == 2, message="the second run")
     wait_until(lambda: not r.exists(key), message="the second lock to be released")
+    assert r.hexists(f"{prefix}:test:timeline", f"{jid2}:end")
+    assert runs(r, prefix, "ue") == 2
 
 
 def test_until_executed_scheduled_job_holds_its_lock_until_it_has_run(worker, r, prefix):

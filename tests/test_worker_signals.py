@@ -159,12 +159,17 @@ def test_processes_two_children_run_jobs_and_term_stops_both(worker, r, prefix):
     assert len(pids) == 2 and w.pid not in pids
     # Both take jobs: slow ones, more than one process's threads can hold.
     tj.slow.enqueue_many([(1.0, f"p{i}") for i in range(10)])
-    busy = wait_until(
+    # Each holds five (its threads' worth) on its own in-progress list, and says so.
+    wait_until(
+        lambda: [r.llen(f"{prefix}:inprogress:{i}") for i in idents] == [5, 5],
+        10,
+        message="five jobs taken by each process",
+    )
+    wait_until(
         lambda: all(r.hget(f"{prefix}:process:{i}", "busy") == "5" for i in idents),
         10,
         message="both processes busy",
     )
-    assert busy
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 10, 15, message="10 runs")
     assert set(runs(r, prefix).values()) == {1}
     w.signal(signal.SIGTERM)

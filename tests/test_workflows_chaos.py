@@ -3,11 +3,18 @@ while a chaos loop SIGKILLs workers (mid-run, mid-bookkeeping, wherever they are
 restarts Redis (with the append-only file fsynced on every write, so nothing
 acknowledged is lost). Every on_success and on_complete is pushed exactly once (one jid
 per batch and event, counted from the callbacks' own trace) and none runs before its
-batch has finished."""
+batch has finished.
+
+Each kill lands on a worker that is running and has jobs taken (its in-progress list not
+empty, replacements waited for until they are), and the test shows what the kills hit:
+a survivor's log names each killed process it recovered jobs from, and members ran
+twice (their runs are counted)."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import time
 from collections import defaultdict
 
@@ -32,23 +39,47 @@ def test_every_callback_fires_exactly_once_through_kills_and_a_redis_restart(
     r = server.client()
     settings = {"CONCURRENCY": 4}
     procs = [worker(redis_url=server.url, settings=settings) for _ in range(WORKERS)]
+    everyone = list(procs)  # with the killed ones: their logs too
 
     labels = [f"b{i}" for i in range(BATCHES)]
     bids = {}
     rng = random.Random(1234)
     kills = 0
+    hit: dict[str, int] = {}  # identity killed -> jobs on its in-progress list then
+    cut: set[str] = set()  # members on a killed worker's list ("label:i")
     started = time.monotonic()
     last_chaos = time.monotonic()
+
+    def taken(w) -> int:
+        """Jobs the worker has taken now (0 before it has started)."""
+        found = re.search(r"started: identity=(\S+) ", w.log())
+        return r.llen(keys.inprogress(found.group(1), keys.root())) if found else 0
 
     def chaos() -> None:
         nonlocal kills, last_chaos
         if time.monotonic() - last_chaos < 1.0:
             return
         last_chaos = time.monotonic()
-        i = rng.randrange(len(procs))
-        procs[i].kill()  # SIGKILL: no hand-over; its jobs wait for orphan recovery
+        # A worker running with jobs taken: replacements still booting are waited for,
+        # and a moment with none (the queue ran dry) is no moment for a kill.
+        order = rng.sample(range(len(procs)), len(procs))
+        try:
+            i = wait_until(lambda: next((j + 1 for j in order if taken(procs[j])), 0), 10, 0.01) - 1
+        except AssertionError:
+            return
+        victim = procs[i]
+        ident = re.search(r"started: identity=(\S+) ", victim.log()).group(1)
+        victim.kill()  # SIGKILL: no hand-over; its jobs wait for orphan recovery
         kills += 1
+        listed = [json.loads(raw) for raw in r.lrange(keys.inprogress(ident, keys.root()), 0, -1)]
+        hit[ident] = len(listed)
+        cut.update(
+            f"{job['args'][0]}:{job['args'][1]}"
+            for job in listed
+            if job["func"].endswith("wf_chaos_member")
+        )
         procs[i] = worker(redis_url=server.url, settings=settings, wait=False)
+        everyone.append(procs[i])
 
     for n, label in enumerate(labels):
         with Batch(
@@ -128,9 +159,21 @@ def test_every_callback_fires_exactly_once_through_kills_and_a_redis_restart(
         assert {status.complete_jid} == runs[(label, "complete")]
         assert {status.success_jid} == runs[(label, "success")]
         assert r.scard(f"{prefix}:test:chaos:done:{label}") == SIZE
-    assert kills >= 3 and restarted
+    assert restarted
+    # The kills hit running work: each left jobs on its list (taken, not acked), and a
+    # survivor recovered them, naming the dead process; members ran twice.
+    hits = [ident for ident, n in hit.items() if n > 0]
+    assert len(hits) >= 3, (kills, hit)
+    logs = "\n".join(w.log() for w in everyone)
+    recovered = set(re.findall(r"recovered \d+ job\(s\) from dead process (\S+)", logs))
+    assert set(hits) <= recovered, (hit, recovered)
+    member_runs = {k: int(v) for k, v in r.hgetall(f"{prefix}:test:chaos:runs").items()}
+    assert len(member_runs) == BATCHES * SIZE
+    twice = sorted(m for m in cut if member_runs[m] > 1)
+    assert twice, f"no member on a killed worker's list ran twice: no kill cut a run {cut}"
     print(
-        f"\n{BATCHES} batches of {SIZE}: {kills} SIGKILLs, one Redis restart, "
+        f"\n{BATCHES} batches of {SIZE}: {kills} SIGKILLs ({len(hits)} with jobs taken), "
+        f"one Redis restart, {len(twice)} member(s) cut by a kill run again, "
         f"{repeats} callback re-deliveries after a kill, {len(early)} on_complete after a "
         f"member's failure, {time.monotonic() - started:.1f}s"
     )

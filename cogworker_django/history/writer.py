@@ -42,7 +42,7 @@ class Writer:
         self.backoff.succeeded(COMPONENT)
 
     def flush(self, conn: redis.Redis) -> int:
-        """Write every buffered run; returns how many were written. Raises what the
+        """Write the buffered runs; returns how many were written. Raises what the
         write raised (after putting back what Redis may not have stored)."""
         with self._lock:
             if not self.backoff.ready(COMPONENT):
@@ -50,9 +50,13 @@ class Writer:
             written = 0
             while True:
                 runs = buffer.take(WRITE_CHUNK)
-                if not runs:
+                if runs:
+                    written += self._write(conn, runs)
+                # A short chunk emptied the buffer: the runs recorded since wait for the
+                # next flush. (Chasing them wrote a script call per few runs while jobs
+                # finished as fast as a write took, not one per WRITE_CHUNK.)
+                if len(runs) < WRITE_CHUNK:
                     break
-                written += self._write(conn, runs)
             self.backoff.succeeded(COMPONENT)
             if buffer.dropped:
                 dropped, buffer.dropped = buffer.dropped, 0

@@ -17,6 +17,10 @@ def runs_key() -> str:
     return f"{keys.prefix()}:test:runs"
 
 
+def times_key() -> str:
+    return f"{keys.prefix()}:test:times"
+
+
 def _count(token=None):
     token = token or current_job()["jid"]
     connection.get_client().hincrby(runs_key(), token, 1)
@@ -214,8 +218,12 @@ def _periodic_slot() -> str:
 
 @job
 def periodic_tick():
-    """Counts its runs per periodic slot (``<prefix>:test:slots``, field = the slot)."""
-    connection.get_client().hincrby(periodic_slots_key(), _periodic_slot(), 1)
+    """Counts its runs per periodic slot (``<prefix>:test:slots``, field = the slot), and
+    keeps when each slot's run was pushed (``<prefix>:test:slots:pushed``)."""
+    conn = connection.get_client()
+    conn.hincrby(periodic_slots_key(), _periodic_slot(), 1)
+    pushed = (current_job() or {}).get("enqueued_at")
+    conn.hset(f"{periodic_slots_key()}:pushed", _periodic_slot(), repr(pushed))
 
 
 @job(retry=False)
@@ -373,10 +381,13 @@ def wf_not_json():
 
 @job
 def wf_chaos_member(label, i, seconds=0.0):
-    """A member of the chaos test's batches: marks itself done (a set per batch)."""
+    """A member of the chaos test's batches: counts its runs (a run a kill cut short
+    counts too), marks itself done (a set per batch)."""
+    conn = connection.get_client()
+    conn.hincrby(f"{keys.prefix()}:test:chaos:runs", f"{label}:{i}", 1)
     if seconds:
         time.sleep(seconds)
-    connection.get_client().sadd(f"{keys.prefix()}:test:chaos:done:{label}", i)
+    conn.sadd(f"{keys.prefix()}:test:chaos:done:{label}", i)
 
 
 @job
@@ -484,11 +495,16 @@ def cooperative_cancel(token=None):
 
 @job(retry=False)
 def ignores_cancel(token=None):
-    """Never checks: the worker interrupts it after CANCEL_GRACE."""
+    """Never checks: the worker interrupts it after CANCEL_GRACE. Records when the
+    interruption came (its own clock, ``test:times``)."""
     _count(token)
     deadline = time.time() + 60
-    while time.time() < deadline:
-        time.sleep(0.05)
+    try:
+        while time.time() < deadline:
+            time.sleep(0.05)
+    except BaseException:
+        connection.get_client().hset(times_key(), f"{token}:interrupted", repr(time.time()))
+        raise
 
 
 # Redis Cluster failover (tests/test_cluster_failover.py) ---------------------------------
