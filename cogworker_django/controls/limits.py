@@ -231,8 +231,11 @@ def limit(name: str, wait: float | None = None) -> Iterator[None]:
     worker run the lease is refreshed by the heartbeat and the wait ends early with
     ``JobCancelled`` if the job is cancelled."""
     spec(name)  # ImproperlyConfigured now, before any wait
-    if wait is not None and (isinstance(wait, bool) or not wait >= 0):
-        raise ValueError(f"limit({name!r}): wait must be seconds >= 0 or None, got {wait!r}")
+    why = None if wait is None else conf.number_problem("wait", wait)
+    if why:
+        raise ValueError(
+            f"limit({name!r}): wait must be a number of seconds >= 0, or None, got {wait!r}: {why}"
+        )
     from .. import jobs
 
     deadline = None if wait is None else time.monotonic() + wait

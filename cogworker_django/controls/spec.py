@@ -1,11 +1,10 @@
 """The job controls' settings: ``LIMITS`` (each limiter a :class:`LimitSpec`) and
-``DEFAULT_TIMEOUT``, checked for conf.py (which passes in its own name check: this module
-imports nothing of the package, so conf can import it).
+``DEFAULT_TIMEOUT``, checked for conf.py (which passes in its own name check). Numbers
+are judged by conf's table of numbers (``conf.NUMBERS``), like every other number.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,17 +14,22 @@ from django.core.exceptions import ImproperlyConfigured
 LIMIT_FIELDS = ("concurrency", "rate", "per")
 
 
+def number_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not allowed for ``name`` in conf's table of numbers (None: it is)."""
+    from .. import conf  # (conf imports this module while it validates)
+
+    return conf.number_problem(name, value)
+
+
+def allowed(name: str) -> str:
+    from .. import conf
+
+    return conf.allowed(name)
+
+
 def positive_seconds(value: Any) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+    """A job's ``timeout`` as the table allows it (a number of seconds > 0, finite)."""
+    return number_problem("timeout", value) is None
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,15 @@ def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, Lim
         if unknown:
             raise bad(where, spec, f"unknown field(s) {unknown}; allowed: {list(LIMIT_FIELDS)}")
         concurrency, rate, per = spec.get("concurrency"), spec.get("rate"), spec.get("per")
-        if concurrency is not None and not _count(concurrency):
-            raise bad(f"{where}['concurrency']", concurrency, "expected an integer >= 1")
         if (rate is None) != (per is None):
             raise bad(where, spec, '"rate" and "per" go together (N starts per S seconds)')
-        if rate is not None and not _count(rate):
-            raise bad(f"{where}['rate']", rate, "expected an integer >= 1")
-        if per is not None and not positive_seconds(per):
-            raise bad(f"{where}['per']", per, "expected a number of seconds > 0")
+        for field_name in LIMIT_FIELDS:
+            number = spec.get(field_name)
+            why = None if number is None else number_problem(field_name, number)
+            if why:
+                raise bad(
+                    f"{where}[{field_name!r}]", number, f"{why}; expected {allowed(field_name)}"
+                )
         if concurrency is None and rate is None:
             raise bad(where, spec, 'expected "concurrency", or "rate" with "per"')
         specs[name] = LimitSpec(name, concurrency, rate, float(per) if per is not None else None)
@@ -75,8 +80,9 @@ def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, Lim
 
 
 def check_default_timeout(value: Any) -> None:
-    if value is not None and not positive_seconds(value):
+    why = None if value is None else number_problem("DEFAULT_TIMEOUT", value)
+    if why:
         raise ImproperlyConfigured(
             f"COGWORKER['DEFAULT_TIMEOUT'] = {value!r} is invalid: expected a number of "
-            "seconds > 0, or None (no time limit)."
+            f"seconds, or None (no time limit): {why}."
         )
