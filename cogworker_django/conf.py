@@ -587,8 +587,8 @@ def _validate(user: Any) -> Settings:
     _check_observability(v)
     from .controls import spec
 
-    limits = spec.parse_limits(v["LIMITS"], valid_name)
-    spec.check_default_timeout(v["DEFAULT_TIMEOUT"])
+    limits = spec.parse_limits(v["LIMITS"], valid_name, number_problem, allowed)
+    spec.check_default_timeout(v["DEFAULT_TIMEOUT"], number_problem)
 
     values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
     values.update(

@@ -6,6 +6,7 @@ settings and options checked."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -206,3 +207,38 @@ def test_a_lease_lost_while_its_run_goes_on_is_put_back_by_the_heartbeat(worker,
     wait_until(lambda: runs(r, prefix).get("long") == 1, 15, message="the run to end")
     wait_until(lambda: r.zcard(leases) == 0, 10, message="its lease released")
     assert w.stop() == 0
+
+
+def test_an_abandoned_run_keeps_its_lease_until_its_body_returns(worker, configure, r, prefix):
+    """Limit 3, six jobs with timeout=2 stuck 20 s in a C call, at the production
+    TIMEOUT_GRACE (10 s): the first three are abandoned at about 12 s with their bodies
+    still inside. Their leases stay held (refreshed by the heartbeat, well past a lease's
+    6 s lifetime here) and are shown as abandoned runs' until the bodies return; the
+    other three start only then. Measured from the jobs' own stamps: never more than 3
+    bodies inside at once."""
+    assert conf._validate({}).TIMEOUT_GRACE == 10.0
+    seconds = 20.0
+    tj.limited_stuck_in_c.enqueue_many([(seconds,) for _ in range(6)])
+    trio = {**LIMITS, "test-pair": {"concurrency": 3}}
+    configure(LIMITS=trio)
+    w = worker(settings={"CONCURRENCY": 6, "LIMITS": trio})
+    w.wait_for_log(r"abandoned and the job filed", timeout=60)
+
+    def abandoned_holders():
+        info = api.Limits().get("test-pair")
+        return [h for h in info.holders if h.abandoned] if info else []
+
+    wait_until(lambda: len(abandoned_holders()) == 3, 20, message="3 abandoned holders")
+    assert api.Limits().get("test-pair").in_use == 3
+    wait_until(lambda: len(stamps(r, prefix)) == 6, 90, message="all six bodies entered")
+    timeline = stamps(r, prefix)
+    intervals = [(t["start"], t["end"]) for t in timeline.values()]
+    assert max_overlap(intervals) <= 3, sorted(intervals)
+    # The first three came back (their leases released then): the next three hold theirs.
+    w.wait_for_log(r"came back from its job after the watchdog abandoned it", 20, count=3)
+    assert r.zcard(f"{prefix}:limit:test-pair:leases") == 3
+    # One failure line per run, from the watchdog (none when a stuck thread comes back).
+    log = w.log()
+    assert len(re.findall(r"failed: JobTimeout", log)) == len(re.findall(r"abandoned and", log))
+    assert w.stop() == 0
+    assert r.zcard(f"{prefix}:limit:test-pair:leases") == 0

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import conf, departures, homes, keys, locks, payload, priority
+from ..controls import limits
 from ..controls.spec import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
@@ -122,6 +123,9 @@ class LeaseHolder:
     job: str
     identity: str
     lapses_at: dt.datetime | None
+    # Held by a run the watchdog abandoned (its body still stuck inside the job): the
+    # lease is kept until the body returns or its process is gone.
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,10 +175,12 @@ class Limits:
     def _info(s: LimitSpec, leases: Any, starts: Any) -> LimitInfo:
         holders = []
         for member, score in leases if isinstance(leases, list) else []:
-            _token, _, rest = text(member).partition("|")
+            token, _, rest = text(member).partition("|")
             jid, _, rest = rest.partition("|")
             job, _, identity = rest.partition("|")
-            holders.append(LeaseHolder(jid, job, identity, as_datetime(score)))
+            holders.append(
+                LeaseHolder(jid, job, identity, as_datetime(score), limits.abandoned(token))
+            )
         return LimitInfo(
             s.name,
             s.concurrency,

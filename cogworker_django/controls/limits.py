@@ -24,6 +24,7 @@ logged) after the wait the script suggests plus jitter, so its queue keeps flowi
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -53,6 +54,9 @@ RETRY_DELAY = 1.0
 JITTER = 1.0
 # The longest a blocked limit() sleeps between tries (it also watches cancellation).
 BLOCK_SLICE = 0.25
+
+# The token prefix of a lease held by an abandoned run (lua/limit_abandon.lua).
+ABANDONED = "abandoned."
 
 # Set by the worker at boot (the process identity written in its leases).
 identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
@@ -105,6 +109,11 @@ class Held:
     def all(self) -> list[Lease]:
         with self._lock:
             return list(self._leases.values())
+
+    def renamed(self, lease: Lease, old: str) -> None:
+        with self._lock:
+            if self._leases.pop(old, None) is not None:
+                self._leases[lease.member] = lease
 
     def of_run(self, run_key: int) -> list[Lease]:
         with self._lock:
@@ -177,10 +186,36 @@ def release(lease: Lease) -> None:
     errors.best_effort(COMPONENT, zrem, f"lease of {', '.join(lease.names)} left to lapse")
 
 
-def release_run(run_key: int) -> None:
-    """Release every lease of one run (the watchdog, abandoning it)."""
+def abandoned(member: str) -> bool:
+    """Is this lease member held by a run the watchdog abandoned?"""
+    return member.startswith(ABANDONED)
+
+
+def keep_for_abandoned_run(run_key: int) -> None:
+    """The watchdog abandoned this run: its body is still inside (a C call no exception
+    reaches), so its leases stay held, refreshed by the heartbeat, until the body returns
+    (the middleware or ``limit()`` block around it releases them then) or its process is
+    gone (dead-process freeing). Each is renamed so ``Limits`` shows it as an abandoned
+    run's. Never raises: a lease not renamed now is still held and refreshed."""
     for lease in held.of_run(run_key):
-        release(lease)
+        errors.best_effort(
+            COMPONENT, functools.partial(_mark_abandoned, lease), "lease not marked abandoned"
+        )
+
+
+def _mark_abandoned(lease: Lease) -> None:
+    with lease.lock:  # no refresh or release in between: both use the member
+        if lease.released or abandoned(lease.member):
+            return
+        old, new = lease.member, ABANDONED + lease.member
+        scripts.run(
+            "limit_abandon",
+            connection.get_client(),
+            list(lease.lease_keys),
+            [old, new, repr(lease_ttl())],
+        )
+        lease.member = new
+        held.renamed(lease, old)
 
 
 def release_all() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .spec import LimitSpec, number_problem, positive_seconds
+from ..conf import number_problem
+from .spec import LimitSpec
 
 OPTION_NAMES = ("timeout", "expires_in", "limits")
 __all__ = [
@@ -110,4 +111,4 @@ def run_timeout(job: dict[str, Any], default: float | None) -> float | None:
         return default
     if value == 0:
         return None
-    return float(value) if positive_seconds(value) else default
+    return float(value) if number_problem("timeout", value) is None else default

@@ -1,6 +1,7 @@
 """The job controls' settings: ``LIMITS`` (each limiter a :class:`LimitSpec`) and
-``DEFAULT_TIMEOUT``, checked for conf.py (which passes in its own name check). Numbers
-are judged by conf's table of numbers (``conf.NUMBERS``), like every other number.
+``DEFAULT_TIMEOUT``, checked for conf.py, which passes in its own name check and its
+table of numbers (``conf.number_problem``, ``conf.allowed``): this module imports
+nothing of the package, so conf can import it.
 """
 
 from __future__ import annotations
@@ -14,22 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 LIMIT_FIELDS = ("concurrency", "rate", "per")
 
 
-def number_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` is not allowed for ``name`` in conf's table of numbers (None: it is)."""
-    from .. import conf  # (conf imports this module while it validates)
-
-    return conf.number_problem(name, value)
-
-
-def allowed(name: str) -> str:
-    from .. import conf
-
-    return conf.allowed(name)
-
-
-def positive_seconds(value: Any) -> bool:
-    """A job's ``timeout`` as the table allows it (a number of seconds > 0, finite)."""
-    return number_problem("timeout", value) is None
+# conf.number_problem: why a value is not allowed for a name of conf.NUMBERS (None: it is)
+Problem = Callable[[str, Any], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +30,12 @@ class LimitSpec:
     per: float | None = None
 
 
-def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, LimitSpec]:
+def parse_limits(
+    value: Any,
+    valid_name: Callable[[Any], bool],
+    number_problem: Problem,
+    allowed: Callable[[str], str],
+) -> dict[str, LimitSpec]:
     """``COGWORKER["LIMITS"]`` validated; ImproperlyConfigured naming what is wrong."""
 
     def bad(what: str, shown: Any, why: str) -> ImproperlyConfigured:
@@ -79,7 +71,7 @@ def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, Lim
     return specs
 
 
-def check_default_timeout(value: Any) -> None:
+def check_default_timeout(value: Any, number_problem: Problem) -> None:
     why = None if value is None else number_problem("DEFAULT_TIMEOUT", value)
     if why:
         raise ImproperlyConfigured(

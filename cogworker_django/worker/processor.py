@@ -365,6 +365,10 @@ class Processor:
         return Dropped(reason)
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        if locks.run_abandoned():
+            # Its settlement went to another (the watchdog filed the job, or the hand-over
+            # requeued it): the failure is theirs to count and log, once.
+            return "dead", time.time()
         try:
             target, score = failures.after_failure(job, exc)
         except Exception as err:  # noqa: BLE001 - the failure path never kills the thread
@@ -410,7 +414,8 @@ class Processor:
         job = payload.decode(wire(work.raw), work.queue)  # as fetched: the thread's is in use
         try:
             if self._job_of_run is not None:
-                limits.release_run(id(self._job_of_run))
+                # Its body is still inside: the leases stay held until it returns.
+                limits.keep_for_abandoned_run(id(self._job_of_run))
             self._settle_abandoned(work, job, exc)
         finally:
             self.record.settlement_done(work)
