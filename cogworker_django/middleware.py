@@ -119,6 +119,11 @@ class Reschedule(CogworkerError):  # noqa: N818 - a control-flow signal, not an 
     """Raised by a server middleware to put the job back on the schedule ``delay``
     seconds from now without running it and without counting a failure."""
 
-    def __init__(self, delay: float, reason: str = "") -> None:
+    def __init__(
+        self, delay: float, reason: str = "", on_filed: Callable[[str], Any] | None = None
+    ) -> None:
         super().__init__(reason or f"rescheduled in {delay}s")
         self.delay = delay
+        # Told the payload as filed in the schedule, once it is (the limiters index their
+        # waiting jobs by it); never when the filing is left to the heartbeat.
+        self.on_filed = on_filed

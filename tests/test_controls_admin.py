@@ -41,6 +41,15 @@ def test_limits_page_shows_each_limiter_and_its_holders(admin_client, configure)
     assert "at most 3 starts per 2 s" in html
 
 
+def test_limits_page_counts_the_jobs_waiting_for_a_limiter(admin_client, configure, r):
+    configure(LIMITS=LIMITS)
+    r.zadd(keys.limit_waiting("test-pair"), {'{"jid": "a"}': 1, '{"jid": "b"}': 2})
+    assert api.Limits().get("test-pair").waiting == 2
+    assert api.Limits().get("test-rate").waiting == 0
+    html = admin_client.get(url("limiter")).content.decode()
+    assert '<td class="waiting">2</td>' in html
+
+
 def test_a_lease_of_an_abandoned_run_stays_held_and_is_shown_as_such(admin_client, configure, r):
     """The watchdog abandons a run whose body is still inside: its lease stays counted,
     refreshed by the heartbeat under its new name, shown as an abandoned run's, and is

@@ -137,6 +137,7 @@ class LimitInfo:
     in_use: int  # live leases
     holders: list[LeaseHolder]
     recent_starts: int  # starts in the last ``per`` seconds
+    waiting: int = 0  # jobs refused by it, waiting in the schedule for its room
 
     @property
     def describe(self) -> str:
@@ -165,14 +166,18 @@ class Limits:
         for s in specs:
             pipe.zrangebyscore(keys.limit_leases(s.name), now, "+inf", withscores=True)
             pipe.zcount(keys.limit_starts(s.name), f"({now - (s.per or 0)}", "+inf")
+            pipe.zcard(keys.limit_waiting(s.name))
         replies = pipe.execute(raise_on_error=False)
-        return [self._info(s, replies[2 * i], replies[2 * i + 1]) for i, s in enumerate(specs)]
+        return [
+            self._info(s, replies[3 * i], replies[3 * i + 1], replies[3 * i + 2])
+            for i, s in enumerate(specs)
+        ]
 
     def get(self, name: str) -> LimitInfo | None:
         return next((i for i in self.all() if i.name == name), None)
 
     @staticmethod
-    def _info(s: LimitSpec, leases: Any, starts: Any) -> LimitInfo:
+    def _info(s: LimitSpec, leases: Any, starts: Any, waiting: Any = 0) -> LimitInfo:
         holders = []
         for member, score in leases if isinstance(leases, list) else []:
             token, _, rest = text(member).partition("|")
@@ -189,6 +194,7 @@ class Limits:
             len(holders),
             holders,
             int(starts) if s.rate and isinstance(starts, int) else 0,
+            waiting if isinstance(waiting, int) else 0,
         )
 
 
