@@ -173,10 +173,13 @@ class Bound:
 
 
 def _seconds(low: float, high: float, *, open: bool = True) -> Bound:
+    """A number of seconds > ``low`` (``open``: the default) or >= it, and <= ``high``."""
     return Bound(False, low, high, open)
 
 
 def _count(low: int, high: int, *, open: bool = True) -> Bound:
+    """An integer > ``low`` (``open``: the default; ``_count(0, ...)`` is a positive
+    count) or >= it, and <= ``high``."""
     return Bound(True, low, high, open)
 
 

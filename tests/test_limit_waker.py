@@ -11,7 +11,7 @@ from cogworker_django import api, keys, payload
 from cogworker_django.controls import limits
 from cogworker_django.worker.limit_waker import LimitWaker
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.spread]
 
 LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
 
