@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 import re
 import threading
 import time
@@ -164,14 +165,107 @@ def _bad(key: str, value: Any, allowed: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"COGWORKER[{key!r}] = {value!r} is invalid: {allowed}.")
 
 
-def _number(key, value, *, minimum=0.0, strict=True, integer=False):
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+# Every number the package takes from its user, with its allowed range, in one table:
+# the settings, a limiter's fields, the job options and limit()'s wait. A number is
+# finite and in range; NaN (which every comparison lets through) and inf never are.
+# docs/configuration.md lists the same ranges.
+DAY = 86400
+YEAR = 365 * DAY
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An allowed range: ``low`` < value (``open``) or ``low`` <= value, value <= ``high``."""
+
+    integer: bool
+    low: float
+    high: float
+    open: bool = False
+
+
+def _seconds(low: float, high: float, *, open: bool = True) -> Bound:
+    """A number of seconds > ``low`` (``open``: the default) or >= it, and <= ``high``."""
+    return Bound(False, low, high, open)
+
+
+def _count(low: int, high: int, *, open: bool = True) -> Bound:
+    """An integer > ``low`` (``open``: the default; ``_count(0, ...)`` is a positive
+    count) or >= it, and <= ``high``."""
+    return Bound(True, low, high, open)
+
+
+NUMBERS: dict[str, Bound] = {
+    # COGWORKER's keys
+    "CONCURRENCY": _count(0, 10_000),
+    "SHUTDOWN_TIMEOUT": _seconds(0, DAY, open=False),
+    "ORPHAN_THRESHOLD": _seconds(0, 7 * DAY),
+    "MAX_ORPHANINGS": _count(0, 1_000),
+    "FETCH_IDLE_MAX_INTERVAL": _seconds(0, 60),
+    "UNIQUE_LOCK_TTL": _count(0, 10 * YEAR),
+    "UNIQUE_RESCHEDULE_DELAY": _seconds(0, DAY),
+    "DEAD_MAX_JOBS": _count(0, 10**9, open=False),
+    "DEAD_TIMEOUT": _seconds(0, 10 * YEAR),
+    "HISTORY_MAX_RUNS": _count(0, 10**9, open=False),
+    "RESULT_TTL": _count(0, 10 * YEAR),
+    "BATCH_TTL": _count(0, 10 * YEAR),
+    "BATCH_UNFINISHED_TTL": _count(0, 10 * YEAR),
+    "MAX_PAYLOAD_BYTES": _count(0, 512 * 1024 * 1024),  # Redis's largest string
+    "DEFAULT_TIMEOUT": _seconds(0, 10 * YEAR),  # or None
+    "TIMEOUT_GRACE": _seconds(0, DAY),
+    "CANCEL_GRACE": _seconds(0, DAY),
+    "HEARTBEAT_INTERVAL": _seconds(0, 3600),
+    "POLL_INTERVAL": _seconds(0, 3600),
+    "ORPHAN_CHECK_INTERVAL": _seconds(0, DAY),
+    "KEYGUARD_INTERVAL": _seconds(0, DAY),
+    "PERIODIC_TICK": _seconds(0, 3600),
+    "PERIODIC_ACTIVE_TTL": _seconds(0, 30 * DAY),
+    # a limiter's fields (LIMITS[name][field])
+    "concurrency": _count(0, 1_000_000),
+    "rate": _count(0, 1_000_000),
+    "per": _seconds(0, YEAR),
+    # job options (@job / using) where they are numbers, and limit(name, wait=...)
+    "timeout": _seconds(0, 10 * YEAR),
+    "expires_in": _seconds(0, 10 * YEAR),
+    "unique_for": _seconds(0, 10 * YEAR),
+    "wait": _seconds(0, 10 * YEAR, open=False),
+}
+
+
+def _shown(x: float) -> str:
+    return f"{x:g}" if x < 1e6 or x != int(x) else f"{int(x):_}"
+
+
+def allowed(name: str) -> str:
+    """What :data:`NUMBERS` allows for ``name``, in words ("an integer >= 1 and <= 10")."""
+    b = NUMBERS[name]
+    if b.integer:
+        low = b.low + 1 if b.open else b.low
+        return f"an integer >= {_shown(low)} and <= {_shown(b.high)}"
+    return f"a number of seconds {'>' if b.open else '>='} {_shown(b.low)} and <= {_shown(b.high)}"
+
+
+def number_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not allowed for the number ``name`` of :data:`NUMBERS` (None
+    when it is)."""
+    b = NUMBERS[name]
+    ok_type = isinstance(value, int) if b.integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
-        kind = "an integer" if integer else "a number"
-        raise _bad(key, value, f"expected {kind}")
-    if (strict and value <= minimum) or (not strict and value < minimum):
-        shown = int(minimum) if integer or minimum == int(minimum) else minimum
-        raise _bad(key, value, f"must be {'>' if strict else '>='} {shown}")
+        return "expected an integer" if b.integer else "expected a number"
+    if not math.isfinite(value):
+        return "expected a finite number"
+    if (b.open and value <= b.low) or (not b.open and value < b.low):
+        return f"must be {'>' if b.open else '>='} {_shown(b.low)}"
+    if value > b.high:
+        return f"must be <= {_shown(b.high)}"
+    return None
+
+
+def check_number(key: str, value: Any) -> Any:
+    """``value`` when it suits the setting ``key``; ``ImproperlyConfigured`` naming the
+    key and the value otherwise."""
+    why = number_problem(key, value)
+    if why:
+        raise _bad(key, value, why)
     return value
 
 
@@ -478,38 +572,12 @@ def _validate(user: Any) -> Settings:
     if not valid_name(prefix):
         raise _bad("PREFIX", prefix, "expected a non-empty string without whitespace")
     _check_cluster(v)
-    _number("CONCURRENCY", v["CONCURRENCY"], integer=True)
     queues = parse_queues(v["QUEUES"])
     if v["FETCH"] not in FETCH_MODES:
         raise _bad("FETCH", v["FETCH"], f"expected one of {', '.join(FETCH_MODES)}")
-    for key in ("SHUTDOWN_TIMEOUT",):
-        _number(key, v[key], strict=False)
-    for key in (
-        "ORPHAN_THRESHOLD",
-        "FETCH_IDLE_MAX_INTERVAL",
-        "DEAD_TIMEOUT",
-        "HEARTBEAT_INTERVAL",
-        "POLL_INTERVAL",
-        "ORPHAN_CHECK_INTERVAL",
-        "KEYGUARD_INTERVAL",
-        "PERIODIC_TICK",
-        "PERIODIC_ACTIVE_TTL",
-        "UNIQUE_RESCHEDULE_DELAY",
-        "TIMEOUT_GRACE",
-        "CANCEL_GRACE",
-    ):
-        _number(key, v[key])
-    for key in (
-        "MAX_ORPHANINGS",
-        "UNIQUE_LOCK_TTL",
-        "RESULT_TTL",
-        "MAX_PAYLOAD_BYTES",
-        "BATCH_TTL",
-        "BATCH_UNFINISHED_TTL",
-    ):
-        _number(key, v[key], integer=True)
-    for key in ("DEAD_MAX_JOBS", "HISTORY_MAX_RUNS"):
-        _number(key, v[key], integer=True, strict=False)
+    for key in NUMBERS:
+        if key.isupper() and key != "DEFAULT_TIMEOUT":  # (spec.py: it may be None)
+            check_number(key, v[key])
     for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "ENQUEUE_DURABLE", "HISTORY"):
         if not isinstance(v[key], bool):
             raise _bad(key, v[key], "expected True or False")
@@ -534,8 +602,8 @@ def _validate(user: Any) -> Settings:
     _check_job_modules(v["JOB_MODULES"])
     from .controls import spec
 
-    limits = spec.parse_limits(v["LIMITS"], valid_name)
-    spec.check_default_timeout(v["DEFAULT_TIMEOUT"])
+    limits = spec.parse_limits(v["LIMITS"], valid_name, number_problem, allowed)
+    spec.check_default_timeout(v["DEFAULT_TIMEOUT"], number_problem)
 
     values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
     values.update(

@@ -157,11 +157,10 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
             f"{where}: unique must be one of {UNIQUE_MODES}, got {opts.get('unique')!r}"
         )
     unique_for = opts.get("unique_for")
-    if unique_for is not None and (
-        isinstance(unique_for, bool) or not isinstance(unique_for, (int, float)) or unique_for <= 0
-    ):
+    why = None if unique_for is None else conf.number_problem("unique_for", unique_for)
+    if why:
         raise ValueError(
-            f"{where}: unique_for must be a positive number of seconds, got {unique_for!r}"
+            f"{where}: unique_for must be a positive number of seconds, got {unique_for!r}: {why}"
         )
     on_commit = opts.get("on_commit")
     if on_commit is not None and not isinstance(on_commit, bool):

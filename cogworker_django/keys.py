@@ -261,9 +261,13 @@ def limit_starts(name: str) -> str:  # zset: start token -> its time (rate windo
     return _k("limit", name, "starts")
 
 
+def limit_waiting(name: str) -> str:  # zset: a refused job's scheduled payload -> when parked
+    return _k("limit", name, "waiting")
+
+
 def limit_keys(name: str) -> dict[str, str]:
     """Key -> Redis TYPE of every key of one limiter."""
-    return {limit_leases(name): "zset", limit_starts(name): "zset"}
+    return {limit_leases(name): "zset", limit_starts(name): "zset", limit_waiting(name): "zset"}
 
 
 def quarantine_prefix(key: str) -> str:

@@ -117,8 +117,15 @@ def run_server_chain(
 
 class Reschedule(CogworkerError):  # noqa: N818 - a control-flow signal, not an error
     """Raised by a server middleware to put the job back on the schedule ``delay``
-    seconds from now without running it and without counting a failure."""
+    seconds from now without running it and without counting a failure. ``on_filed``,
+    if given, is called with the payload as filed in the schedule once it is (the
+    limiters index their waiting jobs by it); not when the filing is left for later."""
 
-    def __init__(self, delay: float, reason: str = "") -> None:
+    def __init__(
+        self, delay: float, reason: str = "", on_filed: Callable[[str], Any] | None = None
+    ) -> None:
         super().__init__(reason or f"rescheduled in {delay}s")
         self.delay = delay
+        # Told the payload as filed in the schedule, once it is (the limiters index their
+        # waiting jobs by it); never when the filing is left to the heartbeat.
+        self.on_filed = on_filed

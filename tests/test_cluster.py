@@ -268,6 +268,7 @@ PINNED_WITH_ARGS = {
     ("batch_results", ("b1",)): "cw:batch:b1:results",
     ("limit_leases", ("l",)): "cw:limit:l:leases",
     ("limit_starts", ("l",)): "cw:limit:l:starts",
+    ("limit_waiting", ("l",)): "cw:limit:l:waiting",
     ("quarantine_prefix", ("cw:dead",)): "cw:quarantine:cw:dead:",
     ("quarantine", ("cw:dead", 5, "ab")): "cw:quarantine:cw:dead:5:ab",
 }

@@ -9,7 +9,7 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, payload
+from cogworker_django import api, keys, payload
 from cogworker_django.api import RetrySet, ScheduledSet
 from cogworker_django.controls import limits
 
@@ -39,6 +39,40 @@ def test_limits_page_shows_each_limiter_and_its_holders(admin_client, configure)
     assert "test-pair" in html and "at most 2 at once" in html and "1 / 2" in html
     assert "feedc0de" in html and "app.jobs.charge" in html
     assert "at most 3 starts per 2 s" in html
+
+
+def test_limits_page_counts_the_jobs_waiting_for_a_limiter(admin_client, configure, r):
+    configure(LIMITS=LIMITS)
+    r.zadd(keys.limit_waiting("test-pair"), {'{"jid": "a"}': 1, '{"jid": "b"}': 2})
+    assert api.Limits().get("test-pair").waiting == 2
+    assert api.Limits().get("test-rate").waiting == 0
+    html = admin_client.get(url("limiter")).content.decode()
+    assert '<td class="waiting">2</td>' in html
+
+
+def test_a_lease_of_an_abandoned_run_stays_held_and_is_shown_as_such(admin_client, configure, r):
+    """The watchdog abandons a run whose body is still inside: its lease stays counted,
+    refreshed by the heartbeat under its new name, shown as an abandoned run's, and is
+    released when the body returns."""
+    configure(LIMITS=LIMITS)
+    job = {"jid": "feedc0de", "func": "app.jobs.charge"}
+    lease = limits.take(["test-pair"], job)
+    try:
+        limits.keep_for_abandoned_run(id(job))
+        [holder] = api.Limits().get("test-pair").holders
+        assert holder.abandoned and holder.jid == "feedc0de"
+        assert api.Limits().get("test-pair").in_use == 1
+        html = admin_client.get(url("limiter")).content.decode()
+        assert "held by an abandoned run" in html
+        # Still this process's lease: the heartbeat refreshes it (and puts it back).
+        leases = keys.limit_leases("test-pair")
+        r.zrem(leases, lease.member)
+        limits.LeaseRefresher()(None, r, False)
+        assert r.zscore(leases, lease.member) is not None
+    finally:
+        limits.release(lease)
+    assert api.Limits().get("test-pair").in_use == 0
+    assert "held by an abandoned run" not in admin_client.get(url("limiter")).content.decode()
 
 
 def test_limits_page_without_limiters(admin_client, configure):

@@ -6,6 +6,7 @@ settings and options checked."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -206,3 +207,105 @@ def test_a_lease_lost_while_its_run_goes_on_is_put_back_by_the_heartbeat(worker,
     wait_until(lambda: runs(r, prefix).get("long") == 1, 15, message="the run to end")
     wait_until(lambda: r.zcard(leases) == 0, 10, message="its lease released")
     assert w.stop() == 0
+
+
+def test_an_abandoned_run_keeps_its_lease_until_its_body_returns(worker, configure, r, prefix):
+    """Limit 3, six jobs with timeout=2 stuck 20 s in a C call, at the production
+    TIMEOUT_GRACE (10 s): the first three are abandoned at about 12 s with their bodies
+    still inside. Their leases stay held (refreshed by the heartbeat, well past a lease's
+    6 s lifetime here) and are shown as abandoned runs' until the bodies return; the
+    other three start only then. Measured from the jobs' own stamps: never more than 3
+    bodies inside at once."""
+    assert conf._validate({}).TIMEOUT_GRACE == 10.0
+    seconds = 20.0
+    tj.limited_stuck_in_c.enqueue_many([(seconds,) for _ in range(6)])
+    trio = {**LIMITS, "test-pair": {"concurrency": 3}}
+    configure(LIMITS=trio)
+    w = worker(settings={"CONCURRENCY": 6, "LIMITS": trio})
+    w.wait_for_log(r"abandoned and the job filed", timeout=60)
+
+    def abandoned_holders():
+        info = api.Limits().get("test-pair")
+        return [h for h in info.holders if h.abandoned] if info else []
+
+    wait_until(lambda: len(abandoned_holders()) == 3, 20, message="3 abandoned holders")
+    assert api.Limits().get("test-pair").in_use == 3
+    wait_until(lambda: len(stamps(r, prefix)) == 6, 90, message="all six bodies entered")
+    timeline = stamps(r, prefix)
+    intervals = [(t["start"], t["end"]) for t in timeline.values()]
+    assert max_overlap(intervals) <= 3, sorted(intervals)
+    # The first three came back (their leases released then): the next three hold theirs.
+    w.wait_for_log(r"came back from its job after the watchdog abandoned it", 20, count=3)
+    assert r.zcard(f"{prefix}:limit:test-pair:leases") == 3
+    # One failure line per run, from the watchdog (none when a stuck thread comes back).
+    log = w.log()
+    assert len(re.findall(r"failed: JobTimeout", log)) == len(re.findall(r"abandoned and", log))
+    assert w.stop() == 0
+    assert r.zcard(f"{prefix}:limit:test-pair:leases") == 0
+
+
+# Waiting jobs use what a limiter allows, at the production POLL_INTERVAL (5 s): a
+# refused job is parked and moved back as soon as there is room, not at the next poll.
+PRODUCTION_POLL = {"POLL_INTERVAL": 5.0, "FETCH_IDLE_MAX_INTERVAL": 1.0}
+
+
+def test_waiting_jobs_use_a_concurrency_limit_fully(worker, r, prefix):
+    """20 one-second jobs under a limit of 2 across two workers: the jobs' own stamps
+    show the 2 slots busy >= 90% of the time from the first start to the last end."""
+    assert conf._validate({}).POLL_INTERVAL == PRODUCTION_POLL["POLL_INTERVAL"]
+    tj.limited_pair.enqueue_many([(1.0, f"u{i}") for i in range(20)])
+    settings = {"CONCURRENCY": 5, "LIMITS": LIMITS, **PRODUCTION_POLL}
+    a, b = worker(settings=settings), worker(settings=settings)
+    wait_until(lambda: len(runs(r, prefix)) == 20, 90, message="all 20 limited jobs")
+    intervals = [(t["start"], t["end"]) for t in stamps(r, prefix).values()]
+    assert len(intervals) == 20 and max_overlap(intervals) <= 2, sorted(intervals)
+    busy = sum(end - start for start, end in intervals)
+    span = max(end for _, end in intervals) - min(start for start, _ in intervals)
+    utilisation = busy / (2 * span)
+    assert utilisation >= 0.9, (utilisation, span, sorted(intervals))
+    assert set(runs(r, prefix).values()) == {1}
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+    assert a.stop() == 0 and b.stop() == 0
+    assert r.zcard(f"{prefix}:limit:test-pair:waiting") == 0
+    assert r.zcard(f"{prefix}:schedule") == 0
+
+
+def test_waiting_jobs_use_a_rate_limit_fully(worker, r, prefix):
+    """18 starts at 3 per 2 s: never more than 3 in any 2 s, and the 6 windows follow
+    each other with >= 90% of the ideal pace (10 s from the first start to the last)."""
+    tj.limited_rate.enqueue_many([(f"p{i}",) for i in range(18)])
+    w = worker(settings={"CONCURRENCY": 4, "LIMITS": LIMITS, **PRODUCTION_POLL})
+    wait_until(lambda: len(runs(r, prefix)) == 18, 90, message="all 18 rate-limited jobs")
+    starts = sorted(t["start"] for t in stamps(r, prefix).values())
+    assert len(starts) == 18
+    slack = 0.5  # the stamps are taken just after the script's decision, on this host
+    gaps = [starts[i + 3] - starts[i] for i in range(len(starts) - 3)]
+    assert min(gaps) >= 2 - slack, gaps
+    ideal = (18 / 3 - 1) * 2
+    utilisation = ideal / (starts[-1] - starts[0])
+    assert utilisation >= 0.9, (utilisation, starts)
+    assert w.stop() == 0
+    assert r.zcard(f"{prefix}:limit:test-rate:waiting") == 0
+
+
+def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
+    """The only worker is SIGKILLed with two jobs holding the leases and others waiting:
+    the waiting ones are in the schedule (filed with their ack, one script), the running
+    ones on its in-progress list. A new worker recovers the running ones, frees their
+    leases, and its waker brings the waiting ones back long before their fallback."""
+    tj.limited_pair.enqueue_many([(1.0, f"k{i}") for i in range(12)])
+    settings = {"CONCURRENCY": 6, "LIMITS": LIMITS, **PRODUCTION_POLL}
+    doomed = worker(settings=settings)
+    waiting = f"{prefix}:limit:test-pair:waiting"
+    wait_until(lambda: r.zcard(waiting) >= 4, 30, message="jobs waiting for a lease")
+    doomed.kill()
+    parked = r.zcard(f"{prefix}:schedule")
+    assert parked >= 4
+    # Every job the index names is in the schedule itself (the index is only a pointer).
+    assert all(r.zscore(f"{prefix}:schedule", m) is not None for m in r.zrange(waiting, 0, -1))
+    survivor = worker(settings=settings)
+    # (their fallback score is a minute away: the waker brought them back)
+    wait_until(lambda: len(runs(r, prefix)) == 12, 45, message="all 12 jobs, none lost")
+    assert r.zcard(f"{prefix}:dead") == 0
+    assert survivor.stop() == 0
+    assert r.zcard(waiting) == 0 and r.zcard(f"{prefix}:schedule") == 0

@@ -261,3 +261,40 @@ def test_the_listing_forgets_batches_that_have_expired(r, prefix, configure):
     with Batch():
         pass
     assert r.zscore(keys.batches(), "long-gone") is None  # pruned by a new batch
+
+
+def test_a_cancelled_member_is_filed_in_dead_and_its_retry_finishes_the_batch(r, prefix):
+    """Cancelled while queued: it counts as failed (on_complete fires, the batch is
+    stopped) and is in the dead set, so retrying it by hand lets on_success fire."""
+    with Batch(on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")) as b:
+        doomed = tj.wf_member.enqueue("cancelled")
+        tj.wf_member.enqueue("runs")
+    assert api.cancel(doomed) == "queue"
+    (other,) = queued(r)
+    r.delete(keys.queue("default"))
+    run_in_worker(other)
+    assert [j["callback_event"] for j in queued(r)] == ["complete"]
+    status = api.Batches().get(b.bid)
+    (failure,) = status.failures
+    assert (failure.jid, failure.dead, failure.error_class, status.state) == (
+        doomed,
+        True,
+        "JobCancelled",
+        "stopped",
+    )
+    record = api.DeadSet().find(doomed)
+    assert record.job["error_class"] == "JobCancelled" and record.job["bid"] == b.bid
+    r.delete(keys.queue("default"))
+    assert api.DeadSet().retry(record).name == "DONE"
+    (again,) = queued(r)
+    assert again["jid"] == doomed
+    r.delete(keys.queue("default"))
+    run_in_worker(again)
+    assert [j["callback_event"] for j in queued(r)] == ["success"]
+    assert api.Batches().get(b.bid).state == "succeeded"
+
+
+def test_a_job_in_no_batch_is_not_filed_in_dead_when_cancelled(r, prefix):
+    jid = tj.wf_member.enqueue("alone")
+    assert api.cancel(jid) == "queue"
+    assert api.DeadSet().size() == 0

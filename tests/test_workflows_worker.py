@@ -191,3 +191,30 @@ def test_a_django_task_enqueued_in_a_block_is_a_member(worker, r, prefix):
     settle(r, prefix)
     assert len(callbacks(r, batch.bid)) == 1
     assert api.Batches().get(batch.bid).succeeded == 2
+
+
+def test_an_expired_member_counts_as_failed_and_its_retry_from_dead_finishes_the_batch(
+    worker, r, prefix
+):
+    """Expired before a worker took it: never run, counted as failed (on_complete fires),
+    filed in dead ready to run (its expires_at dropped); retried from there, it runs and
+    on_success fires."""
+    with Batch(on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")) as b:
+        late = tj.wf_member.using(expires_in=3600).enqueue("late")
+        tj.wf_member.enqueue("on-time")
+    queue = f"{prefix}:queue:default"
+    for i, raw in enumerate(r.lrange(queue, 0, -1)):  # its hour passed, as if it had
+        job = json.loads(raw)
+        if job["jid"] == late:
+            job["expires_at"] = 1.0
+            r.lset(queue, i, json.dumps(job))
+    worker()
+    wait_until(lambda: len(callbacks(r, b.bid)) == 1, 30, message="on_complete")
+    assert callbacks(r, b.bid)[0]["event"] == "complete"
+    assert [e["token"] for e in trace(r) if e["kind"] == "member"] == ["on-time"]
+    record = wait_until(lambda: api.DeadSet().find(late), 10, message="the expired member")
+    assert record.job["error_class"] == "JobExpired" and "expires_at" not in record.job
+    assert api.Batches().get(b.bid).state == "stopped"
+    api.DeadSet().retry(record)
+    wait_until(lambda: api.Batches().get(b.bid).state == "succeeded", 30, message="finished")
+    assert sorted(e["event"] for e in callbacks(r, b.bid)) == ["complete", "success"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import conf, departures, homes, keys, locks, payload, priority
+from ..controls import limits
 from ..controls.spec import LimitSpec
 from ._util import as_datetime, client, text
 from .find import clean_jid
@@ -122,6 +123,9 @@ class LeaseHolder:
     job: str
     identity: str
     lapses_at: dt.datetime | None
+    # Held by a run the watchdog abandoned (its body still stuck inside the job): the
+    # lease is kept until the body returns or its process is gone.
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class LimitInfo:
     in_use: int  # live leases
     holders: list[LeaseHolder]
     recent_starts: int  # starts in the last ``per`` seconds
+    waiting: int = 0  # jobs refused by it, waiting in the schedule for its room
 
     @property
     def describe(self) -> str:
@@ -161,20 +166,26 @@ class Limits:
         for s in specs:
             pipe.zrangebyscore(keys.limit_leases(s.name), now, "+inf", withscores=True)
             pipe.zcount(keys.limit_starts(s.name), f"({now - (s.per or 0)}", "+inf")
+            pipe.zcard(keys.limit_waiting(s.name))
         replies = pipe.execute(raise_on_error=False)
-        return [self._info(s, replies[2 * i], replies[2 * i + 1]) for i, s in enumerate(specs)]
+        return [
+            self._info(s, replies[3 * i], replies[3 * i + 1], replies[3 * i + 2])
+            for i, s in enumerate(specs)
+        ]
 
     def get(self, name: str) -> LimitInfo | None:
         return next((i for i in self.all() if i.name == name), None)
 
     @staticmethod
-    def _info(s: LimitSpec, leases: Any, starts: Any) -> LimitInfo:
+    def _info(s: LimitSpec, leases: Any, starts: Any, waiting: Any = 0) -> LimitInfo:
         holders = []
         for member, score in leases if isinstance(leases, list) else []:
-            _token, _, rest = text(member).partition("|")
+            token, _, rest = text(member).partition("|")
             jid, _, rest = rest.partition("|")
             job, _, identity = rest.partition("|")
-            holders.append(LeaseHolder(jid, job, identity, as_datetime(score)))
+            holders.append(
+                LeaseHolder(jid, job, identity, as_datetime(score), limits.abandoned(token))
+            )
         return LimitInfo(
             s.name,
             s.concurrency,
@@ -183,6 +194,7 @@ class Limits:
             len(holders),
             holders,
             int(starts) if s.rate and isinstance(starts, int) else 0,
+            waiting if isinstance(waiting, int) else 0,
         )
 
 

@@ -15,15 +15,22 @@ Redis, each decision one script (lua/limit_take.lua) for every limiter a run nam
   boundary), for N entries of memory; a refusal says when the oldest start leaves the
   window, so the job comes back when it can run.
 
-``@job(limits=[...])``: :class:`LimitsMiddleware` takes room before the run; a job over
-a limit is rescheduled (``Reschedule``: not a failure, no retry counted, nothing
-logged) after the wait the script suggests plus jitter, so its queue keeps flowing.
+``@job(limits=[...])``: :class:`LimitsMiddleware` takes room before the run. A job over
+a limit is rescheduled (``Reschedule``: not a failure, no retry counted, nothing logged),
+so its queue keeps flowing, and *parked*: once filed in the schedule (one atomic script
+with its ack, as any reschedule), its payload is indexed in ``P:limit:<name>:waiting``.
+The limiter waker of every worker process (worker/limit_waker.py) moves the oldest
+waiting jobs to their queues as soon as the limiter has room: when a lease is released
+(on the releasing thread), when the rate window has room again (it sleeps exactly until
+then), and every POLL_INTERVAL otherwise. The schedule score is a fallback (:func:`delay`):
+nothing waits for ever if the index or every waker is lost.
 ``with limit(name, wait=S)`` takes the same room inside any code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -46,13 +53,21 @@ from .spec import LimitSpec
 log = logging.getLogger("cogworker_django")
 
 COMPONENT = "Limiter"
-# A job refused by a full concurrency limiter comes back after this, plus jitter (no
-# one can say when a lease will end); a rate refusal waits for its window instead.
+# A job rescheduled while Redis can't answer comes back after this, plus jitter.
 RETRY_DELAY = 1.0
-# Spreads the jobs refused together, so they do not all come back at the same instant.
+# Spreads the jobs rescheduled together, so they do not all come back at the same instant.
 JITTER = 1.0
+# A refused job waits in the schedule, indexed in its limiter's waiting set; the limiter
+# waker moves it to its queue as soon as the limiter has room (worker/limit_waker.py).
+# Its schedule score is only the fallback should no waker ever move it (every process
+# gone, the index entry lost): this long, times one more for every `limit` jobs ahead of
+# it, so however many wait, the fallback brings back about `limit` of them per period.
+WAIT_FALLBACK = 60.0
 # The longest a blocked limit() sleeps between tries (it also watches cancellation).
 BLOCK_SLICE = 0.25
+
+# The token prefix of a lease held by an abandoned run (lua/limit_abandon.lua).
+ABANDONED = "abandoned."
 
 # Set by the worker at boot (the process identity written in its leases).
 identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
@@ -106,12 +121,22 @@ class Held:
         with self._lock:
             return list(self._leases.values())
 
+    def renamed(self, lease: Lease, old: str) -> None:
+        with self._lock:
+            if self._leases.pop(old, None) is not None:
+                self._leases[lease.member] = lease
+
     def of_run(self, run_key: int) -> list[Lease]:
         with self._lock:
             return [lease for lease in self._leases.values() if lease.run_key == run_key]
 
 
 held = Held()
+
+# Set by the worker's limiter waker: told the limiters a lease of which was just released
+# (on the releasing thread, so the freed room is offered before that thread fetches
+# again), or that a job was just parked in (it wakes for the window's end).
+wake_hook: Any = None
 
 
 @dataclass(frozen=True)
@@ -175,12 +200,47 @@ def release(lease: Lease) -> None:
                 raise reply
 
     errors.best_effort(COMPONENT, zrem, f"lease of {', '.join(lease.names)} left to lapse")
+    _wake(lease.names, released=True)
 
 
-def release_run(run_key: int) -> None:
-    """Release every lease of one run (the watchdog, abandoning it)."""
+def _wake(names: tuple[str, ...], released: bool) -> None:
+    hook = wake_hook
+    if hook is not None:
+        errors.best_effort(
+            COMPONENT, functools.partial(hook, names, released), "waiting jobs left for later"
+        )
+
+
+def abandoned(member: str) -> bool:
+    """Is this lease member held by a run the watchdog abandoned?"""
+    return member.startswith(ABANDONED)
+
+
+def keep_for_abandoned_run(run_key: int) -> None:
+    """The watchdog abandoned this run: its body is still inside (a C call no exception
+    reaches), so its leases stay held, refreshed by the heartbeat, until the body returns
+    (the middleware or ``limit()`` block around it releases them then) or its process is
+    gone (dead-process freeing). Each is renamed so ``Limits`` shows it as an abandoned
+    run's. Never raises: a lease not renamed now is still held and refreshed."""
     for lease in held.of_run(run_key):
-        release(lease)
+        errors.best_effort(
+            COMPONENT, functools.partial(_mark_abandoned, lease), "lease not marked abandoned"
+        )
+
+
+def _mark_abandoned(lease: Lease) -> None:
+    with lease.lock:  # no refresh or release in between: both use the member
+        if lease.released or abandoned(lease.member):
+            return
+        old, new = lease.member, ABANDONED + lease.member
+        scripts.run(
+            "limit_abandon",
+            connection.get_client(),
+            list(lease.lease_keys),
+            [old, new, repr(lease_ttl())],
+        )
+        lease.member = new
+        held.renamed(lease, old)
 
 
 def release_all() -> None:
@@ -189,10 +249,26 @@ def release_all() -> None:
         release(lease)
 
 
-def delay(refusal: Refusal) -> float:
-    """When a refused job comes back: the window's wait (or RETRY_DELAY), plus jitter."""
-    base = refusal.wait if refusal.wait > 0 else RETRY_DELAY
-    return base + random.uniform(0, JITTER)
+def delay(refusal: Refusal, ahead: int = 0) -> float:
+    """The schedule score's delay of a refused job, ``ahead`` jobs waiting before it: the
+    fallback (WAIT_FALLBACK, once more per ``limit`` jobs ahead; at least the window's
+    wait), should no waker move it sooner."""
+    s = spec(refusal.name)
+    per_round = min(n for n in (s.concurrency, s.rate) if n)
+    fallback = WAIT_FALLBACK * (1 + ahead // per_round)
+    return max(fallback, refusal.wait) + random.uniform(0, JITTER)
+
+
+def park(name: str, filed: str) -> None:
+    """A refused job was filed in the schedule as ``filed``: index it in the limiter's
+    waiting set, where the waker finds it (the schedule keeps the job itself: whatever
+    happens to the index, the fallback score brings it back)."""
+    connection.get_client().zadd(keys.limit_waiting(name), {filed: time.time()})
+    _wake((name,), released=False)
+
+
+def waiting(name: str) -> int:
+    return int(connection.get_client().zcard(keys.limit_waiting(name)) or 0)
 
 
 class LimitsMiddleware:
@@ -217,7 +293,14 @@ class LimitsMiddleware:
             # Redis away: try later rather than count a failure (or run unlimited).
             raise Reschedule(RETRY_DELAY + random.uniform(0, JITTER), "Redis unavailable") from exc
         if isinstance(taken, Refusal):
-            raise Reschedule(delay(taken), f"over limit {taken.name!r}")
+            ahead = 0
+            with contextlib.suppress(Exception):  # (a fallback a little early at worst)
+                ahead = waiting(taken.name)
+            raise Reschedule(
+                delay(taken, ahead),
+                f"over limit {taken.name!r}",
+                on_filed=functools.partial(park, taken.name),
+            )
         try:
             return run()
         finally:
@@ -231,8 +314,11 @@ def limit(name: str, wait: float | None = None) -> Iterator[None]:
     worker run the lease is refreshed by the heartbeat and the wait ends early with
     ``JobCancelled`` if the job is cancelled."""
     spec(name)  # ImproperlyConfigured now, before any wait
-    if wait is not None and (isinstance(wait, bool) or not wait >= 0):
-        raise ValueError(f"limit({name!r}): wait must be seconds >= 0 or None, got {wait!r}")
+    why = None if wait is None else conf.number_problem("wait", wait)
+    if why:
+        raise ValueError(
+            f"limit({name!r}): wait must be a number of seconds >= 0, or None, got {wait!r}: {why}"
+        )
     from .. import jobs
 
     deadline = None if wait is None else time.monotonic() + wait
@@ -287,4 +373,7 @@ def free_leases_of(conn: Any, dead_identity: str) -> int:
     if not names:
         return 0
     lease_keys = [keys.limit_leases(n) for n in names]
-    return int(scripts.run("limit_free", conn, lease_keys, [dead_identity]) or 0)
+    freed = int(scripts.run("limit_free", conn, lease_keys, [dead_identity]) or 0)
+    if freed:
+        _wake(tuple(names), released=True)
+    return freed

@@ -17,7 +17,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .spec import LimitSpec, positive_seconds
+from ..conf import number_problem
+from .spec import LimitSpec
 
 OPTION_NAMES = ("timeout", "expires_in", "limits")
 __all__ = [
@@ -34,13 +35,18 @@ def check_options(where: str, opts: dict[str, Any]) -> None:
     """Check the controls' job options (ValueError for a bad number or shape, as for
     the other options; ImproperlyConfigured for a limiter ``LIMITS`` does not define)."""
     timeout = opts.get("timeout")
-    if timeout is not None and timeout is not False and not positive_seconds(timeout):
+    why = None if timeout is None or timeout is False else number_problem("timeout", timeout)
+    if why:
         raise ValueError(
-            f"{where}: timeout must be a number of seconds > 0 (or False for none), got {timeout!r}"
+            f"{where}: timeout must be a number of seconds > 0 (or False for none), got "
+            f"{timeout!r}: {why}"
         )
     expires_in = opts.get("expires_in")
-    if expires_in is not None and not positive_seconds(expires_in):
-        raise ValueError(f"{where}: expires_in must be a number of seconds > 0, got {expires_in!r}")
+    why = None if expires_in is None else number_problem("expires_in", expires_in)
+    if why:
+        raise ValueError(
+            f"{where}: expires_in must be a number of seconds > 0, got {expires_in!r}: {why}"
+        )
     limits = opts.get("limits")
     if limits is None:
         return
@@ -105,4 +111,4 @@ def run_timeout(job: dict[str, Any], default: float | None) -> float | None:
         return default
     if value == 0:
         return None
-    return float(value) if positive_seconds(value) else default
+    return float(value) if number_problem("timeout", value) is None else default

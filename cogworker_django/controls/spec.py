@@ -1,11 +1,11 @@
 """The job controls' settings: ``LIMITS`` (each limiter a :class:`LimitSpec`) and
-``DEFAULT_TIMEOUT``, checked for conf.py (which passes in its own name check: this module
-imports nothing of the package, so conf can import it).
+``DEFAULT_TIMEOUT``, checked for conf.py, which passes in its own name check and its
+table of numbers (``conf.number_problem``, ``conf.allowed``): this module imports
+nothing of the package, so conf can import it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,17 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 LIMIT_FIELDS = ("concurrency", "rate", "per")
 
 
-def positive_seconds(value: Any) -> bool:
-    return (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and value > 0
-    )
-
-
-def _count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value > 0
+# conf.number_problem: why a value is not allowed for a name of conf.NUMBERS (None: it is)
+Problem = Callable[[str, Any], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +30,12 @@ class LimitSpec:
     per: float | None = None
 
 
-def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, LimitSpec]:
+def parse_limits(
+    value: Any,
+    valid_name: Callable[[Any], bool],
+    number_problem: Problem,
+    allowed: Callable[[str], str],
+) -> dict[str, LimitSpec]:
     """``COGWORKER["LIMITS"]`` validated; ImproperlyConfigured naming what is wrong."""
 
     def bad(what: str, shown: Any, why: str) -> ImproperlyConfigured:
@@ -60,23 +56,25 @@ def parse_limits(value: Any, valid_name: Callable[[Any], bool]) -> dict[str, Lim
         if unknown:
             raise bad(where, spec, f"unknown field(s) {unknown}; allowed: {list(LIMIT_FIELDS)}")
         concurrency, rate, per = spec.get("concurrency"), spec.get("rate"), spec.get("per")
-        if concurrency is not None and not _count(concurrency):
-            raise bad(f"{where}['concurrency']", concurrency, "expected an integer >= 1")
         if (rate is None) != (per is None):
             raise bad(where, spec, '"rate" and "per" go together (N starts per S seconds)')
-        if rate is not None and not _count(rate):
-            raise bad(f"{where}['rate']", rate, "expected an integer >= 1")
-        if per is not None and not positive_seconds(per):
-            raise bad(f"{where}['per']", per, "expected a number of seconds > 0")
+        for field_name in LIMIT_FIELDS:
+            number = spec.get(field_name)
+            why = None if number is None else number_problem(field_name, number)
+            if why:
+                raise bad(
+                    f"{where}[{field_name!r}]", number, f"{why}; expected {allowed(field_name)}"
+                )
         if concurrency is None and rate is None:
             raise bad(where, spec, 'expected "concurrency", or "rate" with "per"')
         specs[name] = LimitSpec(name, concurrency, rate, float(per) if per is not None else None)
     return specs
 
 
-def check_default_timeout(value: Any) -> None:
-    if value is not None and not positive_seconds(value):
+def check_default_timeout(value: Any, number_problem: Problem) -> None:
+    why = None if value is None else number_problem("DEFAULT_TIMEOUT", value)
+    if why:
         raise ImproperlyConfigured(
             f"COGWORKER['DEFAULT_TIMEOUT'] = {value!r} is invalid: expected a number of "
-            "seconds > 0, or None (no time limit)."
+            f"seconds, or None (no time limit): {why}."
         )

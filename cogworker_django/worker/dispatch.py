@@ -52,6 +52,13 @@ from .record import ACK, Control, Record, Work
 
 log = logging.getLogger("cogworker_django")
 
+
+class _Nudge:
+    """Handed in by :meth:`Dispatcher.nudge` (not a thread that came free)."""
+
+
+NUDGE = _Nudge()
+
 # How often a waiting thread, and the feeder while it has nothing to do, re-check quiet
 # and stop.
 WAIT_SLICE = 0.25
@@ -86,7 +93,7 @@ class Dispatcher:
         self.concurrency = concurrency
         # Threads -> feeder: one item per thread that came free (the job it finished, to
         # ack, or None). Feeder -> threads: the jobs fetched for them.
-        self._handed_in: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._handed_in: queue.SimpleQueue[Work | None | _Nudge] = queue.SimpleQueue()
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
         # Plain dict operations, atomic under the interpreter lock.
@@ -97,11 +104,17 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._link = connection.Held()  # the feeder's own connection
         self._in_fetch = False
+        self._nudged = False  # (nudge: fetch now, the idle pause is over)
         # How many fetches went out and how many jobs and acks they carried (for tests
         # and the performance notes; never read on the hot path).
         self.fetches = 0
         self.fetched_jobs = 0
         self.acks_sent = 0
+
+    def nudge(self) -> None:
+        """Jobs were just put on the queues (the limiter waker moved waiting jobs): if
+        the feeder is pausing because the queues ran dry, it fetches now instead."""
+        self._handed_in.put(NUDGE)
 
     # The processor threads' side ----------------------------------------------------------
 
@@ -197,6 +210,10 @@ class Dispatcher:
             wanted = self._wanted()
             if now < error_until:
                 until = error_until  # Redis was away: not before the pause is over
+            elif self._nudged:  # jobs were just queued: the idle pause is over
+                self._nudged = False
+                not_before, idle_pause = 0.0, IDLE_FIRST_PAUSE
+                continue
             elif self._acks or (wanted and now >= not_before):
                 until = now  # send now
             elif wanted:
@@ -236,7 +253,10 @@ class Dispatcher:
             return 0
         return min(self._wanting, self.concurrency)
 
-    def _take_in(self, done: Work | None) -> None:
+    def _take_in(self, done: Work | None | _Nudge) -> None:
+        if isinstance(done, _Nudge):
+            self._nudged = True
+            return
         self._wanting += 1
         if done is not None:
             self._acks.append(done)

@@ -19,6 +19,12 @@ def build(launcher: Any) -> list[Any]:
     launcher.poller.timers.append(("Durable outbox relay", 0.0, chore.Chore()))
     if history.enabled():
         components.append(history.HistoryFlusher(launcher.identity))
+    if conf.get().LIMITS:
+        from .limit_waker import LimitWaker
+
+        # Jobs waiting for a limiter go to their queues as soon as it has room.
+        source = launcher.manager.source
+        components.append(LimitWaker(nudge=getattr(source, "nudge", None)))
     from ..periodic import entries, running_lock, ticker
 
     # Periodic: every process keeps its until_executed runs' locks alive, and ticks when

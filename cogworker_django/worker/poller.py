@@ -79,6 +79,19 @@ def _enqueue_due_home(conn: Any, home: str, now: float | None, listed: set[str])
     return moved
 
 
+def move_scheduled(conn: Any, raw: str) -> int:
+    """Move one job of the schedule to its queue now, whatever its score (a job waiting
+    for a limiter that has room: controls/limits.py); 0 when it is no longer there."""
+    job = payload.decode(wire(raw))
+    queue = job.get("queue")
+    home = keys.home_of(queue) if isinstance(queue, str) and queue else keys.root()
+    listed: set[str] = set()
+    moved = _move(conn, home, keys.schedule(home), raw, listed)
+    if listed and keys.spread():
+        errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
+    return moved
+
+
 def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     job = payload.decode(wire(raw))
     queue = job.get("queue")

@@ -166,6 +166,7 @@ class Processor:
         self.abandoned = False
         self._performing: Work | None = None
         self._job_of_run: dict[str, Any] | None = None  # the run's job dict (its leases' key)
+        self._on_filed: Callable[[str], Any] | None = None  # a Reschedule's (limiters)
         self._chain = RunChain(builtin_chain(), middleware.server_middleware())
 
     def start(self) -> None:
@@ -218,6 +219,7 @@ class Processor:
         job = payload.decode(wire(work.raw), work.queue)
         runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
         self._job_of_run = job
+        self._on_filed = None
         record.started(work)
         self.busy = True
         self.board.started(self.name, work)
@@ -337,6 +339,7 @@ class Processor:
                 self._perform(job, work, runner)
             return None
         except middleware.Reschedule as r:
+            self._on_filed = r.on_filed
             return "schedule", time.time() + failures.reschedule_delay(r)
         except JobCancelled as exc:
             log.warning("%s (jid %s) cancelled: %s", job["func"], job["jid"], errors.describe(exc))
@@ -366,6 +369,10 @@ class Processor:
         return Dropped(reason)
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        if locks.run_abandoned():
+            # Its settlement went to another (the watchdog filed the job, or the hand-over
+            # requeued it): the failure is theirs to count and log, once.
+            return "dead", time.time()
         try:
             target, score = failures.after_failure(job, exc)
         except Exception as err:  # noqa: BLE001 - the failure path never kills the thread
@@ -396,6 +403,9 @@ class Processor:
             self.record.settle_later(work.raw, filing)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
+        on_filed, self._on_filed = self._on_filed, None
+        if on_filed is not None and filing.target == "schedule":
+            errors.best_effort("Reschedule", lambda: on_filed(filing.payload))
 
     # Abandonment (called on the watchdog's side, never on this thread) --------------------
 
@@ -411,7 +421,8 @@ class Processor:
         job = payload.decode(wire(work.raw), work.queue)  # as fetched: the thread's is in use
         try:
             if self._job_of_run is not None:
-                limits.release_run(id(self._job_of_run))
+                # Its body is still inside: the leases stay held until it returns.
+                limits.keep_for_abandoned_run(id(self._job_of_run))
             self._settle_abandoned(work, job, exc)
         finally:
             self.record.settlement_done(work)

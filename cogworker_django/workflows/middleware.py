@@ -14,16 +14,19 @@ Where a worker can die, and why nothing is lost or doubled:
 A success whose bookkeeping can't reach Redis (for ``store.PATIENCE`` seconds) is not
 acked as done: the job is rescheduled (no failure counted) and runs again later. A job
 that leaves without a run (dead as a poison job, deleted or killed by an operator)
-counts as a failure through :func:`departed`.
+counts as a failure through :func:`departed`; one that expired or was cancelled is in
+no dead set, so :func:`departed` files a copy there too, the one way to finish its batch
+(retried by hand, it runs and its success lets on_success fire).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors, middleware, payload, unique
+from .. import connection, errors, keys, middleware, payload, unique
 from . import store
 from .signatures import Signature, WorkflowError
 
@@ -178,9 +181,32 @@ def _log_fired(job: dict[str, Any], bid: str, outcome: store.Update) -> None:
             log.info("batch %s: %s fired (jid %s) after %s", bid, event, jid, job.get("jid"))
 
 
+# How the departures of a member that never ran to its end, and is in no dead set, are
+# worded (worker/processor.py, api/controls.py): the member expired before it started, or
+# was cancelled (queued, scheduled, retrying or running).
+NEVER_FINISHED = {"expired:": "JobExpired", "cancelled ": "JobCancelled"}
+
+
 def departed(job: dict[str, Any], reason: str) -> None:
     """departures listener: a member that leaves without a run counts as failed (and in
-    dead: it can only succeed if it is put back and run)."""
+    dead: it can only succeed if it is put back and run). One that expired or was
+    cancelled is filed in its queue's dead set as well, ready to run (no ``expires_at``),
+    so that an operator can finish the batch by retrying it; deleting it there leaves the
+    batch stopped for good."""
     if not job.get("bid"):
         return
-    record_failure(job, "Departed", reason, dead=True, patience=0.0)
+    error_class = next((c for p, c in NEVER_FINISHED.items() if reason.startswith(p)), None)
+    if error_class is not None:
+        errors.best_effort("Batch", lambda: _file_in_dead(job, error_class, reason))
+    record_failure(job, error_class or "Departed", reason, dead=True, patience=0.0)
+
+
+def _file_in_dead(job: dict[str, Any], error_class: str, reason: str) -> None:
+    queue = job.get("queue")
+    if not isinstance(queue, str) or not queue:
+        return
+    kept = {k: v for k, v in job.items() if k != "expires_at"}
+    now = time.time()
+    kept.update(error_class=error_class, error_message=reason, failed_at=now)
+    kept.setdefault("first_failed_at", now)
+    connection.get_client().zadd(keys.dead(keys.home_of(queue)), {payload.encode(kept): now})

@@ -471,6 +471,20 @@ def limited_rate(token=None):
     _count(token)
 
 
+@job(limits=["test-pair"], timeout=2, retry=False)
+def limited_stuck_in_c(seconds):
+    """Inside the test-pair limiter, stuck in a C call (``time.sleep``) the timeout's
+    exception can't reach, so the watchdog abandons it while its body is still inside.
+    Stamps ``start``, and ``end`` = start + seconds up front: the body is inside for at
+    least that long (once the sleep returns the pending JobTimeout can land at any line,
+    so a stamp written after it is not certain to be written)."""
+    conn = connection.get_client()
+    jid = current_job()["jid"]
+    started = time.time()
+    conn.hset(timeline_key(), mapping={f"{jid}:start": started, f"{jid}:end": started + seconds})
+    time.sleep(seconds)
+
+
 @job(limits=["test-pair"])
 def limited_kill_first_run(token):
     """Holding a test-pair lease, kills its own worker process on its first run only."""

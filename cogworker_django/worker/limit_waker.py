@@ -1,0 +1,122 @@
+"""The limiter waker: moves jobs waiting for a limiter to their queues as soon as the
+limiter has room (controls/limits.py parks them: filed in the schedule, indexed in
+``P:limit:<name>:waiting``).
+
+One per worker process, a thread that sleeps until the next moment room can appear:
+
+- a lease released in this process (or freed as a dead process's): at once, on the
+  releasing thread, so the room is offered before that thread fetches again;
+- a rate window with waiting jobs and no room: exactly when its oldest start leaves;
+- a job just parked here: at once (a rate refusal's window may already have moved on);
+- otherwise every POLL_INTERVAL (room freed by a lease that lapsed, or by another
+  process that died before it could tell).
+
+Each look is one read-only script over every limiter (lua/limit_room.lua), returning at
+most as many of the oldest waiting jobs as there is room for; each is moved by the
+poller's atomic move (lua/requeue_due.lua: only if still in the schedule), then dropped
+from the index. Its cost does not grow with the number of waiting jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .. import codec, conf, connection, errors, keys, scripts
+from ..controls import limits
+from .fetch import text
+from .poller import move_scheduled
+
+log = logging.getLogger("cogworker_django")
+
+COMPONENT = "Limiter waker"
+# The most waiting jobs moved per limiter per look.
+MOST_PER_LOOK = 100
+# After moving jobs, the next look waits this long: the moved jobs take their room as
+# soon as a processor fetches them; a look before that would see the same room again.
+SETTLE = 0.2
+
+
+class LimitWaker:
+    def __init__(self, nudge: Callable[[], Any] | None = None) -> None:
+        # Tells this process's feeder that jobs were just queued (reliable fetch polls
+        # with a pause once the queues run dry: the moved jobs need not wait for it).
+        self._nudge = nudge
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        limits.wake_hook = self.wake
+        self._thread = threading.Thread(target=self._loop, name="limit-waker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if limits.wake_hook == self.wake:
+            limits.wake_hook = None
+        self._stop.set()
+        self._poke.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def wake(self, names: tuple[str, ...], released: bool) -> None:
+        """A lease of these limiters was released: look now, on the caller's thread. Or
+        a job was parked in them: the waker's loop looks at once and plans its next look
+        (the end of a rate window)."""
+        if released:
+            self.look(names)
+        else:
+            self._poke.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            pause = conf.get().POLL_INTERVAL
+            try:
+                pause = min(pause, self.look())
+                errors.recovered(COMPONENT)
+            except Exception as exc:  # noqa: BLE001 - Redis away: the next look retries
+                errors.report(COMPONENT, exc)
+            self._poke.wait(pause)
+            self._poke.clear()
+
+    def look(self, names: tuple[str, ...] | None = None) -> float:
+        """Move the waiting jobs that fit now; returns the seconds until room can next
+        appear by itself (a rate window), else POLL_INTERVAL."""
+        specs = conf.get().LIMITS
+        chosen = [specs[n] for n in (names or specs) if n in specs]
+        pause = conf.get().POLL_INTERVAL
+        if not chosen:
+            return pause
+        key_list: list[str] = []
+        args: list[Any] = [MOST_PER_LOOK]
+        for s in chosen:
+            key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
+            key_list.append(keys.limit_waiting(s.name))
+            args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
+        conn = connection.get_client()
+        replies = scripts.run("limit_room", conn, key_list, args)
+        for s, (count, wait, members) in zip(chosen, replies, strict=True):
+            if members:
+                self._move(conn, s.name, [text(m) for m in members])
+                if self._nudge is not None:
+                    self._nudge()
+                pause = min(pause, SETTLE)
+            elif int(count) and (codec.number(wait) or 0) > 0:
+                pause = min(pause, float(codec.number(wait) or 0))
+        return pause
+
+    @staticmethod
+    def _move(conn: Any, name: str, members: list[str]) -> None:
+        index = keys.limit_waiting(name)
+        for raw in members:
+            try:
+                move_scheduled(conn, raw)
+            except Exception as exc:
+                if errors.is_unavailable(exc):
+                    raise
+                log.error("a job waiting for limiter %s not moved: %s", name, errors.describe(exc))
+            # Moved, or no longer in the schedule (cancelled, or brought back by its
+            # fallback score): either way no longer waiting here.
+            conn.zrem(index, raw)
