@@ -35,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
     "CLUSTER": False,
     "CONCURRENCY": 10,
+    # async def jobs at once per process, on its event loop (besides the CONCURRENCY threads).
+    "ASYNC_CONCURRENCY": 100,
     "QUEUES": ["default"],
     "FETCH": "reliable",
     "SHUTDOWN_TIMEOUT": 25,
@@ -107,6 +109,7 @@ class Settings:
     PREFIX: str
     CLUSTER: bool
     CONCURRENCY: int
+    ASYNC_CONCURRENCY: int
     QUEUES: tuple[QueueSpec, ...]
     FETCH: str
     SHUTDOWN_TIMEOUT: float
@@ -468,6 +471,7 @@ def _validate(user: Any) -> Settings:
         raise _bad("PREFIX", prefix, "expected a non-empty string without whitespace")
     _check_cluster(v)
     _number("CONCURRENCY", v["CONCURRENCY"], integer=True)
+    _number("ASYNC_CONCURRENCY", v["ASYNC_CONCURRENCY"], integer=True)
     queues = parse_queues(v["QUEUES"])
     if v["FETCH"] not in FETCH_MODES:
         raise _bad("FETCH", v["FETCH"], f"expected one of {', '.join(FETCH_MODES)}")

@@ -59,6 +59,10 @@ WAIT_SLICE = 0.25
 # (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
+# With every thread busy and no async job in the last fetch, how often the feeder asks
+# for one job for the event loop (dispatch.Dispatcher._wanted): the longest an async job
+# queued behind plain ones waits to be found while the threads are all busy.
+PROBE_PAUSE = 2.0
 # A feeder loop that raised (a bug, never an outage: those are caught and reported)
 # starts again after this pause; its state (threads waiting, acks) is kept.
 RESTART_PAUSE = 1.0
@@ -86,7 +90,7 @@ class Dispatcher:
         self.concurrency = concurrency
         # Threads -> feeder: one item per thread that came free (the job it finished, to
         # ack, or None). Feeder -> threads: the jobs fetched for them.
-        self._handed_in: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._handed_in: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
         # Plain dict operations, atomic under the interpreter lock.
@@ -96,6 +100,13 @@ class Dispatcher:
         self._acks: list[Work] = []
         self._thread: threading.Thread | None = None
         self._link = connection.Held()  # the feeder's own connection
+        # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
+        # asked for with the threads', and the async jobs a fetch brings go to it. Each
+        # slot that comes free is handed in as an aio.Freed (with the job to ack).
+        self.aio: Any = None
+        self._aio_free = 0  # the loop's free slots with no job on its way
+        self._aio_coming = False  # the last fetch that brought jobs brought an async one
+        self._probe_at = 0.0  # (monotonic) no probe for an async job before this
         self._in_fetch = False
         # How many fetches went out and how many jobs and acks they carried (for tests
         # and the performance notes; never read on the hot path).
@@ -121,6 +132,10 @@ class Dispatcher:
             return work
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
+    def hand_in(self, freed: Any) -> None:
+        """The event loop's side: a slot came free (an aio.Freed, with its job to ack)."""
+        self._handed_in.put(freed)
+
     def release(self, conn: Any, done: Work) -> None:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
         it stays pending for the heartbeat or the hand-over)."""
@@ -141,8 +156,17 @@ class Dispatcher:
     # What the heartbeat and the shutdown read ---------------------------------------------
 
     def known(self) -> set[str]:
-        """Jobs fetched and not yet taken by a thread (known to this process)."""
-        return {w.raw for w in self._fetched.copy().values()}
+        """Jobs fetched and not yet taken by a thread or started on the event loop
+        (known to this process)."""
+        known = {w.raw for w in self._fetched.copy().values()}
+        if self.aio is not None:
+            known |= self.aio.known()
+        return known
+
+    def attach_loop(self, aio: Any) -> None:
+        """Fetch for the event loop's slots too (before :meth:`start`)."""
+        self.aio = aio
+        self._aio_free = aio.capacity
 
     def flush(self, conn: Any) -> None:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
@@ -234,9 +258,30 @@ class Dispatcher:
         """Jobs to ask for: one per thread free with none on its way (none once quiet)."""
         if self.control.quiet.is_set():
             return 0
-        return min(self._wanting, self.concurrency)
+        threads = min(self._wanting, self.concurrency)
+        if self.aio is None:
+            return threads
+        # The loop's free slots are asked for while async jobs are coming (the last
+        # fetch that brought jobs brought one); a fetch can't choose a job's side, and
+        # asking for them under a plain load would take plain jobs that then wait for a
+        # thread here, while another process may have one free. A job fetched for one
+        # side that needs the other waits there for a thread or slot, counted against
+        # what is asked for next (a negative count): no more jobs wait in this process
+        # than it has room for.
+        if self._aio_coming:
+            return max(0, threads + self._aio_free)
+        if threads == 0 and self._aio_free > 0 and time.monotonic() >= self._probe_at:
+            # Every thread busy: one job for the loop now and then, so async jobs queued
+            # behind plain ones are found (at most one plain job waits for it).
+            return 1
+        return max(0, threads)
 
-    def _take_in(self, done: Work | None) -> None:
+    def _take_in(self, done: Any) -> None:
+        if type(done) is not Work and done is not None:  # an aio.Freed: a loop slot
+            self._aio_free += 1
+            if done.work is not None:
+                self._acks.append(done.work)
+            return
         self._wanting += 1
         if done is not None:
             self._acks.append(done)
@@ -265,10 +310,13 @@ class Dispatcher:
         finally:
             self._in_fetch = False
         errors.recovered("Fetch")  # (logged before any job this fetch took can start)
+        before = self.fetched_jobs
         self.fetches += 1
         self.fetched_jobs += len(works)
         self.acks_sent += len(acks)
         fetched, ready = self._fetched, self._ready
+        if self.aio is not None and works:
+            works = self._to_loop(works)
         for work in works:
             fetched[id(work)] = work  # known before a thread can take it
             ready.put(work)
@@ -276,4 +324,23 @@ class Dispatcher:
         for work in acks:
             self.record.settled(work.raw, ACK)
             self.record.finished(work)
-        return len(works)
+        return self.fetched_jobs - before
+
+    def _to_loop(self, works: list[Work]) -> list[Work]:
+        """Hand the async jobs among ``works`` to the event loop; returns the others."""
+        aio = self.aio
+        plain: list[Work] = []
+        loop_jobs = []
+        for work in works:
+            job = aio.sort(work)
+            if job is None:
+                plain.append(work)
+            else:
+                loop_jobs.append((work, job))
+        self._aio_coming = bool(loop_jobs)
+        if loop_jobs:
+            self._aio_free -= len(loop_jobs)
+            aio.submit(loop_jobs)
+        else:
+            self._probe_at = time.monotonic() + PROBE_PAUSE
+        return plain
