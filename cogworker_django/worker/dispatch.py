@@ -60,9 +60,10 @@ WAIT_SLICE = 0.25
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
 # With every thread busy and no async job in the last fetch, how often the feeder asks
-# for one job for the event loop (dispatch.Dispatcher._wanted): the longest an async job
-# queued behind plain ones waits to be found while the threads are all busy.
-PROBE_PAUSE = 2.0
+# for jobs for the event loop anyway (Dispatcher._wanted): about the longest an async
+# job queued behind plain ones waits to be found while the threads are all busy. Long
+# enough that a plain load (no async job coming) rarely takes a job it can't start.
+PROBE_PAUSE = 5.0
 # A feeder loop that raised (a bug, never an outage: those are caught and reported)
 # starts again after this pause; its state (threads waiting, acks) is kept.
 RESTART_PAUSE = 1.0
@@ -270,10 +271,11 @@ class Dispatcher:
         # than it has room for.
         if self._aio_coming:
             return max(0, threads + self._aio_free)
-        if threads == 0 and self._aio_free > 0 and time.monotonic() >= self._probe_at:
-            # Every thread busy: one job for the loop now and then, so async jobs queued
-            # behind plain ones are found (at most one plain job waits for it).
-            return 1
+        if threads <= 0 and self._aio_free > 0 and time.monotonic() >= self._probe_at:
+            # Every thread busy: now and then, jobs for the loop anyway, so that async
+            # jobs queued behind plain ones are found. The plain jobs such a fetch brings
+            # wait here for a thread: never more of them than the process has threads.
+            return max(0, min(self.concurrency + threads, self._aio_free))
         return max(0, threads)
 
     def _take_in(self, done: Any) -> None:

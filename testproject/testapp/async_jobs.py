@@ -104,3 +104,14 @@ async def times_out(token):
         await asyncio.sleep(3600)
     finally:
         await client.hincrby(key("unwound"), token, 1)  # the cancellation reached it
+
+
+@job
+async def long_first_run(token):
+    """Waits an hour on its first run (cut short by a test), and not on a later one."""
+    started = await client.hincrby(key("starts"), token, 1)
+    try:
+        await asyncio.sleep(3600 if started == 1 else 0.01)
+    finally:
+        await client.hincrby(key("unwound"), token, 1)
+    await _count(token)

@@ -1,0 +1,166 @@
+"""Async jobs keep every feature of a plain one, in real workers: a failure is retried
+with its traceback in the retry set and the history; a timeout cancels the coroutine
+and the loop goes on; a cancel reaches a running coroutine (cooperative, and forced
+after CANCEL_GRACE); a coroutine that blocks the loop is named in a warning, once per
+function per minute; an async job queued behind busy threads is found; django.tasks
+async tasks run on the loop."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from testapp import async_jobs as aj
+from testapp import jobs as tj
+
+from cogworker_django import api
+
+from .helpers import wait_until
+
+
+def runs(r, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
+
+
+def dead_jobs(r, prefix) -> list[dict]:
+    return [json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)]
+
+
+def history(r, prefix) -> list[dict]:
+    return [json.loads(fields["run"]) for _id, fields in r.xrange(f"{prefix}:history")]
+
+
+def test_an_async_job_that_raises_is_retried_with_its_traceback(worker, r, prefix):
+    jid = aj.async_raises.enqueue("t1")
+    w = worker()
+    wait_until(
+        lambda: runs(r, prefix).get("t1") == 1 and r.zcard(f"{prefix}:retry"),
+        15,
+        message="the first run filed in retry",
+    )
+    [retry] = [json.loads(m) for m in r.zrange(f"{prefix}:retry", 0, -1)]
+    assert retry["jid"] == jid and retry["retry_count"] == 1
+    assert retry["error_class"] == "ValueError"
+    assert retry["error_message"] == "async boom t1"
+    # The job's own frame, where it raised: not the worker's machinery.
+    assert 'in async_raises\n    raise ValueError(f"async boom {token}")' in retry["traceback"]
+    wait_until(lambda: dead_jobs(r, prefix), 20, message="the retry filed in dead")
+    [dead] = dead_jobs(r, prefix)
+    assert dead["jid"] == jid and dead["retry_count"] == 2 and "async_raises" in dead["traceback"]
+    assert w.stop() == 0
+    failed = [h for h in history(r, prefix) if h["jid"] == jid]
+    assert [h["status"] for h in failed] == ["failed", "failed"]
+    assert {h["error_message"] for h in failed} == {"async boom t1"}
+
+
+def test_a_timeout_cancels_the_coroutine_and_the_loop_goes_on(worker, r, prefix):
+    jid = aj.times_out.enqueue("late")
+    w = worker()
+    wait_until(lambda: dead_jobs(r, prefix), 20, message="the timed-out job in dead")
+    [dead] = dead_jobs(r, prefix)
+    assert dead["jid"] == jid and dead["error_class"].endswith("JobTimeout")
+    assert "ran past its timeout of 1 s" in dead["error_message"]
+    # The cancellation reached the coroutine (its finally ran), on the same loop, which
+    # goes on running async jobs.
+    assert r.hget(f"{prefix}:test:unwound", "late") == "1"
+    aj.where_am_i.enqueue_many([(f"after-{i}",) for i in range(20)])
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"after-{i}") == 1 for i in range(20)),
+        15,
+        message="async jobs after the timeout",
+    )
+    assert "abandoned" not in w.log()
+    assert w.stop() == 0
+    assert any(h["status"] == "timeout" and h["jid"] == jid for h in history(r, prefix))
+
+
+def test_a_running_coroutine_that_checks_is_cancelled_at_once(worker, r, prefix):
+    jid = aj.waits_for_cancel.enqueue("c1")
+    w = worker()
+    wait_until(lambda: r.hget(f"{prefix}:test:starts", "c1") == "1", 15, message="started")
+    assert api.cancel(jid) == "running"
+    wait_until(
+        lambda: any(h["jid"] == jid for h in history(r, prefix)),
+        15,
+        message="the cancelled run in history",
+    )
+    [run] = [h for h in history(r, prefix) if h["jid"] == jid]
+    assert run["status"] == "cancelled"
+    assert "c1" not in runs(r, prefix)
+    assert dead_jobs(r, prefix) == [] and r.zcard(f"{prefix}:retry") == 0
+    assert w.stop() == 0
+
+
+def test_a_running_coroutine_that_never_checks_is_cancelled_after_the_grace(worker, r, prefix):
+    # Production CANCEL_GRACE (5 s): the coroutine never looks at cancelled(); its task
+    # is cancelled at its await once the grace is over.
+    jid = aj.started_then_waits.enqueue(3600, "c2")
+    w = worker()
+    wait_until(lambda: r.hget(f"{prefix}:test:starts", "c2") == "1", 15, message="started")
+    assert api.cancel(jid) == "running"
+    wait_until(
+        lambda: any(h["jid"] == jid for h in history(r, prefix)),
+        20,
+        message="the cancelled run in history",
+    )
+    [run] = [h for h in history(r, prefix) if h["jid"] == jid]
+    assert run["status"] == "cancelled"
+    assert dead_jobs(r, prefix) == [] and r.zcard(f"{prefix}:retry") == 0
+    assert not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*"))
+    assert w.stop() == 0
+
+
+def test_a_coroutine_that_blocks_the_loop_is_named_once_a_minute(worker, r, prefix):
+    first = aj.blocks_the_loop.enqueue(0.5, "b1")
+    w = worker(settings={"ASYNC_CONCURRENCY": 1})
+    wait_until(lambda: runs(r, prefix).get("b1") == 1, 15, message="the blocking job ran")
+    aj.blocks_the_loop.enqueue(0.5, "b2")
+    wait_until(lambda: runs(r, prefix).get("b2") == 1, 15, message="the second one ran")
+    aj.where_am_i.enqueue("after")  # the loop's ticks after the second block
+    wait_until(lambda: runs(r, prefix).get("after") == 1, 15, message="a job after them")
+    assert w.stop() == 0
+    warnings = re.findall(
+        r"testapp\.async_jobs\.blocks_the_loop \(jid (\w+)\) held the event loop for "
+        r"(\d+\.\d+) s: every other async job waited",
+        w.log(),
+    )
+    # Named with its jid and how long it held the loop; the second run, within the
+    # minute, is not named again.
+    assert len(warnings) == 1, w.log()
+    assert warnings[0][0] == first and float(warnings[0][1]) >= 0.4
+
+
+def test_an_async_job_behind_busy_threads_is_found(worker, r, prefix):
+    tj.slow.enqueue_many([(30, f"slow-{i}") for i in range(2)])
+    tj.record.enqueue("plain")
+    aj.where_am_i.enqueue("async")
+    w = worker(settings={"CONCURRENCY": 2})
+    # Both threads sleep for 30 s; the loop's slots find the async job meanwhile (at
+    # most CONCURRENCY plain jobs taken with it, to wait for a thread): production
+    # PROBE_PAUSE (5 s).
+    wait_until(lambda: runs(r, prefix).get("async") == 1, 20, message="the async job")
+    assert "slow-0" not in runs(r, prefix) and "slow-1" not in runs(r, prefix)
+    assert "plain" not in runs(r, prefix)
+    w.kill()
+
+
+def test_django_tasks_async_tasks_run_on_the_loop(worker, r):
+    pytest.importorskip("django.tasks")
+    from django.tasks import TaskResultStatus
+    from testapp import tasks as tt
+
+    where = tt.async_where.enqueue("w1")
+    flaky = tt.async_task_fails_once.enqueue("f1")
+    w = worker()
+    for result in (where, flaky):
+        wait_until(
+            lambda result=result: result.refresh() or result.is_finished,
+            20,
+            message=f"{result.task.name} to finish",
+        )
+        assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert where.return_value == {"thread": "event-loop", "attempt": 1}
+    assert flaky.return_value == 2 and flaky.attempts == 2
+    assert flaky.errors[0].exception_class is RuntimeError
+    assert w.stop() == 0
