@@ -164,3 +164,65 @@ def test_django_tasks_async_tasks_run_on_the_loop(worker, r):
     assert flaky.return_value == 2 and flaky.attempts == 2
     assert flaky.errors[0].exception_class is RuntimeError
     assert w.stop() == 0
+
+
+def test_a_coroutine_that_swallows_its_cancellation_is_filed_and_its_slot_comes_back(
+    worker, r, prefix
+):
+    # Production TIMEOUT_GRACE (10 s): the timeout cancels it; it swallows that; ten
+    # seconds later the watchdog files it and gives its slot back. The loop's only slot
+    # (ASYNC_CONCURRENCY 1) then runs the next job.
+    jid = aj.ignores_cancellation.enqueue("h1")
+    w = worker(settings={"ASYNC_CONCURRENCY": 1})
+    wait_until(lambda: r.hget(f"{prefix}:test:starts", "h1") == "1", 15, message="started")
+    aj.where_am_i.enqueue("next")
+    wait_until(lambda: dead_jobs(r, prefix), 30, message="the stuck coroutine filed in dead")
+    [dead] = dead_jobs(r, prefix)
+    assert dead["jid"] == jid and dead["error_class"].endswith("JobTimeout")
+    assert "did not return within TIMEOUT_GRACE" in dead["error_message"]
+    wait_until(lambda: runs(r, prefix).get("next") == 1, 15, message="the next job ran")
+    assert re.search(r"async-\d+ abandoned and the job filed", w.log())
+    assert not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*"))
+    assert w.stop(60) == 0  # the coroutine still swallows; the loop closes regardless
+    assert len(dead_jobs(r, prefix)) == 1 and r.llen(f"{prefix}:queue:default") == 0
+
+
+def test_a_limiter_holds_async_jobs_while_others_run(worker, r, prefix):
+    aj.limited_gauge.enqueue_many([(0.5, f"l-{i}") for i in range(6)])
+    aj.where_am_i.enqueue_many([(f"free-{i}",) for i in range(20)])
+    w = worker()
+    wait_until(lambda: len(runs(r, prefix)) == 26, 60, message="all 26 runs")
+    assert w.stop() == 0
+    assert int(r.get(f"{prefix}:test:peak")) == 2  # the limit was used and kept
+    assert set(runs(r, prefix).values()) == {1}
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+
+
+def test_a_unique_async_job_holds_its_lock_through_the_run(worker, r, prefix):
+    first = aj.unique_async.enqueue("u")
+    assert aj.unique_async.enqueue("u") is None  # refused: the lock is held
+    w = worker()
+    wait_until(lambda: runs(r, prefix).get("u") == 1, 15, message="the unique run")
+    wait_until(lambda: not r.keys(f"{prefix}:*unique*"), 15, message="its lock released")
+    assert aj.unique_async.enqueue("u") not in (None, first)  # free again
+    wait_until(lambda: runs(r, prefix).get("u") == 2, 15, message="the second run")
+    assert w.stop() == 0
+
+
+def test_running_coroutines_are_on_the_busy_page_and_processes_run_them(worker, r, prefix):
+    aj.long_first_run.enqueue_many([(f"b-{i}",) for i in range(3)])
+    aj.where_am_i.enqueue_many([(f"p-{i}",) for i in range(40)])
+    w = worker(args=["--processes", "2"])
+    wait_until(lambda: len(api.Workers().list()) == 3, 20, message="3 busy async jobs")
+    busy = api.Workers().list()
+    assert {b.thread.split("-")[0] for b in busy} == {"async"}
+    assert sorted(b.record.job["args"][0] for b in busy) == ["b-0", "b-1", "b-2"]
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"p-{i}") == 1 for i in range(40)),
+        20,
+        message="the async jobs of two processes",
+    )
+    assert set(r.hgetall(f"{prefix}:test:threads").values()) == {"event-loop"}
+    assert {p.busy for p in api.ProcessSet().list()} <= {0, 1, 2, 3}
+    assert sum(p.busy for p in api.ProcessSet().list()) == 3
+    assert w.stop(60) == 0

@@ -155,10 +155,11 @@ class AsyncSide:
     def _start(self, work: Work, job: dict[str, Any]) -> None:
         if self.control.stopping.is_set():
             return  # left listed (and known) for the hand-over to requeue
+        run = AsyncRun(self, work, job, f"async-{next(self._names)}")
+        run.begin()  # in the record before it leaves the waiting jobs
         self._waiting.pop(id(work), None)
         self._taken += 1
         self.started_runs += 1
-        run = AsyncRun(self, work, job, f"async-{next(self._names)}")
         self.runs[id(run)] = run
         run.outer = self.loop.create_task(self._drive(run))
 

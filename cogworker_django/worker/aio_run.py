@@ -62,18 +62,34 @@ class AsyncRun(Settler):
         self._inner: asyncio.Task | None = None  # the task awaiting the job, while it does
         self.outer: asyncio.Task | None = None  # the run's own task (aio.AsyncSide._start)
         self.context: TaskRun | None = None
+        self.runner: Any = None
 
     # The run -----------------------------------------------------------------------------
 
-    async def process(self) -> Work | None:
-        """Run the job and settle it; returns the work to ack (a success)."""
-        work, job, record = self.work, self.job, self.record
-        runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
-        self.context = TaskRun(job, runner)
-        current.set(self.context)  # this task's context only (each run is a task)
-        record.started(work)
+    def begin(self) -> None:
+        """On the loop, as the run is given its slot: known to the record from here on
+        (the heartbeat's reconcile never sees it unknown between the two)."""
+        work, job = self.work, self.job
+        try:
+            self.runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
+        except Exception as exc:  # noqa: BLE001 - a resolver that raises: filed in dead
+            log.error(
+                "%s (jid %s) could not be resolved: %s",
+                job.get("func"),
+                job.get("jid"),
+                errors.describe(exc),
+            )
+            self.runner = None
+        self.context = TaskRun(job, self.runner)
+        self.record.started(work)
         self.board.started(self.name, work)
         self._performing = work
+
+    async def process(self) -> Work | None:
+        """Run the job and settle it (after :meth:`begin`); returns the work to ack (a
+        success)."""
+        work, job, record, runner = self.work, self.job, self.record, self.runner
+        current.set(self.context)  # this task's context only (each run is a task)
         ack_later = False
         try:
             ack_later = await self._run_and_settle(work, job, runner)

@@ -27,9 +27,11 @@ log = logging.getLogger("cogworker_django")
 
 # How often the loop ticks: the lag is known to about this.
 TICK = 0.05
-# A tick this late means a coroutine held the loop (asyncio's own debug mode calls a
-# callback slow from 100 ms).
-BLOCKED = 0.1
+# A tick this late means a coroutine held the loop. (asyncio's debug mode calls a
+# callback slow from 100 ms; on a busy machine the loop thread can wait that long for
+# the interpreter lock or a core with no coroutine at fault, so the warning waits a
+# little longer.)
+BLOCKED = 0.25
 # A hold still going on after this is named before it ends.
 LONG_HOLD = 5.0
 # Per job function, at most one warning in this many seconds.

@@ -115,3 +115,32 @@ async def long_first_run(token):
     finally:
         await client.hincrby(key("unwound"), token, 1)
     await _count(token)
+
+
+@job(timeout=1, retry=False)
+async def ignores_cancellation(token):
+    """Hostile: swallows every cancellation and keeps its slot until the watchdog gives
+    up on it (TIMEOUT_GRACE) and files it."""
+    await client.hincrby(key("starts"), token, 1)
+    for _ in range(100):
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await client.hincrby(key("swallowed"), token, 1)
+
+
+@job(limits=["test-pair"])
+async def limited_gauge(seconds, token):
+    """At most two at once across the fleet (LIMITS["test-pair"]), measured."""
+    await client.eval(_PEAK, 2, key("gauge"), key("peak"))
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await client.decr(key("gauge"))
+    await _count(token)
+
+
+@job(unique="until_executed")
+async def unique_async(token):
+    await asyncio.sleep(0.5)
+    await _count(token)
