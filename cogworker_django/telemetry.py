@@ -169,8 +169,8 @@ class WorkerMetrics:
         )
         self.loop_lag = pc.Gauge(
             "cogworker_event_loop_lag_seconds",
-            "How late the event loop of async jobs ran its last tick (worker/loopwatch.py): "
-            "a coroutine making a blocking call raises it.",
+            "How late the event loop of async jobs ran its ticks, the worst of the last 10 s "
+            "(worker/loopwatch.py): a coroutine making a blocking call raises it.",
             multiprocess_mode="livemax",
             **kw,
         )

@@ -16,7 +16,7 @@ from testapp import jobs as tj
 
 from cogworker_django import api
 
-from .helpers import wait_until
+from .helpers import free_port, wait_until
 
 
 def runs(r, prefix) -> dict[str, int]:
@@ -77,7 +77,8 @@ def test_a_timeout_cancels_the_coroutine_and_the_loop_goes_on(worker, r, prefix)
 
 def test_a_running_coroutine_that_checks_is_cancelled_at_once(worker, r, prefix):
     jid = aj.waits_for_cancel.enqueue("c1")
-    w = worker()
+    # A grace far longer than the wait below: only the coroutine's own check can end it.
+    w = worker(settings={"CANCEL_GRACE": 600})
     wait_until(lambda: r.hget(f"{prefix}:test:starts", "c1") == "1", 15, message="started")
     assert api.cancel(jid) == "running"
     wait_until(
@@ -226,3 +227,28 @@ def test_running_coroutines_are_on_the_busy_page_and_processes_run_them(worker, 
     assert {p.busy for p in api.ProcessSet().list()} <= {0, 1, 2, 3}
     assert sum(p.busy for p in api.ProcessSet().list()) == 3
     assert w.stop(60) == 0
+
+
+def test_async_runs_and_the_loop_lag_are_in_the_worker_metrics(worker, r, prefix):
+    from .test_metrics_worker import samples
+
+    port = free_port()
+    w = worker(args=["--metrics-port", str(port), "--metrics-addr", "127.0.0.1"])
+    w.wait_for_log(rf"metrics served on http://127\.0\.0\.1:{port}/metrics")
+    aj.where_am_i.enqueue_many([(f"m-{i}",) for i in range(5)])
+    aj.blocks_the_loop.enqueue(1.0, "held")
+    wait_until(lambda: len(runs(r, prefix)) == 6, 20, message="the six runs")
+    m = wait_until(
+        lambda: (
+            lambda m: m if m.get(("cogworker_event_loop_lag_seconds", ()), 0) >= 0.9 else None
+        )(samples(port)),
+        8,
+        interval=0.2,
+        message="the hold in the lag metric (the worst of 10 s)",
+    )
+    key = (
+        "cogworker_jobs_total",
+        (("job", "testapp.async_jobs.where_am_i"), ("outcome", "success"), ("queue", "default")),
+    )
+    assert m[key] == 5
+    assert w.stop() == 0

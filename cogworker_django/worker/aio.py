@@ -51,13 +51,15 @@ CLOSE_WAIT = 2.0
 
 
 class Freed:
-    """Handed in to the job source when an async run ends: its slot is free, and
-    ``work`` (a success) is to ack with the next fetch."""
+    """Handed in to the job source as async runs end: ``slots`` came free, and
+    ``works`` (the successes) are to ack with the next fetch. One per turn of the loop
+    however many runs ended in it: each hand-in wakes the feeder thread."""
 
-    __slots__ = ("work",)
+    __slots__ = ("slots", "works")
 
-    def __init__(self, work: Work | None) -> None:
-        self.work = work
+    def __init__(self, slots: int, works: list[Work]) -> None:
+        self.slots = slots
+        self.works = works
 
 
 class Sorter:
@@ -118,6 +120,8 @@ class AsyncSide:
         self._waiting: dict[int, Work] = {}  # handed in, not started (read by the heartbeat)
         self._backlog: deque[tuple[Work, dict[str, Any]]] = deque()
         self._taken = 0  # slots in use (loop thread only; read elsewhere as a number)
+        self._freed_slots = 0  # slots freed in this turn of the loop, not yet handed in
+        self._freed_works: list[Work] = []  # their successes, to ack
         self._names = itertools.count()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -180,10 +184,19 @@ class AsyncSide:
             return
         run.slot_freed = True
         self._taken -= 1
-        self.hand_in(Freed(done))
+        if not self._freed_slots:
+            self.loop.call_soon(self._hand_freed_in)
+        self._freed_slots += 1
+        if done is not None:
+            self._freed_works.append(done)
         backlog = self._backlog
         while backlog and self._taken < self.capacity:
             self._start(*backlog.popleft())
+
+    def _hand_freed_in(self) -> None:
+        freed = Freed(self._freed_slots, self._freed_works)
+        self._freed_slots, self._freed_works = 0, []
+        self.hand_in(freed)
 
     def free_threadsafe(self, run: AsyncRun) -> None:
         """From another thread (the watchdog abandoned the run): its slot comes back."""

@@ -103,7 +103,8 @@ class Dispatcher:
         self._link = connection.Held()  # the feeder's own connection
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
-        # slot that comes free is handed in as an aio.Freed (with the job to ack).
+        # turn of the loop hands in the slots that came free as an aio.Freed (with the
+        # jobs to ack).
         self.aio: Any = None
         self._aio_free = 0  # the loop's free slots with no job on its way
         self._aio_coming = False  # the last fetch that brought jobs brought an async one
@@ -134,7 +135,7 @@ class Dispatcher:
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
     def hand_in(self, freed: Any) -> None:
-        """The event loop's side: a slot came free (an aio.Freed, with its job to ack)."""
+        """The event loop's side: slots came free (an aio.Freed, with the jobs to ack)."""
         self._handed_in.put(freed)
 
     def release(self, conn: Any, done: Work) -> None:
@@ -279,10 +280,9 @@ class Dispatcher:
         return max(0, threads)
 
     def _take_in(self, done: Any) -> None:
-        if type(done) is not Work and done is not None:  # an aio.Freed: a loop slot
-            self._aio_free += 1
-            if done.work is not None:
-                self._acks.append(done.work)
+        if type(done) is not Work and done is not None:  # an aio.Freed: loop slots
+            self._aio_free += done.slots
+            self._acks.extend(done.works)
             return
         self._wanting += 1
         if done is not None:

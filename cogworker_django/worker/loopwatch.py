@@ -1,7 +1,7 @@
 """The watch on the worker's event loop: its lag, and the coroutine that blocks it.
 
 The loop runs a tick every ``TICK`` seconds; how late a tick runs is the loop's lag
-(the ``cogworker_event_loop_lag_seconds`` metric). A coroutine that makes a blocking
+(the ``cogworker_event_loop_lag_seconds`` metric: the worst of about ``LAG_WINDOW``). A coroutine that makes a blocking
 call (``time.sleep``, a sync HTTP or database client, CPU-bound work) holds the loop:
 no other async job moves until it returns. A watcher thread notices a tick overdue by
 ``BLOCKED`` and notes which run's task the loop is in; when the loop comes back, the
@@ -36,6 +36,9 @@ BLOCKED = 0.25
 LONG_HOLD = 5.0
 # Per job function, at most one warning in this many seconds.
 WARN_EVERY = 60.0
+# The lag metric is the worst tick of about this many seconds: a scrape every 15 s
+# still sees a hold that ended between two scrapes.
+LAG_WINDOW = 10.0
 
 
 class LoopWatch:
@@ -43,6 +46,8 @@ class LoopWatch:
         self.side = side
         self.lag = 0.0  # the last tick's lateness
         self.worst_lag = 0.0  # since the start (for tests and the performance notes)
+        self._peak = 0.0  # the worst lag of the current window (the metric)
+        self._peak_at = 0.0
         self._due = time.monotonic() + TICK
         self._suspect: Any = None  # the run the loop was in while a tick was overdue
         self._named_long: Any = None  # the run named as holding the loop still
@@ -67,8 +72,10 @@ class LoopWatch:
         named_long, self._named_long = self._named_long, None
         try:
             metrics = telemetry.worker_metrics()
+            if late >= self._peak or now - self._peak_at > LAG_WINDOW:
+                self._peak, self._peak_at = late, now
             if metrics is not None:
-                metrics.loop_lag.set(late)
+                metrics.loop_lag.set(self._peak)
             if late >= BLOCKED and suspect is not None and suspect is not named_long:
                 self._warn(suspect, late, over=True)
         except Exception as exc:  # noqa: BLE001 - the watch never stops the loop

@@ -61,6 +61,29 @@ async def gauge_wait(seconds, token):
 
 
 @job
+async def all_at_once(n, seconds, token):
+    """Counts itself in the gauge, waits until ``n`` are in it (a barrier, up to a
+    minute: on a busy machine the first would otherwise be done before the last had
+    started), then awaits ``seconds``. The peak is how many ran at once."""
+    await client.eval(_PEAK, 2, key("gauge"), key("peak"))
+    try:
+        for _ in range(1200):
+            if int(await client.get(key("gauge")) or 0) >= n:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(seconds)
+    finally:
+        await client.decr(key("gauge"))
+    await _count(token)
+
+
+@job
+async def incr_only():
+    """The peers' benchmark job: one INCR through the shared client."""
+    await client.incr(key("n"))
+
+
+@job
 async def started_then_waits(seconds, token):
     """Counts its start, waits, counts its end: a run cut short shows as a start only."""
     await client.hincrby(key("starts"), token, 1)
