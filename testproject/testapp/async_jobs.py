@@ -167,3 +167,18 @@ async def limited_gauge(seconds, token):
 async def unique_async(token):
     await asyncio.sleep(0.5)
     await _count(token)
+
+
+_bench_client = None
+
+
+@job
+async def bench_incr_async():
+    """scripts/measure-drain --async-concurrency: the peers' async job, one INCR through
+    a ``redis.asyncio`` client made by the first run (its default pool)."""
+    global _bench_client
+    if _bench_client is None:
+        _bench_client = redis.asyncio.Redis.from_url(
+            os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0")
+        )
+    await _bench_client.incr(f"{keys.prefix()}:bench:done")
