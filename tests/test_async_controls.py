@@ -252,3 +252,32 @@ def test_async_runs_and_the_loop_lag_are_in_the_worker_metrics(worker, r, prefix
     )
     assert m[key] == 5
     assert w.stop() == 0
+
+
+def test_async_members_of_a_batch_fire_its_callback_once(worker, r, prefix):
+    from cogworker_django import Batch
+
+    with Batch(on_success=tj.wf_callback.s("done")) as batch:
+        aj.async_member.enqueue_many([(f"m-{i}",) for i in range(5)])
+    w = worker()
+
+    def callbacks():
+        entries = [json.loads(e) for e in r.lrange(f"{prefix}:test:wf", 0, -1)]
+        return [e for e in entries if e["kind"] == "callback" and e["callback_of"] == batch.bid]
+
+    wait_until(lambda: len(callbacks()) == 1, 20, message="the batch's callback")
+    assert set(runs(r, prefix).values()) == {1} and len(runs(r, prefix)) == 5
+    assert w.stop() == 0
+    assert len(callbacks()) == 1
+
+
+def test_the_database_connection_an_async_run_opened_is_closed_after_it(worker, r, prefix):
+    aj.uses_the_orm.enqueue("first")
+    w = worker(settings={"ASYNC_CONCURRENCY": 1})
+    wait_until(lambda: runs(r, prefix).get("first") == 1, 15, message="the first run")
+    aj.uses_the_orm.enqueue("second")
+    wait_until(lambda: runs(r, prefix).get("second") == 1, 15, message="the second run")
+    assert w.stop() == 0
+    # The second run found no connection left open by the first (asgiref's thread
+    # keeps its thread-local one otherwise).
+    assert r.hgetall(f"{prefix}:test:orm") == {"first": "closed", "second": "closed"}

@@ -182,3 +182,31 @@ async def bench_incr_async():
             os.environ.get("COGWORKER_REDIS_URL", "redis://127.0.0.1:6379/0")
         )
     await _bench_client.incr(f"{keys.prefix()}:bench:done")
+
+
+@job
+async def async_member(token):
+    """A batch member (tests/test_async_controls.py): returns its token."""
+    await asyncio.sleep(0.01)
+    await _count(token)
+    return token
+
+
+@job
+async def uses_the_orm(token):
+    """Queries the database through ``sync_to_async`` (where Django's async ORM runs
+    too: asgiref's thread-sensitive executor), and records whether that thread's
+    connection was still open from an earlier run (it must not be: the worker closes
+    what a run opened)."""
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    def query():
+        was_open = connection.connection is not None
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return was_open
+
+    was_open = await sync_to_async(query)()
+    await client.hset(key("orm"), token, "open" if was_open else "closed")
+    await _count(token)
