@@ -37,6 +37,8 @@ DEFAULTS: dict[str, Any] = {
     # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
     "CLUSTER": False,
     "CONCURRENCY": 10,
+    # async def jobs at once per process, on its event loop (besides the CONCURRENCY threads).
+    "ASYNC_CONCURRENCY": 100,
     "QUEUES": ["default"],
     "FETCH": "reliable",
     "SHUTDOWN_TIMEOUT": 25,
@@ -117,6 +119,7 @@ class Settings:
     PREFIX: str
     CLUSTER: bool
     CONCURRENCY: int
+    ASYNC_CONCURRENCY: int
     QUEUES: tuple[QueueSpec, ...]
     FETCH: str
     SHUTDOWN_TIMEOUT: float
@@ -197,6 +200,7 @@ def _count(low: int, high: int, *, open: bool = True) -> Bound:
 NUMBERS: dict[str, Bound] = {
     # COGWORKER's keys
     "CONCURRENCY": _count(0, 10_000),
+    "ASYNC_CONCURRENCY": _count(0, 100_000),
     "SHUTDOWN_TIMEOUT": _seconds(0, DAY, open=False),
     "ORPHAN_THRESHOLD": _seconds(0, 7 * DAY),
     "MAX_ORPHANINGS": _count(0, 1_000),

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, middleware, payload, recording, signatures
+from . import client, conf, middleware, payload, recording, signatures, taskcontext
 from .errors import CogworkerError
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
@@ -53,7 +53,11 @@ _kinds: dict[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = {}
 
 def current_job() -> dict[str, Any] | None:
     """Inside a running job: its payload (jid, queue, retry_count, ...); else None."""
-    return getattr(_current, "job", None)
+    job: dict[str, Any] | None = getattr(_current, "job", None)
+    if job is None:  # not a processor thread's run: an async one's (taskcontext.py)?
+        run = taskcontext.current.get()
+        return run.job if run is not None else None
+    return job
 
 
 @contextlib.contextmanager
@@ -72,7 +76,11 @@ def running(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Ite
 def current_runner() -> Callable[[], Any] | None:
     """Inside a run: what :func:`resolve` made of the current job (a task's runner carries
     its ``task``), so nothing resolves the same payload twice."""
-    return getattr(_current, "runner", None)
+    runner: Callable[[], Any] | None = getattr(_current, "runner", None)
+    if runner is None:
+        run = taskcontext.current.get()
+        return run.runner if run is not None else None
+    return runner
 
 
 def registered(path: str) -> JobFunction | None:
@@ -85,6 +93,11 @@ def register_kind(
     """Let a payload with ``"kind": kind`` run through ``resolver(job)``, which returns a
     zero-argument callable, or None when the payload names nothing runnable."""
     _kinds[kind] = resolver
+
+
+def has_kind(kind: str) -> bool:
+    """Whether payloads of ``kind`` can run here (its resolver is registered)."""
+    return kind in _kinds
 
 
 def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from . import codec, connection, errors, scripts
+from . import codec, connection, errors, scripts, taskcontext
 
 log = logging.getLogger("cogworker_django")
 
@@ -62,7 +62,11 @@ def set_run_abandoned(abandoned: bool) -> None:
 
 
 def run_abandoned() -> bool:
-    return bool(getattr(_run, "abandoned", False))
+    abandoned = getattr(_run, "abandoned", None)
+    if abandoned is None:  # a thread no processor runs on: an async run's (taskcontext.py)?
+        run = taskcontext.current.get()
+        return run is not None and run.abandoned
+    return bool(abandoned)
 
 
 def release(key: str, owner: str, component: str = "Lock release") -> bool:

@@ -47,3 +47,23 @@ class RunLogMiddleware:
             raise
         log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started)
         return result
+
+    async def acall(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
+        """The same around an async run, on the worker's event loop (worker/aio_chain.py)."""
+        func, jid = job.get("func"), job.get("jid")
+        log.debug("start: %s jid=%s queue=%s", func, jid, queue)
+        started = time.perf_counter()
+        try:
+            result = await run()
+        except BaseException as exc:
+            log.debug(
+                "fail: %s jid=%s queue=%s %.3fs %s",
+                func,
+                jid,
+                queue,
+                time.perf_counter() - started,
+                type(exc).__name__,
+            )
+            raise
+        log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started)
+        return result

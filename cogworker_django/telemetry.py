@@ -167,6 +167,13 @@ class WorkerMetrics:
             multiprocess_mode="livesum",
             **kw,
         )
+        self.loop_lag = pc.Gauge(
+            "cogworker_event_loop_lag_seconds",
+            "How late the event loop of async jobs ran its ticks, the worst of the last 10 s "
+            "(worker/loopwatch.py): a coroutine making a blocking call raises it.",
+            multiprocess_mode="livemax",
+            **kw,
+        )
         self.fetches = pc.Counter(
             "cogworker_fetch_round_trips", "Fetch script calls.", ["fetch"], **kw
         )
@@ -262,13 +269,7 @@ class TelemetryMiddleware:
         return self._measured(job, queue, run, None)
 
     def _measured(self, job: dict[str, Any], queue: str, run: Callable[[], Any], span: Any) -> Any:
-        metrics = self.metrics
-        if metrics is not None:
-            enqueued = _enqueued_at(job)
-            if enqueued is not None:
-                metrics.waited(queue, max(0.0, time.time() - enqueued))
-            metrics.busy.inc()
-        t0 = time.perf_counter()
+        t0 = self._started(job, queue)
         outcome, error = "success", None
         try:
             return run()
@@ -279,16 +280,64 @@ class TelemetryMiddleware:
             outcome, error = failed_outcome(job, exc), exc
             raise
         finally:
-            duration = time.perf_counter() - t0
-            try:
-                if metrics is not None:
-                    metrics.busy.dec()
-                    if outcome:
-                        metrics.ran(str(job.get("func")), queue, outcome, duration)
-                if span is not None:
-                    span.ended(outcome or "rescheduled", error)
-            except Exception as exc:  # noqa: BLE001 - rule 4
-                errors.report("Telemetry", exc, "a run was not counted")
+            self._ended(job, queue, t0, outcome, error, span)
+
+    async def acall(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
+        """The same around an async run, on the worker's event loop (worker/aio_chain.py)."""
+        if self.tracer is not None:
+            from . import tracing
+
+            with tracing.consumer_span(self.tracer, job, queue) as span:
+                return await self._ameasured(job, queue, run, span)
+        if self.metrics is None:
+            return await run()
+        return await self._ameasured(job, queue, run, None)
+
+    async def _ameasured(
+        self, job: dict[str, Any], queue: str, run: Callable[[], Any], span: Any
+    ) -> Any:
+        t0 = self._started(job, queue)
+        outcome, error = "success", None
+        try:
+            return await run()
+        except Reschedule:
+            outcome = ""
+            raise
+        except BaseException as exc:
+            outcome, error = failed_outcome(job, exc), exc
+            raise
+        finally:
+            self._ended(job, queue, t0, outcome, error, span)
+
+    def _started(self, job: dict[str, Any], queue: str) -> float:
+        metrics = self.metrics
+        if metrics is not None:
+            enqueued = _enqueued_at(job)
+            if enqueued is not None:
+                metrics.waited(queue, max(0.0, time.time() - enqueued))
+            metrics.busy.inc()
+        return time.perf_counter()
+
+    def _ended(
+        self,
+        job: dict[str, Any],
+        queue: str,
+        t0: float,
+        outcome: str,
+        error: BaseException | None,
+        span: Any,
+    ) -> None:
+        duration = time.perf_counter() - t0
+        try:
+            metrics = self.metrics
+            if metrics is not None:
+                metrics.busy.dec()
+                if outcome:
+                    metrics.ran(str(job.get("func")), queue, outcome, duration)
+            if span is not None:
+                span.ended(outcome or "rescheduled", error)
+        except Exception as exc:  # noqa: BLE001 - rule 4
+            errors.report("Telemetry", exc, "a run was not counted")
 
 
 # Serving /metrics ------------------------------------------------------------------------

@@ -150,3 +150,17 @@ def test_a_garbled_context_starts_a_root_span():
     assert tracing.carried_context({tracing.FIELD: "not a dict"}) is None
     assert tracing.carried_context({tracing.FIELD: {"traceparent": 7}}) is None
     assert tracing.carried_context({}) is None
+
+
+def test_an_async_run_on_the_event_loop_is_a_child_of_the_enqueue(traced_worker, spans):
+    from testapp import async_jobs as aj
+
+    tracer = trace.get_tracer("tests")
+    with tracer.start_as_current_span("request") as request:
+        jid = aj.where_am_i.using(queue="work").enqueue("traced-async")
+    (producer,) = [s for s in spans.get_finished_spans() if s.name == "send work"]
+    (run,) = consumer_spans(traced_worker, jid)
+    assert run["trace_id"] == f"{request.get_span_context().trace_id:032x}"
+    assert run["parent_span_id"] == f"{producer.get_span_context().span_id:016x}"
+    assert run["attributes"]["cogworker.job.name"] == "testapp.async_jobs.where_am_i"
+    assert run["attributes"]["cogworker.job.outcome"] == "success"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 
+from .. import taskcontext
+
 
 class RunState:
     """One run: shared by its thread, the worker's watchdog and the heartbeat."""
@@ -27,7 +29,11 @@ _local = threading.local()
 
 
 def current() -> RunState | None:
-    return getattr(_local, "state", None)
+    state = getattr(_local, "state", None)
+    if state is None:  # not a processor thread's run: an async one's (taskcontext.py)?
+        run = taskcontext.current.get()
+        return run.state if run is not None else None
+    return state
 
 
 def bind(state: RunState | None) -> RunState | None:

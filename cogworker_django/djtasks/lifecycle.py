@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
@@ -38,12 +38,16 @@ from . import resolve, results, store, worker_setup
 
 log = logging.getLogger("cogworker_django")
 
-_local = threading.local()
+# The run's result: a context variable, so that an async task's coroutine, awaited on
+# the worker's event loop while this middleware waits on a helper thread, sees it too
+# (worker/aio_chain.py runs the rest of the chain in this context); in a processor
+# thread it is as good as a thread-local.
+_result: ContextVar[TaskResult | None] = ContextVar("cogworker_task_result", default=None)
 
 
 def current() -> TaskResult | None:
     """Inside a task's run: its result as the start write left it."""
-    return getattr(_local, "result", None)
+    return _result.get()
 
 
 def result_from_payload(task: Task, job: dict[str, Any], **fields: str) -> TaskResult:
@@ -103,7 +107,7 @@ def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
         result = result_from_payload(task, job, **data)
     else:
         result = results.build(task, job["jid"], data)
-    _local.result = result
+    bound = _result.set(result)
     end: dict[str, Any] = {"job": job, "token": token, "worker_id": worker_id, "started": started}
     try:
         _send(task_started, result)
@@ -118,7 +122,7 @@ def run(job: dict[str, Any], proceed: Callable[[], Any]) -> Any:
                 _failed(result, end, exc)
             raise
     finally:
-        _local.result = None
+        _result.reset(bound)
     if locks.run_abandoned():
         # Back from a job the worker abandoned (a timeout's grace, or the shutdown
         # hand-over): the job was settled without this run; its result is not ours.

@@ -258,6 +258,22 @@ class HistoryMiddleware:
         self._record(job, queue, started_at, time.perf_counter() - t0, None)
         return result
 
+    async def acall(self, job: dict[str, Any], queue: str, run: Any) -> Any:
+        """The same around an async run, on the worker's event loop (worker/aio_chain.py)."""
+        if not self.enabled:
+            return await run()
+        started_at = time.time()
+        t0 = time.perf_counter()
+        try:
+            result = await run()
+        except Reschedule:
+            raise
+        except BaseException as exc:
+            self._record(job, queue, started_at, time.perf_counter() - t0, exc)
+            raise
+        self._record(job, queue, started_at, time.perf_counter() - t0, None)
+        return result
+
     @staticmethod
     def _record(job, queue, started_at, duration, exc) -> None:
         if locks.run_abandoned():

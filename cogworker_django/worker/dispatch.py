@@ -66,6 +66,11 @@ WAIT_SLICE = 0.25
 # (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
+# With every thread busy and no async job in the last fetch, how often the feeder asks
+# for jobs for the event loop anyway (Dispatcher._wanted): about the longest an async
+# job queued behind plain ones waits to be found while the threads are all busy. Long
+# enough that a plain load (no async job coming) rarely takes a job it can't start.
+PROBE_PAUSE = 5.0
 # A feeder loop that raised (a bug, never an outage: those are caught and reported)
 # starts again after this pause; its state (threads waiting, acks) is kept.
 RESTART_PAUSE = 1.0
@@ -93,7 +98,7 @@ class Dispatcher:
         self.concurrency = concurrency
         # Threads -> feeder: one item per thread that came free (the job it finished, to
         # ack, or None). Feeder -> threads: the jobs fetched for them.
-        self._handed_in: queue.SimpleQueue[Work | None | _Nudge] = queue.SimpleQueue()
+        self._handed_in: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
         # Plain dict operations, atomic under the interpreter lock.
@@ -103,6 +108,14 @@ class Dispatcher:
         self._acks: list[Work] = []
         self._thread: threading.Thread | None = None
         self._link = connection.Held()  # the feeder's own connection
+        # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
+        # asked for with the threads', and the async jobs a fetch brings go to it. Each
+        # turn of the loop hands in the slots that came free as an aio.Freed (with the
+        # jobs to ack).
+        self.aio: Any = None
+        self._aio_free = 0  # the loop's free slots with no job on its way
+        self._aio_coming = False  # the last fetch that brought jobs brought an async one
+        self._probe_at = 0.0  # (monotonic) no probe for an async job before this
         self._in_fetch = False
         self._nudged = False  # (nudge: fetch now, the idle pause is over)
         # How many fetches went out and how many jobs and acks they carried (for tests
@@ -134,6 +147,10 @@ class Dispatcher:
             return work
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
+    def hand_in(self, freed: Any) -> None:
+        """The event loop's side: slots came free (an aio.Freed, with the jobs to ack)."""
+        self._handed_in.put(freed)
+
     def release(self, conn: Any, done: Work) -> None:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
         it stays pending for the heartbeat or the hand-over)."""
@@ -154,8 +171,17 @@ class Dispatcher:
     # What the heartbeat and the shutdown read ---------------------------------------------
 
     def known(self) -> set[str]:
-        """Jobs fetched and not yet taken by a thread (known to this process)."""
-        return {w.raw for w in self._fetched.copy().values()}
+        """Jobs fetched and not yet taken by a thread or started on the event loop
+        (known to this process)."""
+        known = {w.raw for w in self._fetched.copy().values()}
+        if self.aio is not None:
+            known |= self.aio.known()
+        return known
+
+    def attach_loop(self, aio: Any) -> None:
+        """Fetch for the event loop's slots too (before :meth:`start`)."""
+        self.aio = aio
+        self._aio_free = aio.capacity
 
     def flush(self, conn: Any) -> None:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
@@ -251,11 +277,32 @@ class Dispatcher:
         """Jobs to ask for: one per thread free with none on its way (none once quiet)."""
         if self.control.quiet.is_set():
             return 0
-        return min(self._wanting, self.concurrency)
+        threads = min(self._wanting, self.concurrency)
+        if self.aio is None:
+            return threads
+        # The loop's free slots are asked for while async jobs are coming (the last
+        # fetch that brought jobs brought one); a fetch can't choose a job's side, and
+        # asking for them under a plain load would take plain jobs that then wait for a
+        # thread here, while another process may have one free. A job fetched for one
+        # side that needs the other waits there for a thread or slot, counted against
+        # what is asked for next (a negative count): no more jobs wait in this process
+        # than it has room for.
+        if self._aio_coming:
+            return max(0, threads + self._aio_free)
+        if threads <= 0 and self._aio_free > 0 and time.monotonic() >= self._probe_at:
+            # Every thread busy: now and then, jobs for the loop anyway, so that async
+            # jobs queued behind plain ones are found. The plain jobs such a fetch brings
+            # wait here for a thread: never more of them than the process has threads.
+            return max(0, min(self.concurrency + threads, self._aio_free))
+        return max(0, threads)
 
-    def _take_in(self, done: Work | None | _Nudge) -> None:
+    def _take_in(self, done: Any) -> None:
         if isinstance(done, _Nudge):
             self._nudged = True
+            return
+        if type(done) is not Work and done is not None:  # an aio.Freed: loop slots
+            self._aio_free += done.slots
+            self._acks.extend(done.works)
             return
         self._wanting += 1
         if done is not None:
@@ -285,10 +332,13 @@ class Dispatcher:
         finally:
             self._in_fetch = False
         errors.recovered("Fetch")  # (logged before any job this fetch took can start)
+        before = self.fetched_jobs
         self.fetches += 1
         self.fetched_jobs += len(works)
         self.acks_sent += len(acks)
         fetched, ready = self._fetched, self._ready
+        if self.aio is not None and works:
+            works = self._to_loop(works)
         for work in works:
             fetched[id(work)] = work  # known before a thread can take it
             ready.put(work)
@@ -296,4 +346,23 @@ class Dispatcher:
         for work in acks:
             self.record.settled(work.raw, ACK)
             self.record.finished(work)
-        return len(works)
+        return self.fetched_jobs - before
+
+    def _to_loop(self, works: list[Work]) -> list[Work]:
+        """Hand the async jobs among ``works`` to the event loop; returns the others."""
+        aio = self.aio
+        plain: list[Work] = []
+        loop_jobs = []
+        for work in works:
+            job = aio.sort(work)
+            if job is None:
+                plain.append(work)
+            else:
+                loop_jobs.append((work, job))
+        self._aio_coming = bool(loop_jobs)
+        if loop_jobs:
+            self._aio_free -= len(loop_jobs)
+            aio.submit(loop_jobs)
+        else:
+            self._probe_at = time.monotonic() + PROBE_PAUSE
+        return plain

@@ -77,6 +77,7 @@ class Launcher:
         self,
         *,
         concurrency: int,
+        async_concurrency: int | None = None,
         queues: tuple[QueueSpec, ...],
         fetch_mode: str,
         tag: str = "",
@@ -85,6 +86,9 @@ class Launcher:
         supervisor: int | None = None,
     ) -> None:
         self.concurrency = concurrency
+        self.async_concurrency = (
+            conf.get().ASYNC_CONCURRENCY if async_concurrency is None else async_concurrency
+        )
         # A --processes child: the supervisor's pid. Once it is gone (killed, or died) this
         # process stops as on TERM: nothing would replace or stop it any more.
         self.supervisor = supervisor
@@ -131,7 +135,9 @@ class Launcher:
         client = connection.get_client()
         mode = resolve_fetch_mode(self.requested_fetch, client)
         self.fetcher = fetch.for_mode(mode, self.identity, self.queues)
-        self.manager = Manager(self.identity, self.fetcher, self.concurrency)
+        self.manager = Manager(
+            self.identity, self.fetcher, self.concurrency, self.async_concurrency
+        )
         self.heartbeat = Heartbeat(self.manager, tag=self.tag, on_stop_signal=self.request_stop)
         self.recovery = OrphanRecovery(self.identity, self.heartbeat, self.queues[0].name)
         self.poller = Poller(self.recovery)
@@ -142,11 +148,13 @@ class Launcher:
         s = conf.get()
         # Logged before the first job can start, so no job's output comes before it.
         log.info(
-            "cogworker %s started: identity=%s pid=%d concurrency=%d queues=%s fetch=%s redis=%s prefix=%s",
+            "cogworker %s started: identity=%s pid=%d concurrency=%d async_concurrency=%s "
+            "queues=%s fetch=%s redis=%s prefix=%s",
             __version__,
             self.identity,
             os.getpid(),
             self.concurrency,
+            self.async_concurrency if self.manager.aio is not None else "off (basic fetch)",
             ",".join(f"{q.name}:{q.weight}" for q in self.queues),
             mode,
             connection.describe_target(),

@@ -4,6 +4,8 @@ Duties:
 - build the process's run state (record, control, work board) and the job source from
   the fetch strategy, and hand them to ``CONCURRENCY`` processors;
 - replace (and log) a processor whose thread died, as soon as it dies;
+- run the event loop of ``async def`` jobs (aio.py, with reliable fetch): its slots are
+  fetched for with the threads', and it stops with them;
 - run the watchdog (time limits, cancellation: timeouts.py) and replace a processor
   whose run it abandoned (stuck in a C call past the grace), once the job is filed;
 - quiet: processors stop fetching, running jobs go on;
@@ -18,8 +20,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
-from .. import conf, connection, errors
+from .. import conf, connection, errors, middleware
 from ..controls import limits
 from ..controls.errors import JobTimeout
 from .fetch import FetchStrategy
@@ -30,12 +33,24 @@ from .timeouts import Watchdog, Watched
 
 log = logging.getLogger("cogworker_django")
 
+# How long the coroutines cancelled at shutdown get to unwind before the hand-over.
+CANCEL_UNWIND = 2.0
+
 
 class Manager:
-    def __init__(self, identity: str, fetcher: FetchStrategy, concurrency: int) -> None:
+    def __init__(
+        self,
+        identity: str,
+        fetcher: FetchStrategy,
+        concurrency: int,
+        async_concurrency: int | None = None,
+    ) -> None:
         self.identity = identity
         self.fetcher = fetcher
         self.concurrency = concurrency
+        if async_concurrency is None:
+            async_concurrency = conf.get().ASYNC_CONCURRENCY
+        self.async_concurrency = async_concurrency
         self.record = Record()
         self.control = Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
         self.board = WorkBoard()
@@ -46,6 +61,33 @@ class Manager:
         self.watchdog = Watchdog(self._abandon)
         limits.identity = identity  # written in this process's leases
         self.processors = [self._processor(i) for i in range(concurrency)]
+        self.aio = self._event_loop()
+
+    def _event_loop(self) -> Any:
+        """The event loop's side, for a job source that fetches for it (reliable fetch's)
+        when any async job is registered; with basic fetch an async job runs in a
+        processor thread, on a loop of its own."""
+        attach = getattr(self.source, "attach_loop", None)
+        if attach is None:
+            return None
+        from .aio import AsyncSide, Sorter
+
+        if not Sorter().active:
+            return None  # no async job registered: the plain path alone, as it was
+        from .processor import RunChain, builtin_chain
+
+        aio = AsyncSide(
+            self.async_concurrency,
+            record=self.record,
+            strategy=self.fetcher,
+            control=self.control,
+            board=self.board,
+            watchdog=self.watchdog,
+            chain=RunChain(builtin_chain(), middleware.server_middleware()),
+            hand_in=self.source.hand_in,
+        )
+        attach(aio)
+        return aio
 
     def _processor(self, index: int) -> Processor:
         return Processor(
@@ -75,7 +117,8 @@ class Manager:
         self.control.quiet.set()
 
     def busy_count(self) -> int:
-        return sum(1 for p in self.processors if p.busy)
+        busy = sum(1 for p in self.processors if p.busy)
+        return busy + self.aio.busy() if self.aio is not None else busy
 
     def work_snapshot(self) -> dict[str, str]:
         return self.board.snapshot()
@@ -84,6 +127,8 @@ class Manager:
 
     def start(self) -> None:
         self.watchdog.start()
+        if self.aio is not None:
+            self.aio.start()  # before the first fetch can hand it a job
         self.source.start()
         for p in self.processors:
             p.start()
@@ -110,6 +155,16 @@ class Manager:
             settled = stuck.abandoned
         if not settled:
             return  # it came back and claimed its own settlement just now
+        if stuck.index < 0:
+            # An async run: its slot on the event loop came back with the filing
+            # (aio_run.py); the coroutine runs on unowned.
+            log.error(
+                "%s (jid %s) stuck past TIMEOUT_GRACE; %s abandoned and the job filed",
+                w.state.func,
+                w.state.jid,
+                stuck.name,
+            )
+            return
         if stuck.thread is not None:
             stuck.thread.name = f"{stuck.name}-abandoned"
         log.error(
@@ -161,6 +216,8 @@ class Manager:
                     break
                 assert p.thread is not None
                 p.thread.join(min(remaining, 0.1))
+        if self.aio is not None:
+            self.aio.wait_idle(max(0.0, deadline - time.monotonic()), force)
         # A processor not running a job is at most one fetch away from noticing quiet;
         # until it does it could still take a job, and one taken after the hand-over
         # would stay listed until orphan recovery (gaining an orphaning at every deploy).
@@ -168,6 +225,8 @@ class Manager:
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
         self._join_fetchers(connection.longest_call())
         still = [self.board.describe(p.name) for p in self.processors if p.busy and p.alive()]
+        if self.aio is not None:
+            still += self.aio.still_running()
         if still:
             log.warning(
                 "%s: %d job(s) still running (%s) will be requeued",
@@ -178,6 +237,12 @@ class Manager:
         # Acks handed in after the last fetch: sent now, else dropped by the hand-over.
         source = self.source
         errors.best_effort("Ack", lambda: source.flush(connection.get_client()))
+        if self.aio is not None and self.aio.runs:
+            # Coroutines still running are refused their settlement from here (record.py),
+            # then cancelled: each unwinds (its finally blocks run) before the hand-over
+            # requeues its job, and none is both requeued and filed.
+            self.record.begin_hand_over(connection.longest_call())
+            self.aio.cancel_running(CANCEL_UNWIND)
         hand_over(self.record, self.fetcher, force)
         self.handed_over = True
         if self._join_fetchers(connection.longest_call()):
@@ -185,6 +250,8 @@ class Manager:
             # list, not run (see Control.stopping): a second pass requeues it now.
             hand_over(self.record, self.fetcher, force)
         self.watchdog.stop()
+        if self.aio is not None:
+            self.aio.stop()
         # Every run is settled or handed over: no lease of this process is needed now.
         limits.release_all()
 

@@ -137,7 +137,119 @@ class RunChain:
         return tuple(chosen)
 
 
-class Processor:
+class Settler:
+    """How a run is filed when it does not simply succeed: expired, failed, filed for a
+    stuck run by the watchdog. Shared by the processor threads and the event loop's runs
+    (worker/aio_run.py), which have ``record``, ``strategy``, ``board``, ``name``,
+    ``busy``, ``abandoned`` and ``_job_of_run`` alike."""
+
+    record: Record
+    strategy: Any
+    board: WorkBoard
+    name: str
+    busy: bool
+    abandoned: bool
+    _job_of_run: dict[str, Any] | None
+    _on_filed: Callable[[str], Any] | None  # a Reschedule's (limiters), called once filed
+
+    @staticmethod
+    def _expired(job: dict[str, Any], queue: str, now: float) -> Dropped:
+        late = now - float(job["expires_at"])
+        reason = f"expired: not started by its expires_at ({late:.1f} s ago); never run"
+        log.warning("%s (jid %s) %s", job["func"], job["jid"], reason)
+        telemetry.record_outcome(job, queue, "expired")
+        if history.enabled():
+            run = history.capture(job, queue, now, 0.0, JobExpired(reason))
+            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
+        return Dropped(reason)
+
+    def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        if locks.run_abandoned():
+            # Its settlement went to another (the watchdog filed the job, or the hand-over
+            # requeued it): the failure is theirs to count and log, once.
+            return "dead", time.time()
+        try:
+            target, score = failures.after_failure(job, exc)
+        except Exception as err:  # noqa: BLE001 - the failure path never kills the thread
+            # (a thread that dies here leaves the job listed, requeued, failing forever)
+            log.error(
+                "%s (jid %s): its failure could not be counted (%s): filed in dead",
+                job.get("func"),
+                job.get("jid"),
+                errors.describe(err),
+                exc_info=True,
+            )
+            return "dead", time.time()
+        log.warning(
+            "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
+        )
+        if target == "retry" and not locks.run_abandoned():
+            # The wait until the retry, plus a minute for the poller to move it.
+            locks.extend_job_locks(job, score - time.time() + 60)
+        return target, score
+
+    def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
+        """File a failed (or rescheduled) job and ack it in one script; if Redis can't
+        take it now, the record keeps it for the heartbeat."""
+        try:
+            self.strategy.file(connection.get_client(), work.raw, filing)
+        except Exception as exc:  # noqa: BLE001
+            errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
+            self.record.settle_later(work.raw, filing)
+            return
+        errors.recovered("Settle")  # (the heartbeat's retries recover it too)
+        on_filed, self._on_filed = self._on_filed, None
+        if on_filed is not None and filing.target == "schedule":
+            errors.best_effort("Reschedule", lambda: on_filed(filing.payload))
+
+    # Abandonment (called on the watchdog's side, never on this thread) --------------------
+
+    def abandon_run(self, work: Work, exc: BaseException) -> bool:
+        """Settle the run this thread is stuck in, for it (rule 15): False when the run
+        claimed its own settlement first (it is not stuck after all). From True on, this thread is
+        refused its claim: it acks, files and releases nothing if the job returns."""
+        if not self.record.abandon(work):
+            return False
+        self.abandoned = True
+        self.busy = False
+        self.board.finished(self.name)
+        job = payload.decode(wire(work.raw), work.queue)  # as fetched: the thread's is in use
+        try:
+            if self._job_of_run is not None:
+                # Its body is still inside: the leases stay held until it returns.
+                limits.keep_for_abandoned_run(id(self._job_of_run))
+            self._settle_abandoned(work, job, exc)
+        finally:
+            self.record.settlement_done(work)
+            self.record.release_abandoned(work)
+        return True
+
+    def _settle_abandoned(self, work: Work, job: dict[str, Any], exc: BaseException) -> None:
+        queue = work.queue
+        status = "cancelled" if isinstance(exc, JobCancelled) else "timeout"
+        telemetry.record_outcome(job, queue, status)
+        if history.enabled():
+            run = history.capture(job, queue, time.time(), 0.0, exc)
+            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
+        if isinstance(exc, JobCancelled):
+            departures.job_left(job, f"cancelled while running: {errors.safe_str(exc, 500)}")
+            errors.best_effort(
+                "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
+            )
+            try:
+                self.strategy.ack(connection.get_client(), work.raw)
+            except Exception as err:  # noqa: BLE001 - the heartbeat acks it later
+                errors.report("Ack", err)
+                self.record.settle_later(work.raw, ACK)
+            return
+        target, score = self._failed(job, exc)
+        if target == "dead":
+            departures.job_left(job, f"dead: {errors.safe_str(exc, 500)}")
+        stats.counters.incr("failed")
+        self._file(work, failures.filing_for(work, job, target, score), job)
+
+
+class Processor(Settler):
     def __init__(
         self,
         index: int,
@@ -356,99 +468,3 @@ class Processor:
             return self._failed(job, exc)
         finally:
             close_old_connections()
-
-    @staticmethod
-    def _expired(job: dict[str, Any], queue: str, now: float) -> Dropped:
-        late = now - float(job["expires_at"])
-        reason = f"expired: not started by its expires_at ({late:.1f} s ago); never run"
-        log.warning("%s (jid %s) %s", job["func"], job["jid"], reason)
-        telemetry.record_outcome(job, queue, "expired")
-        if history.enabled():
-            run = history.capture(job, queue, now, 0.0, JobExpired(reason))
-            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
-        return Dropped(reason)
-
-    def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
-        if locks.run_abandoned():
-            # Its settlement went to another (the watchdog filed the job, or the hand-over
-            # requeued it): the failure is theirs to count and log, once.
-            return "dead", time.time()
-        try:
-            target, score = failures.after_failure(job, exc)
-        except Exception as err:  # noqa: BLE001 - the failure path never kills the thread
-            # (a thread that dies here leaves the job listed, requeued, failing forever)
-            log.error(
-                "%s (jid %s): its failure could not be counted (%s): filed in dead",
-                job.get("func"),
-                job.get("jid"),
-                errors.describe(err),
-                exc_info=True,
-            )
-            return "dead", time.time()
-        log.warning(
-            "%s (jid %s) failed: %s -> %s", job["func"], job["jid"], errors.describe(exc), target
-        )
-        if target == "retry" and not locks.run_abandoned():
-            # The wait until the retry, plus a minute for the poller to move it.
-            locks.extend_job_locks(job, score - time.time() + 60)
-        return target, score
-
-    def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
-        """File a failed (or rescheduled) job and ack it in one script; if Redis can't
-        take it now, the record keeps it for the heartbeat."""
-        try:
-            self.strategy.file(connection.get_client(), work.raw, filing)
-        except Exception as exc:  # noqa: BLE001
-            errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
-            self.record.settle_later(work.raw, filing)
-            return
-        errors.recovered("Settle")  # (the heartbeat's retries recover it too)
-        on_filed, self._on_filed = self._on_filed, None
-        if on_filed is not None and filing.target == "schedule":
-            errors.best_effort("Reschedule", lambda: on_filed(filing.payload))
-
-    # Abandonment (called on the watchdog's side, never on this thread) --------------------
-
-    def abandon_run(self, work: Work, exc: BaseException) -> bool:
-        """Settle the run this thread is stuck in, for it (rule 15): False when the run
-        claimed its own settlement first (it is not stuck after all). From True on, this thread is
-        refused its claim: it acks, files and releases nothing if the job returns."""
-        if not self.record.abandon(work):
-            return False
-        self.abandoned = True
-        self.busy = False
-        self.board.finished(self.name)
-        job = payload.decode(wire(work.raw), work.queue)  # as fetched: the thread's is in use
-        try:
-            if self._job_of_run is not None:
-                # Its body is still inside: the leases stay held until it returns.
-                limits.keep_for_abandoned_run(id(self._job_of_run))
-            self._settle_abandoned(work, job, exc)
-        finally:
-            self.record.settlement_done(work)
-            self.record.release_abandoned(work)
-        return True
-
-    def _settle_abandoned(self, work: Work, job: dict[str, Any], exc: BaseException) -> None:
-        queue = work.queue
-        status = "cancelled" if isinstance(exc, JobCancelled) else "timeout"
-        telemetry.record_outcome(job, queue, status)
-        if history.enabled():
-            run = history.capture(job, queue, time.time(), 0.0, exc)
-            errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
-        if isinstance(exc, JobCancelled):
-            departures.job_left(job, f"cancelled while running: {errors.safe_str(exc, 500)}")
-            errors.best_effort(
-                "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
-            )
-            try:
-                self.strategy.ack(connection.get_client(), work.raw)
-            except Exception as err:  # noqa: BLE001 - the heartbeat acks it later
-                errors.report("Ack", err)
-                self.record.settle_later(work.raw, ACK)
-            return
-        target, score = self._failed(job, exc)
-        if target == "dead":
-            departures.job_left(job, f"dead: {errors.safe_str(exc, 500)}")
-        stats.counters.incr("failed")
-        self._file(work, failures.filing_for(work, job, target, score), job)

@@ -106,6 +106,9 @@ class Record:
         self._lock = threading.Lock()
         self._running: dict[int, Work] = {}  # id(work) -> fetched, not yet settled
         self._performing: dict[int, Work] = {}  # the subset still inside the job
+        # How many runs of each payload are performing: an event loop runs hundreds at
+        # once, and a scan of them all at every run's end would cost as much each.
+        self._performing_raws: dict[str, int] = {}
         self._guards: dict[str, threading.Lock] = {}  # raw -> guard (while_performing)
         self._pending: dict[str, str | Filing] = {}
         self._handing_over = False
@@ -117,6 +120,9 @@ class Record:
     def started(self, work: Work) -> None:
         with self._lock:
             self._running[id(work)] = work
+            if id(work) not in self._performing:
+                raws = self._performing_raws
+                raws[work.raw] = raws.get(work.raw, 0) + 1
             self._performing[id(work)] = work
 
     def performed(self, work: Work) -> None:
@@ -131,8 +137,13 @@ class Record:
         found = self._performing.pop(id(work), None) if exact else _pop(self._performing, work)
         if found is None:
             return
-        if not any(w.raw == work.raw for w in self._performing.values()):
-            self._guards.pop(work.raw, None)
+        raws = self._performing_raws
+        left = raws.get(found.raw, 1) - 1
+        if left > 0:
+            raws[found.raw] = left
+        else:
+            raws.pop(found.raw, None)
+            self._guards.pop(found.raw, None)
 
     @contextlib.contextmanager
     def while_performing(self, raw: str) -> Iterator[bool]:
@@ -143,7 +154,7 @@ class Record:
         right after, and a refresh landing later would cut them back."""
         with self._guard(raw):
             with self._lock:
-                still = any(w.raw == raw for w in self._performing.values())
+                still = raw in self._performing_raws
             yield still
 
     def _guard(self, raw: str) -> threading.Lock:
@@ -176,7 +187,7 @@ class Record:
 
     def performing(self) -> list[str]:
         with self._lock:
-            return list(dict.fromkeys(w.raw for w in self._performing.values()))
+            return list(self._performing_raws)
 
     def pending(self) -> dict[str, str | Filing]:
         with self._lock:

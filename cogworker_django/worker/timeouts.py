@@ -171,6 +171,16 @@ class Watchdog:
                 n += 1
         return n
 
+    def watch(self, w: Watched) -> None:
+        """Watch a run that takes its interruption itself: an async job's on the worker's
+        event loop (worker/aio_run.py), whose ``w.task.cancel`` is called on ``w.loop``."""
+        w.armed = True
+        self._runs[id(w)] = w
+
+    def unwatch(self, w: Watched) -> None:
+        w.armed = False
+        self._runs.pop(id(w), None)
+
     def running_jids(self) -> set[str]:
         return {w.state.jid for w in list(self._runs.values())}
 

@@ -536,3 +536,6 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.hincrby(key, token, 1)
     finally:
         client.close()
+
+
+from . import async_jobs  # noqa: E402, F401 - the async jobs (tests/test_async_*.py)

@@ -141,3 +141,24 @@ def slow_first_run(token):
     if runs == 1:
         time.sleep(30)
     return runs
+
+
+@task(takes_context=True)
+async def async_where(context, token):
+    """An async task: the thread it ran on (the worker's event loop is "event-loop"),
+    and its attempt, read from the context."""
+    import threading
+
+    await asyncio.sleep(0.01)
+    _count(token)
+    return {"thread": threading.current_thread().name, "attempt": context.attempt}
+
+
+@task
+async def async_task_fails_once(token):
+    """Fails on its first run, succeeds on the next (the default alias retries)."""
+    runs = connection.get_client().hincrby(test_key("attempts"), token, 1)
+    await asyncio.sleep(0)
+    if runs == 1:
+        raise RuntimeError("async task boom")
+    return runs

@@ -41,6 +41,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "-c", "--concurrency", type=int, help="processor threads (default: CONCURRENCY)"
         )
+        parser.add_argument(
+            "--async-concurrency",
+            type=int,
+            metavar="N",
+            help="async def jobs at once on the event loop (default: ASYNC_CONCURRENCY)",
+        )
         parser.add_argument("--fetch", choices=conf.FETCH_MODES, help="fetch mode (default: FETCH)")
         parser.add_argument(
             "--processes", type=int, default=1, help="worker processes to fork (default 1)"
@@ -82,6 +88,13 @@ class Command(BaseCommand):
         concurrency = settings.CONCURRENCY if opts["concurrency"] is None else opts["concurrency"]
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
+        async_concurrency = (
+            settings.ASYNC_CONCURRENCY
+            if opts["async_concurrency"] is None
+            else opts["async_concurrency"]
+        )
+        if async_concurrency < 1:
+            raise CommandError(f"--async-concurrency must be at least 1, got {async_concurrency}")
         if opts["processes"] < 1:
             raise CommandError(f"--processes must be at least 1, got {opts['processes']}")
         timeout = (
@@ -140,6 +153,7 @@ class Command(BaseCommand):
 
         kwargs = dict(
             concurrency=concurrency,
+            async_concurrency=async_concurrency,
             queues=queues,
             fetch_mode=opts["fetch"] or settings.FETCH,
             tag=tag,
