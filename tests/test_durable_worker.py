@@ -55,7 +55,7 @@ def web(prefix, alias, where, count=3, redis_url=MAIN_REDIS_URL):
         env={
             **os.environ,
             **durable_support.worker_env(),
-            "DJANGO_SETTINGS_MODULE": "testproject.settings",
+            "DJANGO_SETTINGS_MODULE": "testproject.test_settings",
             "PYTHONPATH": os.pathsep.join([str(ROOT / "testproject"), str(ROOT)]),
             "COGWORKER_PREFIX": prefix,
             "COGWORKER_REDIS_URL": redis_url,
