@@ -286,3 +286,44 @@ def test_the_client_middleware_runs_before_the_row_is_written(db_alias, r, confi
         assert [json.loads(row.payload)["stamped"] for row in rows(db_alias)] == [True, True]
     assert stopped is None and many[0] is None
     assert sorted(j["jid"] for j in queued(r)) == sorted([kept, many[1]])
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "not json",
+        {"queue": ""},
+        {"at": "soon"},
+        {"at": [1]},
+        {"at": math.inf},
+        {"bid": ["b"]},
+        {"unique": "until_executed", "unique_digest": "d", "at": {"t": 1}},
+    ],
+    ids=["not-json", "no-queue", "at-text", "at-list", "at-inf", "bid-list", "unique-at-object"],
+)
+def test_a_row_whose_payload_is_garbage_is_filed_in_dead_and_holds_up_no_other(
+    db_alias, r, garbage
+):
+    """A row written by hand with a payload no enqueue writes: filed in dead with its
+    text, its row deleted; the rows before and after it pushed in the same pass, and the
+    next pass finds nothing to do (no loop on it)."""
+    if isinstance(garbage, dict):
+        text = json.dumps({**json.loads(_payload(1)), **garbage})
+    else:
+        text = garbage
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0),
+            OutboxEntry(jid=f"{1:024x}", queue="default", payload=text, created_at=1),
+            OutboxEntry(jid=f"{2:024x}", queue="default", payload=_payload(2), created_at=2),
+        ]
+    )
+    assert relay.relay_pending(conn(), db_alias) == 2
+    assert sorted(j["jid"] for j in queued(r)) == [f"{0:024x}", f"{2:024x}"]
+    assert rows(db_alias) == []
+    (dead,) = [json.loads(raw) for raw in r.zrange(keys.dead(keys.root()), 0, -1)]
+    assert dead["func"] == "(unparseable)"
+    assert dead["error_class"] == "InvalidOutboxEntry"
+    assert dead["raw_payload"] == text
+    assert relay.relay_pending(conn(), db_alias) == 0
+    assert r.zcard(keys.dead(keys.root())) == 1

@@ -25,6 +25,7 @@ batch's job rows is left.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -262,39 +263,26 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     pipe = conn.pipeline(transaction=False)
     for row in rows:
         job = payload.decode(row.payload)
-        queue = job.get("queue")
-        if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
-            # Only a row written by hand: filed in dead with its bytes (rule 6).
-            _bury(conn, row, job, "not a job with a queue")
+        why = _unpushable(job)
+        plan: tuple[list[str], list[Any]] | None = None
+        if why is None and not job.get("bid"):
+            try:
+                plan = _plan(row, job, now)
+            except Exception as exc:  # noqa: BLE001 - this row's fields, not the others'
+                why = f"its fields can't be pushed: {errors.describe(exc)}"
+        if why is not None:
+            # Only a row written by hand (an enqueue writes none of these): filed in dead
+            # with its bytes (rule 6), never left to fail every pass, holding up none.
+            _bury(conn, row, job, why)
             planned.append((row, ""))
             continue
-        if job.get("bid"):
+        if plan is None:
             members.setdefault(job["bid"], []).append((row, job))
             continue
-        home = homes.job_home(job)
-        marker = keys.relayed(row.jid, home)
-        at = job.get("at")
-        key_list = [marker]
-        if at is not None and float(at) > now:
-            key_list.append(keys.schedule(home))
-            value, score = row.payload, repr(float(at))
-        elif at is None and not priority.routes(job):
-            key_list.append(keys.queue(queue))
-            value, score = row.payload, ""  # the text as written at the enqueue
-        else:
-            job.pop("at", None)
-            job["enqueued_at"] = now
-            where = priority.route(job, now)
-            key_list.append(where.key)
-            value, score = where.value, where.score_arg
-        args: list[Any] = [value, score, MARKER_TTL]
-        lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
-        if lock is not None:
-            key_list.append(lock)
-            args += [row.jid, push_ttl(job, now)]
+        key_list, args = plan
         script.pipelined(pipe, key_list, args)
-        planned.append((row, marker))
-        listing.add(queue)
+        planned.append((row, key_list[0]))
+        listing.add(job["queue"])
     if listing:
         # The queues' listing rides in the same round trip, after the pushes; only a
         # listing (rule 1): its failure is reported, never raised.
@@ -343,10 +331,55 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     return done, pushed, markers
 
 
+def _unpushable(job: dict[str, Any]) -> str | None:
+    """Why the payload of a row can't be pushed (None when it can): what the script and
+    the batch's script would otherwise fail on at every pass."""
+    queue = job.get("queue")
+    if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
+        return "not a job with a queue"
+    at = job.get("at")
+    if at is not None and (
+        isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)
+    ):
+        return f"its 'at' is not a time: {errors.safe_str(at, 100)}"
+    bid = job.get("bid")
+    if bid is not None and not isinstance(bid, str):
+        return f"its 'bid' is not a batch id: {errors.safe_str(bid, 100)}"
+    return None
+
+
+def _plan(row: OutboxEntry, job: dict[str, Any], now: float) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of lua/outbox_relay.lua for ``row`` (not a batch member);
+    the first key is its marker."""
+    queue = job["queue"]
+    home = homes.job_home(job)
+    at = job.get("at")
+    key_list = [keys.relayed(row.jid, home)]
+    if at is not None and float(at) > now:
+        key_list.append(keys.schedule(home))
+        value, score = row.payload, repr(float(at))
+    elif at is None and not priority.routes(job):
+        key_list.append(keys.queue(queue))
+        value, score = row.payload, ""  # the text as written at the enqueue
+    else:
+        job.pop("at", None)
+        job["enqueued_at"] = now
+        where = priority.route(job, now)
+        key_list.append(where.key)
+        value, score = where.value, where.score_arg
+    args: list[Any] = [value, score, MARKER_TTL]
+    lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
+    if lock is not None:
+        key_list.append(lock)
+        args += [row.jid, push_ttl(job, now)]
+    return key_list, args
+
+
 def _bury(conn: Any, row: OutboxEntry, job: dict[str, Any], why: str) -> None:
     """File a row that can't be pushed in the prefix's dead set, with its bytes (the
     row is deleted after: rule 2)."""
-    wrapper = payload.unparseable(row.payload, job.get("queue"), "InvalidOutboxEntry", why)
+    queue = job.get("queue") if isinstance(job.get("queue"), str) else None
+    wrapper = payload.unparseable(row.payload, queue, "InvalidOutboxEntry", why)
     conn.zadd(keys.dead(keys.root()), {payload.encode(wrapper): time.time()})
     log.error(
         "durable outbox: row %s (jid %s) can't be pushed (%s): filed in dead", row.id, row.jid, why
