@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import threading
 
@@ -327,3 +328,43 @@ def test_a_row_whose_payload_is_garbage_is_filed_in_dead_and_holds_up_no_other(
     assert dead["raw_payload"] == text
     assert relay.relay_pending(conn(), db_alias) == 0
     assert r.zcard(keys.dead(keys.root())) == 1
+
+
+def test_a_poll_of_an_empty_outbox_is_one_select_per_database_and_no_redis(
+    db_alias, configure, caplog
+):
+    """The worker's chore runs at every poll of every process: on an empty outbox it
+    reads each database once (its oldest row) and sends Redis nothing (its client here
+    points at a closed port, so any command would fail and be logged)."""
+    from cogworker_django.durable import chore
+
+    relay.aliases()  # which databases have the table: known, as in a running worker
+    configure(REDIS_URL="redis://127.0.0.1:1/0")
+    work = chore.Chore()
+    with (
+        CaptureQueriesContext(connections[db_alias]) as queries,
+        caplog.at_level(logging.DEBUG, logger="cogworker_django"),
+    ):
+        work(connection.get_client())
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
+    assert "Redis" not in caplog.text
+    assert work.backoff.ready(relay.COMPONENT)
+
+
+def test_a_full_pass_that_removes_no_row_is_not_repeated_within_a_poll(db_alias, r, caplog):
+    """A queue key of the wrong type refuses every row (until the key guard moves it
+    aside): a full batch is read, none removed; the relay waits for the next poll
+    instead of reading the same rows again MAX_PASSES times."""
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{i:024x}", queue="default", payload=_payload(i), created_at=i)
+            for i in range(relay.BATCH + 1)
+        ]
+    )
+    r.set(f"{keys.prefix()}:queue:default", "not a list")
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        assert relay.relay_pending(conn(), db_alias) == 0
+    assert len([m for m in caplog.messages if "a row was left in the outbox" in m]) == 1
+    assert len(rows(db_alias)) == relay.BATCH + 1
+    r.delete(f"{keys.prefix()}:queue:default")
+    assert relay.relay_pending(conn(), db_alias) == relay.BATCH + 1

@@ -34,12 +34,15 @@ class Chore:
         # This thread's database connections: a broken one (a restarted server) or one
         # past CONN_MAX_AGE is closed here and opened again by the next query.
         close_old_connections()
-        self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn))
-        errors.best_effort("Durable outbox age", self.warn_stale)
+        # Only the databases found with rows are aged again: an empty outbox costs a
+        # poll one SELECT per database.
+        waiting: list[str] = []
+        self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn, waiting))
+        errors.best_effort("Durable outbox age", lambda: self.warn_stale(waiting))
 
-    def warn_stale(self) -> None:
+    def warn_stale(self, aliases: list[str]) -> None:
         now = time.monotonic()
-        for alias in relay.aliases():
+        for alias in aliases:
             age = relay.oldest_age(alias)
             if age is None or age <= STALE_AGE:
                 continue

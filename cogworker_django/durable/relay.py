@@ -132,23 +132,27 @@ def relay_pending(conn: Any, alias: str, passes: int = MAX_PASSES) -> int:
     database is unavailable (the poller's backoff)."""
     pushed = 0
     for _ in range(passes):
-        done, read = _pass(alias, conn)
+        done, read, removed = _pass(alias, conn)
         pushed += done
-        if read < BATCH:
+        # A full pass that removed no row (each refused, or another relay's turn) would
+        # read the same rows again: they wait for the next poll.
+        if read < BATCH or not removed:
             break
     return pushed
 
 
-def relay_all(conn: Any) -> int:
+def relay_all(conn: Any, waiting: list[str] | None = None) -> int:
     """:func:`relay_pending` on every database holding outbox rows (the poller's chore).
     One database that fails does not stop the others; the first failure is raised after
-    them."""
+    them. ``waiting`` (when given) gets the databases found with rows."""
     pushed = 0
     failure: Exception | None = None
     for alias in aliases():
         try:
             if oldest_age(alias) is None:
-                continue  # empty: no transaction, no lock, no round trip to Redis
+                continue  # empty: one SELECT; no transaction, no lock, no Redis
+            if waiting is not None:
+                waiting.append(alias)
             pushed += relay_pending(conn, alias)
         except Exception as exc:  # noqa: BLE001 - raised after the others
             failure = failure or exc
@@ -157,23 +161,23 @@ def relay_all(conn: Any) -> int:
     return pushed
 
 
-def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int]:
-    """One pass (see the module docstring); returns (pushed, rows read)."""
+def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int, int]:
+    """One pass (see the module docstring); returns (pushed, rows read, rows deleted)."""
     if skip_locked(alias):
-        pushed, read, markers = _locked_pass(alias, conn, ids)
+        pushed, read, markers, removed = _locked_pass(alias, conn, ids)
         _drop(conn, markers)
-        return pushed, read
+        return pushed, read, removed
     turn = _SqliteTurn(alias, conn)
     if not turn.take():
-        return 0, 0  # another relay is at it: these rows are its, or the next pass's
+        return 0, 0, 0  # another relay is at it: these rows are its, or the next pass's
     try:
-        pushed, read, markers = _locked_pass(alias, conn, ids)
+        pushed, read, markers, removed = _locked_pass(alias, conn, ids)
         # Only while the turn is still ours: had it expired (a pass longer than its
         # TTL), another relay may have read these rows before our commit; the markers
         # then make its push of them a no-op.
         if turn.still_ours():
             _drop(conn, markers)
-        return pushed, read
+        return pushed, read, removed
     finally:
         turn.give_back()
 
@@ -202,13 +206,15 @@ class _SqliteTurn:
             errors.best_effort(COMPONENT, lambda: locks.delete(self.key, self.owner, self.conn))
 
 
-def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int, int, list[str]]:
+def _locked_pass(
+    alias: str, conn: Any, ids: Sequence[int] | None
+) -> tuple[int, int, list[str], int]:
     """Read, push and delete in one database transaction; returns (pushed, rows read,
-    the markers to drop now that the deletes are committed)."""
+    the markers to drop now that the deletes are committed, rows deleted)."""
     with transaction.atomic(using=alias):
         rows = _read(alias, ids)
         if not rows:
-            return 0, 0, []
+            return 0, 0, [], 0
         if after_read is not None:
             after_read(rows)
         jobs = [row for row in rows if row.kind != CLOSE]
@@ -222,7 +228,7 @@ def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int,
             OutboxEntry.objects.using(alias).filter(id__in=done).delete()
     if pushed:
         log.debug("durable outbox: %d jobs pushed from %r", pushed, alias)
-    return pushed, len(rows), markers
+    return pushed, len(rows), markers, len(done)
 
 
 def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
