@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import InterfaceError, OperationalError, connections, router, transaction
 
 from .. import connection, errors, homes, keys, locks, payload, priority, scripts
 from ..unique import PUSH_LOCKED, lock_key
@@ -101,7 +101,7 @@ def _has_table(alias: str) -> bool:
             with connections[alias].cursor() as cursor:
                 present = TABLE in connections[alias].introspection.table_names(cursor)
         except Exception as exc:  # noqa: BLE001 - not reachable now: asked again next time
-            log.debug("durable outbox: database %r not reachable: %s", alias, exc)
+            database_down(alias, exc)
             return False
     with _tables_lock:
         _tables[alias] = (present, now)
@@ -149,16 +149,57 @@ def relay_all(conn: Any, waiting: list[str] | None = None) -> int:
     failure: Exception | None = None
     for alias in aliases():
         try:
-            if oldest_age(alias) is None:
-                continue  # empty: one SELECT; no transaction, no lock, no Redis
-            if waiting is not None:
-                waiting.append(alias)
+            age = oldest_age(alias)
+        except (OperationalError, InterfaceError) as exc:
+            # The database is away (a restart, a failover): said once, asked again at the
+            # next poll, not backed off (a backoff would hold the rows up to minutes
+            # after it is back).
+            database_down(alias, exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - raised after the others
+            failure = failure or exc
+            continue
+        database_up(alias)
+        if age is None:
+            continue  # empty: one SELECT; no transaction, no lock, no Redis
+        if waiting is not None:
+            waiting.append(alias)
+        try:
             pushed += relay_pending(conn, alias)
+        except (OperationalError, InterfaceError) as exc:
+            # Lost mid-pass: its transaction rolled back, the rows wait; what it pushed
+            # has its marker, so the next pass pushes none of it again.
+            database_down(alias, exc)
         except Exception as exc:  # noqa: BLE001 - raised after the others
             failure = failure or exc
     if failure is not None:
         raise failure
     return pushed
+
+
+_down: set[str] = set()  # databases this process found unreachable, until they answer
+
+
+def database_down(alias: str, exc: BaseException) -> None:
+    """Log once that ``alias`` can't be reached (until :func:`database_up`)."""
+    with _tables_lock:
+        first = alias not in _down
+        _down.add(alias)
+    if first:
+        log.warning(
+            "%s: database %r unavailable (%s); its rows wait, asked again at each poll",
+            COMPONENT,
+            alias,
+            errors.describe(exc),
+        )
+
+
+def database_up(alias: str) -> None:
+    with _tables_lock:
+        was_down = alias in _down
+        _down.discard(alias)
+    if was_down:
+        log.warning("%s: database %r recovered", COMPONENT, alias)
 
 
 def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int, int]:
