@@ -345,7 +345,7 @@ def test_a_poll_of_an_empty_outbox_is_one_select_per_database_and_no_redis(
         CaptureQueriesContext(connections[db_alias]) as queries,
         caplog.at_level(logging.DEBUG, logger="cogworker_django"),
     ):
-        work(connection.get_client())
+        work.run_once(connection.get_client())
     assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
     assert "Redis" not in caplog.text
     assert work.backoff.ready(relay.COMPONENT)
@@ -368,3 +368,34 @@ def test_a_full_pass_that_removes_no_row_is_not_repeated_within_a_poll(db_alias,
     assert len(rows(db_alias)) == relay.BATCH + 1
     r.delete(f"{keys.prefix()}:queue:default")
     assert relay.relay_pending(conn(), db_alias) == relay.BATCH + 1
+
+
+def test_the_pollers_timer_never_waits_for_a_database(db_alias, r, hooks):
+    """The poller calls the chore at every poll and goes on at once: the relay runs on
+    the chore's own thread, so a database that hangs holds up no due job and no orphan
+    recovery. Here the relay is held inside its pass until the poller's calls have
+    returned (a relay run by the poller's own call would wait for that in vain)."""
+    from cogworker_django.durable import chore
+
+    from .helpers import wait_until
+
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0)]
+    )
+    polls_returned = threading.Event()
+    held: list[bool] = []
+    ran_on: list[str] = []
+
+    def hold(read):
+        ran_on.append(threading.current_thread().name)
+        held.append(polls_returned.wait(30))
+
+    hooks.after_read = hold
+    work = chore.Chore()
+    work(conn())
+    work(conn())  # a poll while the round runs: returns too
+    polls_returned.set()
+    wait_until(lambda: not OutboxEntry.objects.using(db_alias).exists(), timeout=30)
+    assert held[0] is True
+    assert ran_on[0] == "durable-relay"
+    assert [j["jid"] for j in queued(r)] == [f"{0:024x}"]  # once

@@ -223,10 +223,10 @@ def test_a_database_lost_during_the_relay_is_said_once_and_its_rows_pushed_once_
     work = chore.Chore()
     try:
         with caplog.at_level(logging.WARNING, logger="cogworker_django"):
-            work(connection.get_client())
+            work.run_once(connection.get_client())
             relay.after_push = None
-            work(connection.get_client())
-            work(connection.get_client())
+            work.run_once(connection.get_client())
+            work.run_once(connection.get_client())
         said = [m for m in caplog.messages if f"database {db_alias!r} unavailable" in m]
         assert len(said) == 1, caplog.messages
         assert work.backoff.ready(relay.COMPONENT)
@@ -237,7 +237,7 @@ def test_a_database_lost_during_the_relay_is_said_once_and_its_rows_pushed_once_
         killer.close()
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="cogworker_django"):
-        work(connection.get_client())
+        work.run_once(connection.get_client())
     assert f"database {db_alias!r} recovered" in caplog.text
     assert rows(db_alias) == 0
     assert sorted(j["jid"] for j in json_queue(r, prefix)) == sorted(jids)  # not again

@@ -1,9 +1,11 @@
 """The worker's part: every poll, relay what is left in the outboxes and say when a row
-has waited too long (extensions.py registers it as a poller timer)."""
+has waited too long (extensions.py registers it as a poller timer; it runs on a thread
+of its own)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -22,23 +24,50 @@ WARN_EVERY = 60.0
 
 
 class Chore:
-    """``chore(conn)``: relay every database's leftovers (:func:`relay.relay_all`), with
-    a backoff of its own for deterministic failures (rule 5), then warn about stale rows.
+    """``chore(conn)``, the poller's timer: wakes the chore's own thread, which runs
+    :meth:`run_once` (a round already running is not started again), and returns at
+    once. The databases are not the poller's to wait for: a database that hangs (a
+    failover behind a firewall that drops packets holds a connect for minutes) must not
+    stop the poller's moves of due jobs and its orphan recovery, which need only Redis.
     """
 
     def __init__(self) -> None:
         self.backoff = errors.Backoff()
         self._warned: dict[str, float] = {}
+        self._wake = threading.Event()
+        self._conn: Any = None
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
 
     def __call__(self, conn: Any) -> None:
-        # This thread's database connections: a broken one (a restarted server) or one
-        # past CONN_MAX_AGE is closed here and opened again by the next query.
-        close_old_connections()
-        # Only the databases found with rows are aged again: an empty outbox costs a
-        # poll one SELECT per database.
-        waiting: list[str] = []
-        self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn, waiting))
-        errors.best_effort("Durable outbox age", lambda: self.warn_stale(waiting))
+        self._conn = conn
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="durable-relay", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            errors.best_effort(relay.COMPONENT, lambda: self.run_once(self._conn))
+
+    def run_once(self, conn: Any) -> None:
+        """Relay every database's leftovers (:func:`relay.relay_all`), with a backoff of
+        its own for deterministic failures (rule 5), then warn about stale rows."""
+        try:
+            # Only the databases found with rows are aged again: an empty outbox costs
+            # a poll one SELECT per database.
+            waiting: list[str] = []
+            self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn, waiting))
+            errors.best_effort("Durable outbox age", lambda: self.warn_stale(waiting))
+        finally:
+            # This thread's database connections: a broken one (a restarted server) or
+            # one past CONN_MAX_AGE (0 by default) is closed until the next round.
+            close_old_connections()
 
     def warn_stale(self, aliases: list[str]) -> None:
         now = time.monotonic()
