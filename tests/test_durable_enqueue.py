@@ -80,7 +80,14 @@ def test_the_enqueuer_relays_no_row_of_another_transaction(db_alias, r):
     def other_transaction():
         try:
             OutboxEntry.objects.using(db_alias).bulk_create(
-                [OutboxEntry(jid="f" * 24, queue="default", payload=_other_payload(), created_at=1)]
+                [
+                    OutboxEntry(
+                        jid="f" * 24,
+                        queue="default",
+                        payload=durable_support.row_payload("f" * 24, "other"),
+                        created_at=1,
+                    )
+                ]
             )
         finally:
             connections[db_alias].close()
@@ -92,22 +99,6 @@ def test_the_enqueuer_relays_no_row_of_another_transaction(db_alias, r):
         mine = durable.enqueue("mine")
     assert [j["jid"] for j in queued(r)] == [mine]
     assert [row.jid for row in rows(db_alias)] == ["f" * 24]  # the workers' to relay
-
-
-def _other_payload():
-    return json.dumps(
-        {
-            "jid": "f" * 24,
-            "func": "testapp.jobs.record",
-            "args": ["other"],
-            "kwargs": {},
-            "queue": "default",
-            "retry": True,
-            "retry_count": 0,
-            "created_at": 1.0,
-            "enqueued_at": 1.0,
-        }
-    )
 
 
 def test_outside_a_transaction_the_row_is_written_and_relayed_at_once(db_alias, r):

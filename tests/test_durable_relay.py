@@ -232,19 +232,7 @@ def test_two_relays_at_once_never_take_the_same_row(db_alias, r, hooks):
 
 
 def _payload(i):
-    return json.dumps(
-        {
-            "jid": f"{i:024x}",
-            "func": "testapp.jobs.record",
-            "args": [],
-            "kwargs": {},
-            "queue": "default",
-            "retry": True,
-            "retry_count": 0,
-            "created_at": 1.0,
-            "enqueued_at": 1.0,
-        }
-    )
+    return durable_support.row_payload(f"{i:024x}")
 
 
 @pytest.mark.parametrize(
