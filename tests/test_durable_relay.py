@@ -387,3 +387,23 @@ def test_the_pollers_timer_never_waits_for_a_database(db_alias, r, hooks):
     assert held[0] is True
     assert ran_on[0] == "durable-relay"
     assert [j["jid"] for j in queued(r)] == [f"{0:024x}"]  # once
+
+
+def test_a_block_that_cant_be_closed_holds_up_no_job_row(db_alias, r, caplog):
+    """A close row whose batch key holds the wrong kind of value (until the key guard
+    moves it aside): the close fails and its row stays, the job rows of the same pass
+    are pushed and deleted (not rolled back with it)."""
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0),
+            OutboxEntry(kind=CLOSE, jid="token", payload="", created_at=1, bid="b" * 24),
+            OutboxEntry(jid=f"{2:024x}", queue="default", payload=_payload(2), created_at=2),
+        ]
+    )
+    r.set(keys.batch("b" * 24), "not a hash")
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        assert relay.relay_pending(conn(), db_alias) == 2
+    assert sorted(j["jid"] for j in queued(r)) == [f"{0:024x}", f"{2:024x}"]
+    assert [row.kind for row in rows(db_alias)] == [CLOSE]
+    assert f"the block of batch {'b' * 24} left in the outbox" in caplog.text
+    assert r.keys(f"{keys.prefix()}:relayed:*") == []  # the jobs' deletes committed

@@ -442,7 +442,16 @@ def _close_blocks(alias: str, rows: list[OutboxEntry], pushed: list[int]) -> lis
         waiting = OutboxEntry.objects.using(alias).filter(bid=row.bid).exclude(kind=CLOSE)
         if waiting.exclude(id__in=pushed).exists():
             continue
-        store.close_durable(row.bid, row.jid)
+        try:
+            store.close_durable(row.bid, row.jid)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                raise
+            # This block's row only (a close is idempotent per block, so it is tried
+            # again next pass): raised, it would roll back the deletes of the jobs this
+            # pass pushed, and hold up every row of the database behind it.
+            errors.report(COMPONENT, exc, f"the block of batch {row.bid} left in the outbox")
+            continue
         closed.append(row.id)
     return closed
 
