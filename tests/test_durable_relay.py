@@ -380,10 +380,15 @@ def test_the_pollers_timer_never_waits_for_a_database(db_alias, r, hooks):
 
     hooks.after_read = hold
     work = chore.Chore()
-    work(conn())
-    work(conn())  # a poll while the round runs: returns too
-    polls_returned.set()
-    wait_until(lambda: not OutboxEntry.objects.using(db_alias).exists(), timeout=30)
+    try:
+        work(conn())
+        work(conn())  # a poll while the round runs: returns too
+        polls_returned.set()
+        wait_until(lambda: not OutboxEntry.objects.using(db_alias).exists(), timeout=30)
+    finally:
+        polls_returned.set()
+        work.stop()
+    assert not work._thread.is_alive()
     assert held[0] is True
     assert ran_on[0] == "durable-relay"
     assert [j["jid"] for j in queued(r)] == [f"{0:024x}"]  # once

@@ -38,6 +38,7 @@ class Chore:
         self._conn: Any = None
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
+        self._stopping = False
 
     def __call__(self, conn: Any) -> None:
         self._conn = conn
@@ -53,7 +54,17 @@ class Chore:
         while True:
             self._wake.wait()
             self._wake.clear()
+            if self._stopping:
+                return
             errors.best_effort(relay.COMPONENT, lambda: self.run_once(self._conn))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the chore's thread after its round (a worker's exit ends it anyway: it is
+        a daemon; a test ends it so no thread of its outlives the test)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def run_once(self, conn: Any) -> None:
         """Relay every database's leftovers (:func:`relay.relay_all`), with a backoff of
