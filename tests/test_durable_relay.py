@@ -412,3 +412,29 @@ def test_a_block_that_cant_be_closed_holds_up_no_job_row(db_alias, r, caplog):
     assert [row.kind for row in rows(db_alias)] == [CLOSE]
     assert f"the block of batch {'b' * 24} left in the outbox" in caplog.text
     assert r.keys(f"{keys.prefix()}:relayed:*") == []  # the jobs' deletes committed
+
+
+def test_a_sqlite_table_dropped_since_is_found_gone_and_skipped(db_alias, caplog):
+    """SQLite reports a missing table as it reports a locked database (OperationalError):
+    said once, and whether the table is there is asked again, so a table dropped since
+    (a migration reversed) is found gone and skipped, not queried at every poll."""
+    from cogworker_django.durable import chore
+
+    if db_alias != "durable_sqlite":
+        pytest.skip("SQLite's OperationalError for a missing table")
+    assert db_alias in relay.aliases()  # the table known
+    with connections[db_alias].schema_editor() as editor:
+        editor.delete_model(OutboxEntry)
+    try:
+        work = chore.Chore()
+        with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+            work.run_once(conn())
+            assert db_alias not in relay.aliases()
+            work.run_once(conn())
+        said = [m for m in caplog.messages if f"database {db_alias!r} unavailable" in m]
+        assert len(said) == 1
+        assert work.backoff.ready(relay.COMPONENT)
+    finally:
+        with connections[db_alias].schema_editor() as editor:
+            editor.create_model(OutboxEntry)
+        relay._tables.clear()

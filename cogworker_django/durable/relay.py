@@ -181,10 +181,13 @@ _down: set[str] = set()  # databases this process found unreachable, until they 
 
 
 def database_down(alias: str, exc: BaseException) -> None:
-    """Log once that ``alias`` can't be reached (until :func:`database_up`)."""
+    """Log once that ``alias`` can't be reached (until :func:`database_up`). Whether it
+    has the table is asked again (SQLite says "no such table" as it says "database is
+    locked": a table dropped since is found so, and skipped)."""
     with _tables_lock:
         first = alias not in _down
         _down.add(alias)
+        _tables.pop(alias, None)
     if first:
         log.warning(
             "%s: database %r unavailable (%s); its rows wait, asked again at each poll",
