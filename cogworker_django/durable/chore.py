@@ -12,13 +12,15 @@ from typing import Any
 from django.db import close_old_connections
 
 from .. import errors
+from ..api import outbox as outbox_api
 from . import relay
 
 log = logging.getLogger("cogworker_django")
 
 # A row older than this is worth a warning: a pusher's own relay takes a moment, a
-# worker's the next poll; this long means Redis or the relay is in trouble.
-STALE_AGE = 60.0
+# worker's the next poll; this long means Redis or the relay is in trouble. (The
+# dashboard marks such a row late: the same threshold.)
+STALE_AGE = outbox_api.STALE_AGE
 # At most one warning per database per this many seconds.
 WARN_EVERY = 60.0
 
