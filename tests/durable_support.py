@@ -11,6 +11,7 @@ test; a worker subprocess reaches the same ones through :func:`worker_env`.
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -57,3 +58,21 @@ def worker_env(alias: str | None = None) -> dict[str, str]:
 
 def skip_locked(alias: str) -> bool:
     return bool(connections[alias].features.has_select_for_update_skip_locked)
+
+
+def row_payload(jid: str, *args: object) -> str:
+    """The payload text of a row written by hand (``testapp.jobs.record`` on "default"),
+    as an enqueue would write it."""
+    return json.dumps(
+        {
+            "jid": jid,
+            "func": "testapp.jobs.record",
+            "args": list(args),
+            "kwargs": {},
+            "queue": "default",
+            "retry": True,
+            "retry_count": 0,
+            "created_at": 1.0,
+            "enqueued_at": 1.0,
+        }
+    )

@@ -5,9 +5,10 @@ is relayed right after the commit, and what an enqueue refuses writes no row.
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from testapp import jobs as tj
 
 from cogworker_django import connection, keys
@@ -47,6 +48,57 @@ def test_a_rolled_back_durable_job_is_never_pushed(db_alias, r):
     assert queued(r) == []
     assert relay.relay_pending(connection.get_client(), db_alias) == 0
     assert queued(r) == []
+
+
+def test_a_savepoint_rolled_back_takes_its_row_and_the_commit_relays_the_rest(db_alias, r):
+    """A durable job enqueued in a savepoint that rolls back (the transaction's first,
+    so its commit callback goes with it) is never pushed; one enqueued after it, in the
+    transaction that commits, is pushed right after the commit by the enqueuer."""
+    durable = tj.record.using(durable=True, using_db=db_alias)
+    with transaction.atomic(using=db_alias):
+        with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
+            durable.enqueue("rolled back")
+            raise RuntimeError("the savepoint rolls back")
+        kept = durable.enqueue("kept")
+        with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
+            durable.enqueue("rolled back too")
+            raise RuntimeError("the savepoint rolls back")
+    assert [(j["jid"], j["args"]) for j in queued(r)] == [(kept, ["kept"])]
+    assert rows(db_alias) == []
+
+
+def test_the_enqueuer_relays_no_row_of_another_transaction(db_alias, r):
+    """A transaction that rolled back leaves its ids; on SQLite the next row written
+    takes the same id. Here that row is another transaction's (written by hand, so no
+    enqueuer relays it): the next commit of this connection relays its own rows only,
+    and leaves that one to the workers."""
+    durable = tj.record.using(durable=True, using_db=db_alias)
+    with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
+        durable.enqueue("rolled back")
+        raise RuntimeError("rolled back")
+
+    def other_transaction():
+        try:
+            OutboxEntry.objects.using(db_alias).bulk_create(
+                [
+                    OutboxEntry(
+                        jid="f" * 24,
+                        queue="default",
+                        payload=durable_support.row_payload("f" * 24, "other"),
+                        created_at=1,
+                    )
+                ]
+            )
+        finally:
+            connections[db_alias].close()
+
+    thread = threading.Thread(target=other_transaction)
+    thread.start()
+    thread.join()
+    with transaction.atomic(using=db_alias):
+        mine = durable.enqueue("mine")
+    assert [j["jid"] for j in queued(r)] == [mine]
+    assert [row.jid for row in rows(db_alias)] == ["f" * 24]  # the workers' to relay
 
 
 def test_outside_a_transaction_the_row_is_written_and_relayed_at_once(db_alias, r):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import threading
 
@@ -231,19 +232,7 @@ def test_two_relays_at_once_never_take_the_same_row(db_alias, r, hooks):
 
 
 def _payload(i):
-    return json.dumps(
-        {
-            "jid": f"{i:024x}",
-            "func": "testapp.jobs.record",
-            "args": [],
-            "kwargs": {},
-            "queue": "default",
-            "retry": True,
-            "retry_count": 0,
-            "created_at": 1.0,
-            "enqueued_at": 1.0,
-        }
-    )
+    return durable_support.row_payload(f"{i:024x}")
 
 
 @pytest.mark.parametrize(
@@ -286,3 +275,166 @@ def test_the_client_middleware_runs_before_the_row_is_written(db_alias, r, confi
         assert [json.loads(row.payload)["stamped"] for row in rows(db_alias)] == [True, True]
     assert stopped is None and many[0] is None
     assert sorted(j["jid"] for j in queued(r)) == sorted([kept, many[1]])
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "not json",
+        {"queue": ""},
+        {"at": "soon"},
+        {"at": [1]},
+        {"at": math.inf},
+        {"bid": ["b"]},
+        {"unique": "until_executed", "unique_digest": "d", "at": {"t": 1}},
+    ],
+    ids=["not-json", "no-queue", "at-text", "at-list", "at-inf", "bid-list", "unique-at-object"],
+)
+def test_a_row_whose_payload_is_garbage_is_filed_in_dead_and_holds_up_no_other(
+    db_alias, r, garbage
+):
+    """A row written by hand with a payload no enqueue writes: filed in dead with its
+    text, its row deleted; the rows before and after it pushed in the same pass, and the
+    next pass finds nothing to do (no loop on it)."""
+    if isinstance(garbage, dict):
+        text = json.dumps({**json.loads(_payload(1)), **garbage})
+    else:
+        text = garbage
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0),
+            OutboxEntry(jid=f"{1:024x}", queue="default", payload=text, created_at=1),
+            OutboxEntry(jid=f"{2:024x}", queue="default", payload=_payload(2), created_at=2),
+        ]
+    )
+    assert relay.relay_pending(conn(), db_alias) == 2
+    assert sorted(j["jid"] for j in queued(r)) == [f"{0:024x}", f"{2:024x}"]
+    assert rows(db_alias) == []
+    (dead,) = [json.loads(raw) for raw in r.zrange(keys.dead(keys.root()), 0, -1)]
+    assert dead["func"] == "(unparseable)"
+    assert dead["error_class"] == "InvalidOutboxEntry"
+    assert dead["raw_payload"] == text
+    assert relay.relay_pending(conn(), db_alias) == 0
+    assert r.zcard(keys.dead(keys.root())) == 1
+
+
+def test_a_poll_of_an_empty_outbox_is_one_select_per_database_and_no_redis(
+    db_alias, configure, caplog
+):
+    """The worker's chore runs at every poll of every process: on an empty outbox it
+    reads each database once (its oldest row) and sends Redis nothing (its client here
+    points at a closed port, so any command would fail and be logged)."""
+    from cogworker_django.durable import chore
+
+    relay.aliases()  # which databases have the table: known, as in a running worker
+    configure(REDIS_URL="redis://127.0.0.1:1/0")
+    work = chore.Chore()
+    with (
+        CaptureQueriesContext(connections[db_alias]) as queries,
+        caplog.at_level(logging.DEBUG, logger="cogworker_django"),
+    ):
+        work.run_once(connection.get_client())
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"]
+    assert "Redis" not in caplog.text
+    assert work.backoff.ready(relay.COMPONENT)
+
+
+def test_a_full_pass_that_removes_no_row_is_not_repeated_within_a_poll(db_alias, r, caplog):
+    """A queue key of the wrong type refuses every row (until the key guard moves it
+    aside): a full batch is read, none removed; the relay waits for the next poll
+    instead of reading the same rows again MAX_PASSES times."""
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{i:024x}", queue="default", payload=_payload(i), created_at=i)
+            for i in range(relay.BATCH + 1)
+        ]
+    )
+    r.set(f"{keys.prefix()}:queue:default", "not a list")
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        assert relay.relay_pending(conn(), db_alias) == 0
+    assert len([m for m in caplog.messages if "a row was left in the outbox" in m]) == 1
+    assert len(rows(db_alias)) == relay.BATCH + 1
+    r.delete(f"{keys.prefix()}:queue:default")
+    assert relay.relay_pending(conn(), db_alias) == relay.BATCH + 1
+
+
+def test_the_pollers_timer_never_waits_for_a_database(db_alias, r, hooks):
+    """The poller calls the chore at every poll and goes on at once: the relay runs on
+    the chore's own thread, so a database that hangs holds up no due job and no orphan
+    recovery. Here the relay is held inside its pass until the poller's calls have
+    returned (a relay run by the poller's own call would wait for that in vain)."""
+    from cogworker_django.durable import chore
+
+    from .helpers import wait_until
+
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0)]
+    )
+    polls_returned = threading.Event()
+    held: list[bool] = []
+    ran_on: list[str] = []
+
+    def hold(read):
+        ran_on.append(threading.current_thread().name)
+        held.append(polls_returned.wait(30))
+
+    hooks.after_read = hold
+    work = chore.Chore()
+    try:
+        work(conn())
+        work(conn())  # a poll while the round runs: returns too
+        polls_returned.set()
+        wait_until(lambda: not OutboxEntry.objects.using(db_alias).exists(), timeout=30)
+    finally:
+        polls_returned.set()
+        work.stop()
+    assert not work._thread.is_alive()
+    assert held[0] is True
+    assert ran_on[0] == "durable-relay"
+    assert [j["jid"] for j in queued(r)] == [f"{0:024x}"]  # once
+
+
+def test_a_block_that_cant_be_closed_holds_up_no_job_row(db_alias, r, caplog):
+    """A close row whose batch key holds the wrong kind of value (until the key guard
+    moves it aside): the close fails and its row stays, the job rows of the same pass
+    are pushed and deleted (not rolled back with it)."""
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{0:024x}", queue="default", payload=_payload(0), created_at=0),
+            OutboxEntry(kind=CLOSE, jid="token", payload="", created_at=1, bid="b" * 24),
+            OutboxEntry(jid=f"{2:024x}", queue="default", payload=_payload(2), created_at=2),
+        ]
+    )
+    r.set(keys.batch("b" * 24), "not a hash")
+    with caplog.at_level(logging.ERROR, logger="cogworker_django"):
+        assert relay.relay_pending(conn(), db_alias) == 2
+    assert sorted(j["jid"] for j in queued(r)) == [f"{0:024x}", f"{2:024x}"]
+    assert [row.kind for row in rows(db_alias)] == [CLOSE]
+    assert f"the block of batch {'b' * 24} left in the outbox" in caplog.text
+    assert r.keys(f"{keys.prefix()}:relayed:*") == []  # the jobs' deletes committed
+
+
+def test_a_sqlite_table_dropped_since_is_found_gone_and_skipped(db_alias, caplog):
+    """SQLite reports a missing table as it reports a locked database (OperationalError):
+    said once, and whether the table is there is asked again, so a table dropped since
+    (a migration reversed) is found gone and skipped, not queried at every poll."""
+    from cogworker_django.durable import chore
+
+    if db_alias != "durable_sqlite":
+        pytest.skip("SQLite's OperationalError for a missing table")
+    assert db_alias in relay.aliases()  # the table known
+    with connections[db_alias].schema_editor() as editor:
+        editor.delete_model(OutboxEntry)
+    try:
+        work = chore.Chore()
+        with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+            work.run_once(conn())
+            assert db_alias not in relay.aliases()
+            work.run_once(conn())
+        said = [m for m in caplog.messages if f"database {db_alias!r} unavailable" in m]
+        assert len(said) == 1
+        assert work.backoff.ready(relay.COMPONENT)
+    finally:
+        with connections[db_alias].schema_editor() as editor:
+            editor.create_model(OutboxEntry)
+        relay._tables.clear()

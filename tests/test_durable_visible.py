@@ -69,12 +69,12 @@ def test_a_worker_warns_about_a_row_older_than_a_minute(db_alias, configure, cap
         tj.record.using(durable=True, using_db=db_alias).enqueue("young")
     work = chore.Chore()
     with caplog.at_level(logging.WARNING, logger="cogworker_django"):
-        work(connection.get_client())
+        work.run_once(connection.get_client())
     assert "durable outbox of database" not in caplog.text  # seconds old: no warning
     OutboxEntry.objects.using(db_alias).update(created_at=time.time() - chore.STALE_AGE - 5)
     with caplog.at_level(logging.WARNING, logger="cogworker_django"):
-        work(connection.get_client())
-        work(connection.get_client())  # once a minute, not every poll
+        work.run_once(connection.get_client())
+        work.run_once(connection.get_client())  # once a minute, not every poll
     warned = [
         r.getMessage() for r in caplog.records if "durable outbox of database" in r.getMessage()
     ]

@@ -184,3 +184,65 @@ def test_10000_rows_relayed_by_three_workers_at_once_are_each_pushed_once(
         # Passes of 500 rows: while one worker holds its rows the others take the next
         # ones (SKIP LOCKED), so the work is shared.
         assert sum(1 for n in pushed if n) >= 2, pushed
+
+
+def test_a_database_lost_during_the_relay_is_said_once_and_its_rows_pushed_once_after(
+    db_alias, r, prefix, caplog
+):
+    """PostgreSQL: the relay's connection is killed by the server between its push and
+    its delete (pg_terminate_backend), then the database refuses connections (a port
+    nothing listens on) for a few polls. The worker's chore says so once, without a
+    backoff; when the database answers again the rows are deleted and nothing is pushed
+    twice (the markers)."""
+    import logging
+
+    import pytest
+    from django.db import connections
+
+    from cogworker_django import connection
+    from cogworker_django.durable import chore, relay
+
+    if db_alias != "durable_pg":
+        pytest.skip("a server to lose: PostgreSQL")
+    with transaction.atomic(using=db_alias):
+        jids = tj.record.using(durable=True, using_db=db_alias).enqueue_many([("a",), ("b",)])
+        relay.after_read = lambda rows: (_ for _ in ()).throw(RuntimeError("not now"))
+    relay.after_read = None
+    assert rows(db_alias) == 2  # the pusher's relay was stopped: the worker's turn
+    settings_dict = connections[db_alias].settings_dict
+    port = settings_dict["PORT"]
+    killer = connections.create_connection(db_alias)
+
+    def lose_the_database(pushed):
+        pid = connections[db_alias].connection.info.backend_pid
+        with killer.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        settings_dict["PORT"] = 1  # and refuse new connections
+
+    relay.after_push = lose_the_database
+    work = chore.Chore()
+    try:
+        with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+            work.run_once(connection.get_client())
+            relay.after_push = None
+            work.run_once(connection.get_client())
+            work.run_once(connection.get_client())
+        said = [m for m in caplog.messages if f"database {db_alias!r} unavailable" in m]
+        assert len(said) == 1, caplog.messages
+        assert work.backoff.ready(relay.COMPONENT)
+        assert sorted(j["jid"] for j in json_queue(r, prefix)) == sorted(jids)  # pushed once
+    finally:
+        relay.after_push = None
+        settings_dict["PORT"] = port
+        killer.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+        work.run_once(connection.get_client())
+    assert f"database {db_alias!r} recovered" in caplog.text
+    assert rows(db_alias) == 0
+    assert sorted(j["jid"] for j in json_queue(r, prefix)) == sorted(jids)  # not again
+    assert r.keys(f"{prefix}:relayed:*") == []
+
+
+def json_queue(r, prefix):
+    return [json.loads(raw) for raw in r.lrange(f"{prefix}:queue:default", 0, -1)]

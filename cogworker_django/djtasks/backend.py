@@ -146,12 +146,7 @@ class CogworkerBackend(BaseTaskBackend):
         if self.durable:
             return self._enqueue_durable(task, job, result)
         if client.push(job) is None:
-            log.warning(
-                "task %s (%s): a client middleware stopped the push; it will not run",
-                result.id,
-                task.module_path,
-            )
-            return result
+            return _stopped(task, result)
         object.__setattr__(result, "enqueued_at", store.from_epoch(job["created_at"]))
         # Test modes (cogworker's testing.fake()/inline()) keep results out of Redis.
         if client.active_sink() is None:
@@ -168,12 +163,7 @@ class CogworkerBackend(BaseTaskBackend):
         from ..durable import writer
 
         if writer.enqueue(job, None, None) is None:
-            log.warning(
-                "task %s (%s): a client middleware stopped the push; it will not run",
-                result.id,
-                task.module_path,
-            )
-            return result
+            return _stopped(task, result)
         object.__setattr__(result, "enqueued_at", store.from_epoch(job["created_at"]))
         if client.active_sink() is None:
             waits = float(job["at"]) - job["created_at"] if "at" in job else 0.0
@@ -238,3 +228,13 @@ class CogworkerBackend(BaseTaskBackend):
 
 # A worker runs "task" payloads through runner.resolver (never anything else it names).
 jobs.register_kind(KIND, runner.resolver)
+
+
+def _stopped(task: Any, result: TaskResult) -> TaskResult:
+    """The result of a task a client middleware stopped (said in the log: it won't run)."""
+    log.warning(
+        "task %s (%s): a client middleware stopped the push; it will not run",
+        result.id,
+        task.module_path,
+    )
+    return result

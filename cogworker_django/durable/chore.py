@@ -1,45 +1,90 @@
 """The worker's part: every poll, relay what is left in the outboxes and say when a row
-has waited too long (extensions.py registers it as a poller timer)."""
+has waited too long (extensions.py registers it as a poller timer; it runs on a thread
+of its own)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 from django.db import close_old_connections
 
 from .. import errors
+from ..api import outbox as outbox_api
 from . import relay
 
 log = logging.getLogger("cogworker_django")
 
 # A row older than this is worth a warning: a pusher's own relay takes a moment, a
-# worker's the next poll; this long means Redis or the relay is in trouble.
-STALE_AGE = 60.0
+# worker's the next poll; this long means Redis or the relay is in trouble. (The
+# dashboard marks such a row late: the same threshold.)
+STALE_AGE = outbox_api.STALE_AGE
 # At most one warning per database per this many seconds.
 WARN_EVERY = 60.0
 
 
 class Chore:
-    """``chore(conn)``: relay every database's leftovers (:func:`relay.relay_all`), with
-    a backoff of its own for deterministic failures (rule 5), then warn about stale rows.
+    """``chore(conn)``, the poller's timer: wakes the chore's own thread, which runs
+    :meth:`run_once` (a round already running is not started again), and returns at
+    once. The databases are not the poller's to wait for: a database that hangs (a
+    failover behind a firewall that drops packets holds a connect for minutes) must not
+    stop the poller's moves of due jobs and its orphan recovery, which need only Redis.
     """
 
     def __init__(self) -> None:
         self.backoff = errors.Backoff()
         self._warned: dict[str, float] = {}
+        self._wake = threading.Event()
+        self._conn: Any = None
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
+        self._stopping = False
 
     def __call__(self, conn: Any) -> None:
-        # This thread's database connections: a broken one (a restarted server) or one
-        # past CONN_MAX_AGE is closed here and opened again by the next query.
-        close_old_connections()
-        self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn))
-        errors.best_effort("Durable outbox age", self.warn_stale)
+        self._conn = conn
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="durable-relay", daemon=True
+                )
+                self._thread.start()
+        self._wake.set()
 
-    def warn_stale(self) -> None:
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            errors.best_effort(relay.COMPONENT, lambda: self.run_once(self._conn))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the chore's thread after its round (a worker's exit ends it anyway: it is
+        a daemon; a test ends it so no thread of its outlives the test)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run_once(self, conn: Any) -> None:
+        """Relay every database's leftovers (:func:`relay.relay_all`), with a backoff of
+        its own for deterministic failures (rule 5), then warn about stale rows."""
+        try:
+            # Only the databases found with rows are aged again: an empty outbox costs
+            # a poll one SELECT per database.
+            waiting: list[str] = []
+            self.backoff.run(relay.COMPONENT, lambda: relay.relay_all(conn, waiting))
+            errors.best_effort("Durable outbox age", lambda: self.warn_stale(waiting))
+        finally:
+            # This thread's database connections: a broken one (a restarted server) or
+            # one past CONN_MAX_AGE (0 by default) is closed until the next round.
+            close_old_connections()
+
+    def warn_stale(self, aliases: list[str]) -> None:
         now = time.monotonic()
-        for alias in relay.aliases():
+        for alias in aliases:
             age = relay.oldest_age(alias)
             if age is None or age <= STALE_AGE:
                 continue

@@ -25,13 +25,14 @@ batch's job rows is left.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import InterfaceError, OperationalError, connections, router, transaction
 
 from .. import connection, errors, homes, keys, locks, payload, priority, scripts
 from ..unique import PUSH_LOCKED, lock_key
@@ -100,7 +101,7 @@ def _has_table(alias: str) -> bool:
             with connections[alias].cursor() as cursor:
                 present = TABLE in connections[alias].introspection.table_names(cursor)
         except Exception as exc:  # noqa: BLE001 - not reachable now: asked again next time
-            log.debug("durable outbox: database %r not reachable: %s", alias, exc)
+            database_down(alias, exc)
             return False
     with _tables_lock:
         _tables[alias] = (present, now)
@@ -131,24 +132,44 @@ def relay_pending(conn: Any, alias: str, passes: int = MAX_PASSES) -> int:
     database is unavailable (the poller's backoff)."""
     pushed = 0
     for _ in range(passes):
-        done, read = _pass(alias, conn)
+        done, read, removed = _pass(alias, conn)
         pushed += done
-        if read < BATCH:
+        # A full pass that removed no row (each refused, or another relay's turn) would
+        # read the same rows again: they wait for the next poll.
+        if read < BATCH or not removed:
             break
     return pushed
 
 
-def relay_all(conn: Any) -> int:
+def relay_all(conn: Any, waiting: list[str] | None = None) -> int:
     """:func:`relay_pending` on every database holding outbox rows (the poller's chore).
     One database that fails does not stop the others; the first failure is raised after
-    them."""
+    them. ``waiting`` (when given) gets the databases found with rows."""
     pushed = 0
     failure: Exception | None = None
     for alias in aliases():
         try:
-            if oldest_age(alias) is None:
-                continue  # empty: no transaction, no lock, no round trip to Redis
+            age = oldest_age(alias)
+        except (OperationalError, InterfaceError) as exc:
+            # The database is away (a restart, a failover): said once, asked again at the
+            # next poll, not backed off (a backoff would hold the rows up to minutes
+            # after it is back).
+            database_down(alias, exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - raised after the others
+            failure = failure or exc
+            continue
+        database_up(alias)
+        if age is None:
+            continue  # empty: one SELECT; no transaction, no lock, no Redis
+        if waiting is not None:
+            waiting.append(alias)
+        try:
             pushed += relay_pending(conn, alias)
+        except (OperationalError, InterfaceError) as exc:
+            # Lost mid-pass: its transaction rolled back, the rows wait; what it pushed
+            # has its marker, so the next pass pushes none of it again.
+            database_down(alias, exc)
         except Exception as exc:  # noqa: BLE001 - raised after the others
             failure = failure or exc
     if failure is not None:
@@ -156,23 +177,51 @@ def relay_all(conn: Any) -> int:
     return pushed
 
 
-def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int]:
-    """One pass (see the module docstring); returns (pushed, rows read)."""
+_down: set[str] = set()  # databases this process found unreachable, until they answer
+
+
+def database_down(alias: str, exc: BaseException) -> None:
+    """Log once that ``alias`` can't be reached (until :func:`database_up`). Whether it
+    has the table is asked again (SQLite says "no such table" as it says "database is
+    locked": a table dropped since is found so, and skipped)."""
+    with _tables_lock:
+        first = alias not in _down
+        _down.add(alias)
+        _tables.pop(alias, None)
+    if first:
+        log.warning(
+            "%s: database %r unavailable (%s); its rows wait, asked again at each poll",
+            COMPONENT,
+            alias,
+            errors.describe(exc),
+        )
+
+
+def database_up(alias: str) -> None:
+    with _tables_lock:
+        was_down = alias in _down
+        _down.discard(alias)
+    if was_down:
+        log.warning("%s: database %r recovered", COMPONENT, alias)
+
+
+def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int, int, int]:
+    """One pass (see the module docstring); returns (pushed, rows read, rows deleted)."""
     if skip_locked(alias):
-        pushed, read, markers = _locked_pass(alias, conn, ids)
+        pushed, read, markers, removed = _locked_pass(alias, conn, ids)
         _drop(conn, markers)
-        return pushed, read
+        return pushed, read, removed
     turn = _SqliteTurn(alias, conn)
     if not turn.take():
-        return 0, 0  # another relay is at it: these rows are its, or the next pass's
+        return 0, 0, 0  # another relay is at it: these rows are its, or the next pass's
     try:
-        pushed, read, markers = _locked_pass(alias, conn, ids)
+        pushed, read, markers, removed = _locked_pass(alias, conn, ids)
         # Only while the turn is still ours: had it expired (a pass longer than its
         # TTL), another relay may have read these rows before our commit; the markers
         # then make its push of them a no-op.
         if turn.still_ours():
             _drop(conn, markers)
-        return pushed, read
+        return pushed, read, removed
     finally:
         turn.give_back()
 
@@ -201,13 +250,15 @@ class _SqliteTurn:
             errors.best_effort(COMPONENT, lambda: locks.delete(self.key, self.owner, self.conn))
 
 
-def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int, int, list[str]]:
+def _locked_pass(
+    alias: str, conn: Any, ids: Sequence[int] | None
+) -> tuple[int, int, list[str], int]:
     """Read, push and delete in one database transaction; returns (pushed, rows read,
-    the markers to drop now that the deletes are committed)."""
+    the markers to drop now that the deletes are committed, rows deleted)."""
     with transaction.atomic(using=alias):
         rows = _read(alias, ids)
         if not rows:
-            return 0, 0, []
+            return 0, 0, [], 0
         if after_read is not None:
             after_read(rows)
         jobs = [row for row in rows if row.kind != CLOSE]
@@ -221,7 +272,7 @@ def _locked_pass(alias: str, conn: Any, ids: Sequence[int] | None) -> tuple[int,
             OutboxEntry.objects.using(alias).filter(id__in=done).delete()
     if pushed:
         log.debug("durable outbox: %d jobs pushed from %r", pushed, alias)
-    return pushed, len(rows), markers
+    return pushed, len(rows), markers, len(done)
 
 
 def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
@@ -262,39 +313,26 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     pipe = conn.pipeline(transaction=False)
     for row in rows:
         job = payload.decode(row.payload)
-        queue = job.get("queue")
-        if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
-            # Only a row written by hand: filed in dead with its bytes (rule 6).
-            _bury(conn, row, job, "not a job with a queue")
+        why = _unpushable(job)
+        plan: tuple[list[str], list[Any]] | None = None
+        if why is None and not job.get("bid"):
+            try:
+                plan = _plan(row, job, now)
+            except Exception as exc:  # noqa: BLE001 - this row's fields, not the others'
+                why = f"its fields can't be pushed: {errors.describe(exc)}"
+        if why is not None:
+            # Only a row written by hand (an enqueue writes none of these): filed in dead
+            # with its bytes (rule 6), never left to fail every pass, holding up none.
+            _bury(conn, row, job, why)
             planned.append((row, ""))
             continue
-        if job.get("bid"):
+        if plan is None:
             members.setdefault(job["bid"], []).append((row, job))
             continue
-        home = homes.job_home(job)
-        marker = keys.relayed(row.jid, home)
-        at = job.get("at")
-        key_list = [marker]
-        if at is not None and float(at) > now:
-            key_list.append(keys.schedule(home))
-            value, score = row.payload, repr(float(at))
-        elif at is None and not priority.routes(job):
-            key_list.append(keys.queue(queue))
-            value, score = row.payload, ""  # the text as written at the enqueue
-        else:
-            job.pop("at", None)
-            job["enqueued_at"] = now
-            where = priority.route(job, now)
-            key_list.append(where.key)
-            value, score = where.value, where.score_arg
-        args: list[Any] = [value, score, MARKER_TTL]
-        lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
-        if lock is not None:
-            key_list.append(lock)
-            args += [row.jid, push_ttl(job, now)]
+        key_list, args = plan
         script.pipelined(pipe, key_list, args)
-        planned.append((row, marker))
-        listing.add(queue)
+        planned.append((row, key_list[0]))
+        listing.add(job["queue"])
     if listing:
         # The queues' listing rides in the same round trip, after the pushes; only a
         # listing (rule 1): its failure is reported, never raised.
@@ -343,10 +381,55 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     return done, pushed, markers
 
 
+def _unpushable(job: dict[str, Any]) -> str | None:
+    """Why the payload of a row can't be pushed (None when it can): what the script and
+    the batch's script would otherwise fail on at every pass."""
+    queue = job.get("queue")
+    if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
+        return "not a job with a queue"
+    at = job.get("at")
+    if at is not None and (
+        isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at)
+    ):
+        return f"its 'at' is not a time: {errors.safe_str(at, 100)}"
+    bid = job.get("bid")
+    if bid is not None and not isinstance(bid, str):
+        return f"its 'bid' is not a batch id: {errors.safe_str(bid, 100)}"
+    return None
+
+
+def _plan(row: OutboxEntry, job: dict[str, Any], now: float) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of lua/outbox_relay.lua for ``row`` (not a batch member);
+    the first key is its marker."""
+    queue = job["queue"]
+    home = homes.job_home(job)
+    at = job.get("at")
+    key_list = [keys.relayed(row.jid, home)]
+    if at is not None and float(at) > now:
+        key_list.append(keys.schedule(home))
+        value, score = row.payload, repr(float(at))
+    elif at is None and not priority.routes(job):
+        key_list.append(keys.queue(queue))
+        value, score = row.payload, ""  # the text as written at the enqueue
+    else:
+        job.pop("at", None)
+        job["enqueued_at"] = now
+        where = priority.route(job, now)
+        key_list.append(where.key)
+        value, score = where.value, where.score_arg
+    args: list[Any] = [value, score, MARKER_TTL]
+    lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
+    if lock is not None:
+        key_list.append(lock)
+        args += [row.jid, push_ttl(job, now)]
+    return key_list, args
+
+
 def _bury(conn: Any, row: OutboxEntry, job: dict[str, Any], why: str) -> None:
     """File a row that can't be pushed in the prefix's dead set, with its bytes (the
     row is deleted after: rule 2)."""
-    wrapper = payload.unparseable(row.payload, job.get("queue"), "InvalidOutboxEntry", why)
+    queue = job.get("queue") if isinstance(job.get("queue"), str) else None
+    wrapper = payload.unparseable(row.payload, queue, "InvalidOutboxEntry", why)
     conn.zadd(keys.dead(keys.root()), {payload.encode(wrapper): time.time()})
     log.error(
         "durable outbox: row %s (jid %s) can't be pushed (%s): filed in dead", row.id, row.jid, why
@@ -362,7 +445,16 @@ def _close_blocks(alias: str, rows: list[OutboxEntry], pushed: list[int]) -> lis
         waiting = OutboxEntry.objects.using(alias).filter(bid=row.bid).exclude(kind=CLOSE)
         if waiting.exclude(id__in=pushed).exists():
             continue
-        store.close_durable(row.bid, row.jid)
+        try:
+            store.close_durable(row.bid, row.jid)
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                raise
+            # This block's row only (a close is idempotent per block, so it is tried
+            # again next pass): raised, it would roll back the deletes of the jobs this
+            # pass pushed, and hold up every row of the database behind it.
+            errors.report(COMPONENT, exc, f"the block of batch {row.bid} left in the outbox")
+            continue
         closed.append(row.id)
     return closed
 

@@ -122,17 +122,31 @@ def _relay_at_commit(alias: str, ids: list[int]) -> None:
     """Relay ``ids`` right after the commit of the transaction open on ``alias`` (at once
     in autocommit). The rows of one transaction go in one relay: the first of its
     callbacks takes every id waiting on this connection (Django's connections are per
-    thread), the others find none. Ids of a transaction that rolled back may still be
-    waiting: relaying them finds no row (or another committed row: relayed as any)."""
+    thread), the others find none.
+
+    The waiting ids start afresh when no callback of ours is pending on the connection:
+    those left belong to a transaction (or the savepoint that held our only callback)
+    that rolled back. Their rows are gone, but on SQLite their ids are handed out again
+    (to a row of another transaction, which its own enqueuer relays); relaying them
+    here would take another transaction's rows. Ids of a rolled-back savepoint whose
+    transaction has callbacks of ours before it stay: on SQLite they can only have been
+    reused by a row of this same transaction."""
     if not ids:
         return
     conn = transaction.get_connection(alias)
     waiting: list[int] | None = getattr(conn, "_cogworker_durable_ids", None)
-    if waiting is None:
+    if waiting is None or not _pending(conn):
         waiting = []
         conn._cogworker_durable_ids = waiting
     waiting.extend(ids)
     transaction.on_commit(functools.partial(_relay_waiting, alias, waiting), using=alias)
+
+
+def _pending(conn: Any) -> bool:
+    """True when a relay of ours waits for the commit on ``conn`` (Django's list of
+    commit callbacks: ``(savepoint ids, function, robust)``, without those of a
+    savepoint rolled back)."""
+    return any(getattr(entry[1], "func", None) is _relay_waiting for entry in conn.run_on_commit)
 
 
 def _relay_waiting(alias: str, waiting: list[int]) -> None:
