@@ -419,6 +419,13 @@ def bench_incr():
     connection.get_client().incr(f"{keys.prefix()}:bench:done")
 
 
+@job
+def bench_wait_incr(ms):
+    """Waits ``ms`` milliseconds (a call to a slow service), then counts itself done."""
+    time.sleep(ms / 1000)
+    connection.get_client().incr(f"{keys.prefix()}:bench:done")
+
+
 # Job controls (tests/test_controls_*.py) -------------------------------------------------
 
 
