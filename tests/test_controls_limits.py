@@ -305,7 +305,19 @@ def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
     assert all(r.zscore(f"{prefix}:schedule", m) is not None for m in r.zrange(waiting, 0, -1))
     survivor = worker(settings=settings)
     # (their fallback score is a minute away: the waker brought them back)
-    wait_until(lambda: len(runs(r, prefix)) == 12, 90, message="all 12 jobs, none lost")
+    try:
+        wait_until(lambda: len(runs(r, prefix)) == 12, 90, message="all 12 jobs, none lost")
+    except AssertionError as exc:
+        # What the waker and the recovery left, for a failure seen only under load.
+        state = {
+            "runs": sorted(runs(r, prefix)),
+            "waiting": r.zrange(waiting, 0, -1, withscores=True),
+            "schedule": r.zrange(f"{prefix}:schedule", 0, -1, withscores=True),
+            "redis time": r.time(),
+        }
+        raise AssertionError(
+            f"{exc}\n{state}\n--- survivor ---\n{survivor.log()[-4000:]}"
+        ) from None
     assert r.zcard(f"{prefix}:dead") == 0
     assert survivor.stop() == 0
     assert r.zcard(waiting) == 0 and r.zcard(f"{prefix}:schedule") == 0
