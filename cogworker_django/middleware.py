@@ -118,14 +118,21 @@ def run_server_chain(
 class Reschedule(CogworkerError):  # noqa: N818 - a control-flow signal, not an error
     """Raised by a server middleware to put the job back on the schedule ``delay``
     seconds from now without running it and without counting a failure. ``on_filed``,
-    if given, is called with the payload as filed in the schedule once it is (the
-    limiters index their waiting jobs by it); not when the filing is left for later."""
+    if given, is called with the payload the job is filed as in the schedule, twice:
+    ``on_filed(payload, False)`` just before the filing and ``on_filed(payload, True)``
+    once it is filed (not when the filing is left for later)."""
 
     def __init__(
-        self, delay: float, reason: str = "", on_filed: Callable[[str], Any] | None = None
+        self,
+        delay: float,
+        reason: str = "",
+        on_filed: Callable[[str, bool], Any] | None = None,
     ) -> None:
         super().__init__(reason or f"rescheduled in {delay}s")
         self.delay = delay
-        # Told the payload as filed in the schedule, once it is (the limiters index their
-        # waiting jobs by it); never when the filing is left to the heartbeat.
+        # The limiters index their waiting jobs by the filed payload. Told before the
+        # filing too: a process killed between its filing and the index write would
+        # leave a job nothing points at (it would wait for its fallback score); the
+        # other way round the index points at a job not filed yet, whose run the
+        # orphan recovery brings back, and the waker drops the pointer.
         self.on_filed = on_filed

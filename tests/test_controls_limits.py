@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -321,3 +322,25 @@ def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
     assert r.zcard(f"{prefix}:dead") == 0
     assert survivor.stop() == 0
     assert r.zcard(waiting) == 0 and r.zcard(f"{prefix}:schedule") == 0
+
+
+def test_a_worker_killed_right_after_filing_a_waiting_job_leaves_it_indexed(worker, r, prefix):
+    """SIGKILL between a refused job's filing in the schedule and its index write (the
+    fault middleware kills the process there): the job was indexed before its filing,
+    so the survivor's waker brings it back long before its fallback score (a minute)."""
+    from testapp import faults
+
+    tj.limited_pair.enqueue_many([(1.0, f"f{i}") for i in range(3)])
+    r.set(faults.kill_after_filing_key(), 1)
+    killer = {"client": [], "server": ["testapp.faults.KillAfterFilingAWaitingJob"]}
+    settings = {"CONCURRENCY": 3, "LIMITS": LIMITS, **PRODUCTION_POLL}
+    doomed = worker(settings={**settings, "MIDDLEWARE": killer})
+    assert doomed.proc.wait(60) == -9  # it filed the third job and died
+    [filed] = r.zrange(f"{prefix}:schedule", 0, -1, withscores=True)
+    assert filed[1] - time.time() > 50  # its fallback is a minute away
+    assert r.zrange(f"{prefix}:limit:test-pair:waiting", 0, -1) == [filed[0]]
+    survivor = worker(settings=settings)
+    # (the two running jobs come back with the orphan recovery; the filed one at once)
+    wait_until(lambda: len(runs(r, prefix)) == 3, 40, message="all 3 jobs, none lost")
+    assert survivor.stop() == 0
+    assert r.zcard(f"{prefix}:schedule") == 0 and r.zcard(f"{prefix}:dead") == 0

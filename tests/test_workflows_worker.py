@@ -217,4 +217,7 @@ def test_an_expired_member_counts_as_failed_and_its_retry_from_dead_finishes_the
     assert api.Batches().get(b.bid).state == "stopped"
     api.DeadSet().retry(record)
     wait_until(lambda: api.Batches().get(b.bid).state == "succeeded", 30, message="finished")
+    # The state turns when on_success is pushed; the callback runs a moment later.
+    wait_until(lambda: len(callbacks(r, b.bid)) >= 2, 30, message="on_success ran")
+    settle(r, prefix)
     assert sorted(e["event"] for e in callbacks(r, b.bid)) == ["complete", "success"]

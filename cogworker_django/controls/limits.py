@@ -259,12 +259,16 @@ def delay(refusal: Refusal, ahead: int = 0) -> float:
     return max(fallback, refusal.wait) + random.uniform(0, JITTER)
 
 
-def park(name: str, filed: str) -> None:
-    """A refused job was filed in the schedule as ``filed``: index it in the limiter's
-    waiting set, where the waker finds it (the schedule keeps the job itself: whatever
-    happens to the index, the fallback score brings it back)."""
+def park(name: str, filed: str, done: bool = True) -> None:
+    """A refused job is about to be filed (``done`` False) or was filed (True) in the
+    schedule as ``filed``: index it in the limiter's waiting set, where the waker finds
+    it (the schedule keeps the job itself: whatever happens to the index, the fallback
+    score brings it back). Written both times: before, so that a process killed right
+    after the filing leaves its job indexed; after, because a waker that looked in
+    between dropped a pointer to a job not filed yet. The waker is woken once filed."""
     connection.get_client().zadd(keys.limit_waiting(name), {filed: time.time()})
-    _wake((name,), released=False)
+    if done:
+        _wake((name,), released=False)
 
 
 def waiting(name: str) -> int:

@@ -111,12 +111,15 @@ class LimitWaker:
     def _move(conn: Any, name: str, members: list[str]) -> None:
         index = keys.limit_waiting(name)
         for raw in members:
+            # Out of the index before the move, never after: once moved, a processor may
+            # fetch the job at once, be refused again and park the same payload here
+            # again; a ZREM after the move would erase that new entry and leave the job
+            # to its fallback score. Should the move then fail, the job is still in the
+            # schedule: its fallback score brings it back.
+            conn.zrem(index, raw)
             try:
                 move_scheduled(conn, raw)
             except Exception as exc:
                 if errors.is_unavailable(exc):
                     raise
                 log.error("a job waiting for limiter %s not moved: %s", name, errors.describe(exc))
-            # Moved, or no longer in the schedule (cancelled, or brought back by its
-            # fallback score): either way no longer waiting here.
-            conn.zrem(index, raw)

@@ -150,7 +150,7 @@ class Settler:
     busy: bool
     abandoned: bool
     _job_of_run: dict[str, Any] | None
-    _on_filed: Callable[[str], Any] | None  # a Reschedule's (limiters), called once filed
+    _on_filed: Callable[[str, bool], Any] | None  # a Reschedule's (limiters): around the filing
 
     @staticmethod
     def _expired(job: dict[str, Any], queue: str, now: float) -> Dropped:
@@ -191,6 +191,9 @@ class Settler:
     def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
         """File a failed (or rescheduled) job and ack it in one script; if Redis can't
         take it now, the record keeps it for the heartbeat."""
+        on_filed = self._on_filed if filing.target == "schedule" else None
+        if on_filed is not None:
+            errors.best_effort("Reschedule", lambda: on_filed(filing.payload, False))
         try:
             self.strategy.file(connection.get_client(), work.raw, filing)
         except Exception as exc:  # noqa: BLE001
@@ -198,9 +201,9 @@ class Settler:
             self.record.settle_later(work.raw, filing)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
-        on_filed, self._on_filed = self._on_filed, None
-        if on_filed is not None and filing.target == "schedule":
-            errors.best_effort("Reschedule", lambda: on_filed(filing.payload))
+        self._on_filed = None
+        if on_filed is not None:
+            errors.best_effort("Reschedule", lambda: on_filed(filing.payload, True))
 
     # Abandonment (called on the watchdog's side, never on this thread) --------------------
 

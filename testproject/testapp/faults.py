@@ -56,3 +56,31 @@ class HangOnPeriodicPush:
                 conn.rpush(hung_key(), str(job["periodic_slot"]))
                 time.sleep(float(seconds))
         return push(job)
+
+
+def kill_after_filing_key() -> str:
+    return f"{keys.prefix()}:test:kill_after_filing_a_waiting_job"
+
+
+class KillAfterFilingAWaitingJob:
+    """A server middleware that does nothing to runs; made (at the worker's boot), it
+    wraps the limiters' ``park`` so that, while ``<prefix>:test:kill_after_filing_a_
+    waiting_job`` is set, the process that has just filed a refused job in the schedule
+    takes the flag and SIGKILLs itself before its second index write: a worker killed
+    between a refused job's filing and ``park(..., done=True)``."""
+
+    def __init__(self):
+        from cogworker_django.controls import limits
+
+        real = limits.park
+
+        def park(name, filed, done=True):
+            if done and connection.get_client().getdel(kill_after_filing_key()):
+                os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(10)
+            return real(name, filed, done)
+
+        limits.park = park
+
+    def __call__(self, job, queue, run):
+        return run()
