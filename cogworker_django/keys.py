@@ -265,9 +265,18 @@ def limit_waiting(name: str) -> str:  # zset: a refused job's scheduled payload 
     return _k("limit", name, "waiting")
 
 
+def limit_offered(name: str) -> str:  # zset: jid of a waiting job moved to its queue -> when
+    return _k("limit", name, "offered")
+
+
 def limit_keys(name: str) -> dict[str, str]:
     """Key -> Redis TYPE of every key of one limiter."""
-    return {limit_leases(name): "zset", limit_starts(name): "zset", limit_waiting(name): "zset"}
+    return {
+        limit_leases(name): "zset",
+        limit_starts(name): "zset",
+        limit_waiting(name): "zset",
+        limit_offered(name): "zset",
+    }
 
 
 def quarantine_prefix(key: str) -> str:

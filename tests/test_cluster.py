@@ -269,6 +269,7 @@ PINNED_WITH_ARGS = {
     ("limit_leases", ("l",)): "cw:limit:l:leases",
     ("limit_starts", ("l",)): "cw:limit:l:starts",
     ("limit_waiting", ("l",)): "cw:limit:l:waiting",
+    ("limit_offered", ("l",)): "cw:limit:l:offered",
     ("quarantine_prefix", ("cw:dead",)): "cw:quarantine:cw:dead:",
     ("quarantine", ("cw:dead", 5, "ab")): "cw:quarantine:cw:dead:5:ab",
 }

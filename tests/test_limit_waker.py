@@ -5,6 +5,8 @@ schedule (cancelled, or brought back by its fallback) is dropped."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cogworker_django import api, keys, payload
@@ -44,17 +46,17 @@ def test_one_look_moves_as_many_as_there_is_room_for_oldest_first(configure, r):
         assert r.zcard(keys.limit_waiting("test-pair")) == 999
         assert r.zcard(keys.schedule(keys.home_of("default"))) == 999
         assert filed[0] not in r.zrange(keys.limit_waiting("test-pair"), 0, -1)
-        # A look while the moved job has not taken its room yet moves one more at most;
-        # with the limiter full, none.
+        # A look while the moved job has not taken its room yet moves none: it holds
+        # the room until a processor fetches it.
         LimitWaker().look()
-        assert len(queued(r)) == 2
-        second = limits.take(["test-pair"], {"jid": "busy2", "func": "x"})
+        assert len(queued(r)) == 1
+        second = limits.take(["test-pair"], moved[0])  # fetched: its room is a lease now
         LimitWaker().look()
-        assert len(queued(r)) == 2
+        assert len(queued(r)) == 1
         limits.release(second)
     finally:
         limits.release(held)
-    assert api.Limits().get("test-pair").waiting == 998
+    assert api.Limits().get("test-pair").waiting == 999
 
 
 def test_a_full_rate_window_says_when_it_has_room(configure, r):
@@ -89,3 +91,45 @@ def test_a_released_lease_wakes_the_oldest_waiting_job_on_the_releasing_thread(c
     finally:
         limits.wake_hook = None
         limits.release(b)
+
+
+def test_a_backed_up_queue_does_not_draw_the_whole_waiting_set_into_it(configure, r):
+    """Jobs moved to a queue that other jobs hold up keep their room until a processor
+    takes them (a lease, or a refusal), or until the hold passes: looks in between move
+    nothing more, however many."""
+    from cogworker_django.worker import limit_waker
+
+    configure(LIMITS=LIMITS, POLL_INTERVAL=1.0)
+    park(r, "test-pair", 50)
+    for _ in range(20):
+        LimitWaker().look()
+    moved = queued(r)
+    assert len(moved) == 2  # the limit's room, not the line's length
+    assert r.zcard(keys.limit_waiting("test-pair")) == 48
+    # A processor takes the oldest: its lease holds the room now, the other's offer too.
+    lease = limits.take(["test-pair"], moved[-1])
+    assert isinstance(lease, limits.Lease)
+    LimitWaker().look()
+    assert len(queued(r)) == 2
+    limits.release(lease)  # done: one room free again, offered to the next waiting job
+    LimitWaker().look()
+    assert len(queued(r)) == 3
+    # A moved job fetched by a process that died: its offer lapses after the hold.
+    time.sleep(limit_waker.hold() + 0.2)
+    LimitWaker().look()
+    assert len(queued(r)) == 5
+
+
+def test_a_refused_moved_job_gives_its_offer_back(configure, r):
+    configure(LIMITS=LIMITS)
+    park(r, "test-pair", 3)
+    a = limits.take(["test-pair"], {"jid": "a", "func": "x"})
+    LimitWaker().look()
+    [moved] = queued(r)
+    b = limits.take(["test-pair"], {"jid": "b", "func": "x"})  # another took the room
+    assert isinstance(limits.take(["test-pair"], moved), limits.Refusal)
+    assert r.zcard(keys.limit_offered("test-pair")) == 0
+    limits.release(a)
+    limits.release(b)
+    LimitWaker().look()
+    assert len(queued(r)) == 3  # both rooms offered again (nothing re-parked the refused one)

@@ -153,9 +153,10 @@ def take(names: list[str] | tuple[str, ...], job: dict[str, Any] | None) -> Leas
     func = str((job or {}).get("func") or "-").replace("|", "/")
     member = f"{token}|{jid}|{func}|{identity}"
     key_list: list[str] = []
-    args: list[Any] = [member, token, repr(lease_ttl())]
+    args: list[Any] = [member, token, repr(lease_ttl()), jid]
     for s in specs:
         key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
+        key_list.append(keys.limit_offered(s.name))
         args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
     reply = scripts.run("limit_take", connection.get_client(), key_list, args)
     if int(reply[0]) != 1:

@@ -58,7 +58,7 @@ class AsyncRun(Settler):
         self.abandoned = False  # the watchdog settled it (Settler.abandon_run)
         self.slot_freed = False  # (aio.AsyncSide.free)
         self._job_of_run: dict[str, Any] | None = job
-        self._on_filed: Any = None  # a Reschedule's (limiters), called once filed
+        self._on_filed: Any = None  # a Reschedule's (limiters), told around its filing
         self._performing: Work | None = None
         self._inner: asyncio.Task | None = None  # the task awaiting the job, while it does
         self.outer: asyncio.Task | None = None  # the run's own task (aio.AsyncSide._start)

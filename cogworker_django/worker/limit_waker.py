@@ -11,10 +11,13 @@ One per worker process, a thread that sleeps until the next moment room can appe
 - otherwise every POLL_INTERVAL (room freed by a lease that lapsed, or by another
   process that died before it could tell).
 
-Each look is one read-only script over every limiter (lua/limit_room.lua), returning at
-most as many of the oldest waiting jobs as there is room for; each is moved by the
-poller's atomic move (lua/requeue_due.lua: only if still in the schedule), then dropped
-from the index. Its cost does not grow with the number of waiting jobs.
+Each look is one script over every limiter (lua/limit_room.lua), returning at most as
+many of the oldest waiting jobs as there is room for, less the room of jobs it returned
+before that have not reached a processor yet (``P:limit:<name>:offered``, for HOLD
+seconds at most): a queue backed up behind other jobs does not draw the whole waiting set
+into it. Each is moved by the poller's atomic move (lua/requeue_due.lua: only if still
+in the schedule), then dropped from the index. Its cost does not grow with the number of
+waiting jobs.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import codec, conf, connection, errors, keys, scripts
+from .. import codec, conf, connection, errors, keys, payload, scripts
 from ..controls import limits
 from .fetch import text
 from .poller import move_scheduled
@@ -34,9 +37,16 @@ log = logging.getLogger("cogworker_django")
 COMPONENT = "Limiter waker"
 # The most waiting jobs moved per limiter per look.
 MOST_PER_LOOK = 100
-# After moving jobs, the next look waits this long: the moved jobs take their room as
-# soon as a processor fetches them; a look before that would see the same room again.
+# After moving jobs, the next look waits this long (the moved jobs hold their room until
+# a processor fetches them, so an early look costs a round trip, never an extra move).
 SETTLE = 0.2
+
+
+def hold() -> float:
+    """How long a moved job holds its room before it is fetched: past that the waker
+    offers its room again (its process may have died with it fetched; the orphan
+    recovery brings the job back, but its room should not wait for that)."""
+    return 2 * conf.get().POLL_INTERVAL
 
 
 class LimitWaker:
@@ -90,10 +100,10 @@ class LimitWaker:
         if not chosen:
             return pause
         key_list: list[str] = []
-        args: list[Any] = [MOST_PER_LOOK]
+        args: list[Any] = [MOST_PER_LOOK, repr(hold())]
         for s in chosen:
             key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
-            key_list.append(keys.limit_waiting(s.name))
+            key_list += [keys.limit_waiting(s.name), keys.limit_offered(s.name)]
             args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
         conn = connection.get_client()
         replies = scripts.run("limit_room", conn, key_list, args)
@@ -111,15 +121,18 @@ class LimitWaker:
     def _move(conn: Any, name: str, members: list[str]) -> None:
         index = keys.limit_waiting(name)
         for raw in members:
-            # Out of the index before the move, never after: once moved, a processor may
-            # fetch the job at once, be refused again and park the same payload here
-            # again; a ZREM after the move would erase that new entry and leave the job
-            # to its fallback score. Should the move then fail, the job is still in the
-            # schedule: its fallback score brings it back.
-            conn.zrem(index, raw)
             try:
-                move_scheduled(conn, raw)
+                moved = move_scheduled(conn, raw)
             except Exception as exc:
                 if errors.is_unavailable(exc):
                     raise
                 log.error("a job waiting for limiter %s not moved: %s", name, errors.describe(exc))
+                moved = 0
+            if not moved:
+                # No longer in the schedule (cancelled, or brought back by its fallback
+                # score): the room it was offered is free again at once.
+                job = payload.decode(codec.wire(raw))
+                conn.zrem(keys.limit_offered(name), str(job.get("jid")))
+            # Moved, or gone: either way no longer waiting here. (A moved job refused
+            # again is parked under a new payload: the move re-stamps its enqueued_at.)
+            conn.zrem(index, raw)

@@ -281,7 +281,7 @@ class Processor(Settler):
         self.abandoned = False
         self._performing: Work | None = None
         self._job_of_run: dict[str, Any] | None = None  # the run's job dict (its leases' key)
-        self._on_filed: Callable[[str], Any] | None = None  # a Reschedule's (limiters)
+        self._on_filed: Callable[[str, bool], Any] | None = None  # a Reschedule's (limiters)
         self._chain = RunChain(builtin_chain(), middleware.server_middleware())
 
     def start(self) -> None:
