@@ -180,10 +180,9 @@ def test_10000_rows_relayed_by_three_workers_at_once_are_each_pushed_once(
         for w in workers
     ]
     assert sum(pushed) == 10_000, pushed
-    if durable_support.skip_locked(db_alias):
-        # Passes of 500 rows: while one worker holds its rows the others take the next
-        # ones (SKIP LOCKED), so the work is shared.
-        assert sum(1 for n in pushed if n) >= 2, pushed
+    # Whether the work is shared depends on when each poller wakes (one may relay all
+    # 10,000 before the others look); that two relays at once skip each other's rows is
+    # shown deterministically by test_durable_relay.py::test_two_relays_at_once_never_take_the_same_row.
 
 
 def test_a_database_lost_during_the_relay_is_said_once_and_its_rows_pushed_once_after(
