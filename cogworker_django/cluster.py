@@ -23,7 +23,7 @@ from typing import Any
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
-from redis.cluster import ClusterPipeline, RedisCluster
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from . import errors
@@ -41,12 +41,16 @@ class NotACluster(errors.CogworkerError, ImproperlyConfigured):
     setting, so also Django's ImproperlyConfigured)."""
 
 
-def build(url: str, options: dict[str, Any], where: str) -> RedisCluster:
-    """A connected ``RedisCluster`` from ``url`` (any node): ``NotACluster`` when the
-    node answers without cluster mode, ``redis.AuthenticationError`` when it refuses the
-    credentials, ``redis.ConnectionError`` when no node answers."""
+def build(
+    url: str, options: dict[str, Any], where: str, seeds: list[ClusterNode] | None = None
+) -> RedisCluster:
+    """A connected ``RedisCluster`` from ``url`` (any node), and first from ``seeds``
+    (nodes already known, see :func:`known_nodes`): ``NotACluster`` when the node answers
+    without cluster mode, ``redis.AuthenticationError`` when it refuses the credentials,
+    ``redis.ConnectionError`` when no node answers."""
     try:
-        return RedisCluster.from_url(url, **options)
+        # redis-py appends the URL's node to the startup nodes given.
+        return RedisCluster.from_url(url, startup_nodes=list(seeds or ()), **options)
     except RedisClusterException as exc:
         text = errors.safe_str(exc)
         if _NOT_A_CLUSTER in text:
@@ -128,6 +132,18 @@ class LazyCluster:
 
     def __repr__(self) -> str:
         return f"<LazyCluster {'built' if self._client is not None else 'not built'}>"
+
+
+def known_nodes(client: Any) -> list[ClusterNode]:
+    """Every node a built client has learned (masters and replicas), as startup nodes for a
+    new client: REDIS_URL names one node, and after a failover that node may be the dead
+    master, so a client seeded with it alone could never find the cluster again (the
+    signal subscriber builds a new client at each reconnect). [] for a client not built
+    yet (building it here would connect)."""
+    real = client._client if isinstance(client, LazyCluster) else client
+    if not isinstance(real, RedisCluster):
+        return []
+    return [ClusterNode(node.host, node.port) for node in real.get_nodes()]
 
 
 def is_cluster(client: Any) -> bool:

@@ -162,13 +162,26 @@ def _build_own() -> Any:
     return redis.Redis.from_url(s.REDIS_URL, **_client_options())
 
 
-def _cluster_client(extra: dict | None = None) -> cluster.LazyCluster:
+def _cluster_client(extra: dict | None = None, seeded: bool = False) -> cluster.LazyCluster:
+    """``seeded``: a second client of this process (new_client) starts from the nodes the
+    process's own client has learned as well as REDIS_URL's, read when it is built."""
     url, opts, where = conf.get().REDIS_URL, _client_options(extra), describe_target()
     # The probe: a plain client of the same URL and options, never connected, for
     # unsafe_options and longest_call to read (a node's connections get these options;
     # the cluster client's own retry is opts["retry"], no retries: rule 11).
     probe = redis.Redis.from_url(url, **opts)
-    return cluster.LazyCluster(lambda: cluster.build(url, opts, where), probe)
+
+    def factory() -> Any:
+        return cluster.build(url, opts, where, _learned_nodes() if seeded else None)
+
+    return cluster.LazyCluster(factory, probe)
+
+
+def _learned_nodes() -> list[Any]:
+    client = _client
+    if client is None or _client_pid != os.getpid():
+        return []
+    return cluster.known_nodes(client)
 
 
 def _sentinel_conn_opts() -> dict[str, Any]:
@@ -197,7 +210,7 @@ def new_client(**overrides: Any) -> Any:
     if s.CACHE_ALIAS or s.SENTINELS:
         return _build()
     client = (
-        _cluster_client(overrides)
+        _cluster_client(overrides, seeded=True)
         if s.CLUSTER
         else redis.Redis.from_url(s.REDIS_URL, **_client_options(overrides))
     )

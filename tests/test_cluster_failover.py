@@ -144,6 +144,35 @@ def test_a_master_killed_mid_drain_fails_over_and_the_worker_carries_on(
         assert any(later > at and p == part for later, p in up), (part, log[-3000:])
 
 
+def test_a_new_client_finds_the_cluster_when_the_urls_node_is_gone(ha_cluster, configure):
+    """REDIS_URL names one node. The signal subscriber builds a new client at each
+    reconnect: seeded with that node alone, it never reached the cluster again once the
+    node was the master a failover replaced (its channel's slot there: the failover test's
+    "Signal subscriber" never recovered). A new client starts from the nodes the process's
+    client has learned."""
+    configure(REDIS_URL=ha_cluster.url, CLUSTER=True)
+    assert connection.get_client().ping()  # the process's client learns the nodes
+    port = int(ha_cluster.url.rsplit(":", 1)[1].split("/")[0])
+    os.kill(node_pid(ha_cluster, port), signal.SIGKILL)
+
+    def subscribes() -> bool:
+        fresh = connection.new_client()
+        try:
+            pubsub = fresh.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(keys.signal("someone"))
+            pubsub.close()
+            return True
+        except redis.RedisError:
+            return False
+        finally:
+            fresh.close()
+
+    wait_until(subscribes, 30, 0.5, message="a new client subscribed")
+    # Not by luck: REDIS_URL's own node still refuses.
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis(port=port, socket_connect_timeout=1).ping()
+
+
 @pytest.fixture(scope="module")
 def bare_cluster():
     cluster = LocalCluster.start(masters=3, replicas=0)

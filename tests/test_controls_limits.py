@@ -303,18 +303,10 @@ def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
     parked = r.zcard(f"{prefix}:schedule")
     assert parked >= 4
 
-    # The index is only a pointer: every job it names is where a job lives. In the
-    # schedule, mostly; still on the killed worker's in-progress list when the kill came
-    # between its index entry and its filing (the entry is written before and after);
-    # on its queue when the waker moved it and died before dropping the entry.
-    def jids(raws) -> set[str]:
-        return {json.loads(raw)["jid"] for raw in raws}
-
-    lists = [*r.keys(f"{prefix}:inprogress:*"), *r.keys(f"{prefix}:queue:*")]
-    somewhere = jids(r.zrange(f"{prefix}:schedule", 0, -1))
-    for name in lists:
-        somewhere |= jids(r.lrange(name, 0, -1))
-    assert jids(r.zrange(waiting, 0, -1)) <= somewhere
+    # The index is only a pointer, and may name a job that is not in the schedule: one
+    # still on the killed worker's list (killed between its entry and its filing), or
+    # one the waker moved before the entry's second write (a stale entry, which a look
+    # drops). What must hold is below: each of the twelve runs, the index ends empty.
     survivor = worker(settings=settings)
     # (their fallback score is a minute away: the waker brought them back)
     try:
