@@ -298,10 +298,12 @@ def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
     settings = {"CONCURRENCY": 6, "LIMITS": LIMITS, **PRODUCTION_POLL}
     doomed = worker(settings=settings)
     waiting = f"{prefix}:limit:test-pair:waiting"
-    wait_until(lambda: r.zcard(waiting) >= 4, 30, message="jobs waiting for a lease")
+    schedule = f"{prefix}:schedule"
+    wait_until(lambda: r.zcard(schedule) >= 4, 30, message="jobs filed to wait for a lease")
     doomed.kill()
-    parked = r.zcard(f"{prefix}:schedule")
-    assert parked >= 4
+    # Some still waiting at the kill (its waker may have moved one or two back to the
+    # queue between the look above and the kill, as a lease was released).
+    assert r.zcard(schedule) >= 1
 
     # The index is only a pointer, and may name a job that is not in the schedule: one
     # still on the killed worker's list (killed between its entry and its filing), or
@@ -323,8 +325,11 @@ def test_a_sigkill_while_jobs_wait_for_a_lease_loses_none(worker, r, prefix):
             f"{exc}\n{state}\n--- survivor ---\n{survivor.log()[-4000:]}"
         ) from None
     assert r.zcard(f"{prefix}:dead") == 0
+    # A stale entry (its job moved or run) is dropped by the waker's next look (each
+    # release, each POLL_INTERVAL).
+    wait_until(lambda: r.zcard(waiting) == 0, 15, message="the index emptied")
     assert survivor.stop() == 0
-    assert r.zcard(waiting) == 0 and r.zcard(f"{prefix}:schedule") == 0
+    assert r.zcard(f"{prefix}:schedule") == 0
 
 
 def test_a_worker_killed_right_after_filing_a_waiting_job_leaves_it_indexed(worker, r, prefix):
