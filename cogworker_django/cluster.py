@@ -115,6 +115,10 @@ class LazyCluster:
                 client = self._client
         return client
 
+    def built_or_none(self) -> RedisCluster | None:
+        """The client if it was built, without building it (which would connect)."""
+        return self._client
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
@@ -140,7 +144,7 @@ def known_nodes(client: Any) -> list[ClusterNode]:
     master, so a client seeded with it alone could never find the cluster again (the
     signal subscriber builds a new client at each reconnect). [] for a client not built
     yet (building it here would connect)."""
-    real = client._client if isinstance(client, LazyCluster) else client
+    real = client.built_or_none() if isinstance(client, LazyCluster) else client
     if not isinstance(real, RedisCluster):
         return []
     return [ClusterNode(node.host, node.port) for node in real.get_nodes()]

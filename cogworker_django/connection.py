@@ -178,6 +178,7 @@ def _cluster_client(extra: dict | None = None, seeded: bool = False) -> cluster.
 
 
 def _learned_nodes() -> list[Any]:
+    """The nodes this process's own client has learned ([] before it is built here)."""
     client = _client
     if client is None or _client_pid != os.getpid():
         return []

@@ -380,6 +380,23 @@ def test_script_calls_per_job_over_weighted_queues(
     assert calls / 600 <= (1.1 if tagged else 2.0), calls
 
 
+def test_known_nodes_are_every_node_of_a_built_client_and_none_of_an_unbuilt_one(
+    configure, local_cluster
+):
+    """What a new client of this process is seeded with (connection.new_client): every
+    node the process's client learned; nothing, and no connection made, before it is
+    built."""
+    configure(REDIS_URL=local_cluster.url, CLUSTER=True)
+    unbuilt = connection.new_client()
+    assert cluster.known_nodes(unbuilt) == [] and unbuilt.built_or_none() is None
+    assert cluster.known_nodes(object()) == []  # a plain client: nothing to learn
+    connection.get_client().ping()
+    learned = {node.port for node in cluster.known_nodes(connection.get_client())}
+    assert learned == set(local_cluster.nodes)
+    # (That a new client reaches the cluster with REDIS_URL's node dead through them:
+    # test_cluster_failover.py, the master killed mid-drain.)
+
+
 def test_a_forked_child_builds_its_own_cluster_client(configure, local_cluster):
     """--processes forks workers: a child must never share the parent's sockets."""
     configure(REDIS_URL=local_cluster.url, CLUSTER=True)
