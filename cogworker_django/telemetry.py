@@ -4,7 +4,7 @@
 span share one middleware and one per-run record, so they live together.)
 
 :class:`TelemetryMiddleware` is a built-in server middleware (listed in
-``worker/processor.BUILTIN_SERVER_MIDDLEWARE``, so every worker has it). It does
+``worker/plugins.py``'s Telemetry plugin, so every worker has it). It does
 nothing unless the worker serves metrics (``manage.py cogworker --metrics-port``) or
 ``COGWORKER["OTEL"]`` is on. Metrics are counted in this process's memory with
 ``prometheus_client``; there is no Redis call per job (docs/performance.md gives the
@@ -42,6 +42,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from . import conf, errors, locks, payload, scripts
+from .controls.errors import JobCancelled, JobTimeout
 from .middleware import Reschedule
 
 log = logging.getLogger("cogworker_django")
@@ -55,9 +56,9 @@ log = logging.getLogger("cogworker_django")
 #   expired, cancelled, timeout   reserved for job controls (a job dropped past its
 #              deadline, cancelled by an operator, stopped at its time limit).
 OUTCOMES = ("success", "failure", "retry", "dead", "expired", "cancelled", "timeout")
-# Exception class -> outcome, for failures that are not the retry policy's to place (job
-# controls register theirs with register_outcome).
-_outcome_of: dict[type[BaseException], str] = {}
+# Exception class -> outcome, for failures that are not the retry policy's to place: the
+# job controls' (more with register_outcome).
+_outcome_of: dict[type[BaseException], str] = {JobTimeout: "timeout", JobCancelled: "cancelled"}
 
 # Seconds: sub-millisecond jobs to hour-long ones.
 DURATION_BUCKETS = (

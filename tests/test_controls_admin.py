@@ -67,7 +67,7 @@ def test_a_lease_of_an_abandoned_run_stays_held_and_is_shown_as_such(admin_clien
         # Still this process's lease: the heartbeat refreshes it (and puts it back).
         leases = keys.limit_leases("test-pair")
         r.zrem(leases, lease.member)
-        limits.LeaseRefresher()(None, r, False)
+        limits.LeaseRefresher()(r, False)
         assert r.zscore(leases, lease.member) is not None
     finally:
         limits.release(lease)

@@ -17,7 +17,6 @@ from cogworker_django.middleware import Reschedule
 from cogworker_django.periodic import entries, running_lock
 from cogworker_django.periodic.running_lock import LockRefresher, RunningLockMiddleware
 from cogworker_django.worker.fetch import ReliableFetch, Work
-from cogworker_django.worker.heartbeat import Heartbeat
 from cogworker_django.worker.manager import Manager
 
 T0 = 1_800_000_000
@@ -142,14 +141,13 @@ def test_a_release_while_redis_is_away_is_deferred_then_done(redis_server, confi
 
 
 def beat_of(*jobs):
-    """A real heartbeat (its pool built, no thread started) whose record has ``jobs``
-    performing: what the hook is handed on each beat."""
+    """A real worker pool's record (no thread started) with ``jobs`` performing, and the
+    refresher the Periodic plugin calls on each beat with it."""
     fetcher = ReliableFetch("me", (QueueSpec("default", 1),))
-    heartbeat = Heartbeat(Manager("me", fetcher, 1), on_stop_signal=lambda: None)
-    record = heartbeat.manager.record
+    record = Manager("me", fetcher, 1).record
     for job in jobs:
         record.started(Work("default", payload.encode(job)))
-    return heartbeat, record
+    return LockRefresher(record), record
 
 
 def test_the_heartbeat_refreshes_only_performing_runs(r, short_active):
@@ -157,9 +155,9 @@ def test_the_heartbeat_refreshes_only_performing_runs(r, short_active):
     done = claimed_run(r, "done")
     other = claimed_run(r, "other")
     r.set(keys.periodic_running("other"), "another-run", ex=100)
-    heartbeat, record = beat_of(mine, done, other)
+    refresh, record = beat_of(mine, done, other)
     record.performed(Work("default", payload.encode(done)))  # past perform: not refreshed
-    LockRefresher()(heartbeat, r, False)
+    refresh(r, False)
     assert r.ttl(keys.periodic_running("mine")) == 7
     assert r.ttl(keys.periodic_running("done")) > 86000
     assert r.get(keys.periodic_running("other")) == "another-run"
@@ -170,14 +168,13 @@ def test_a_released_lock_stays_released_unless_recovering(r, short_active):
     job = claimed_run(r)
     lock = keys.periodic_running("e")
     r.delete(lock)
-    heartbeat, _ = beat_of(job)
-    hook = LockRefresher()
-    hook(heartbeat, r, False)
+    hook, _ = beat_of(job)
+    hook(r, False)
     assert not r.exists(lock)
-    hook(heartbeat, r, True)  # first beat after a failed one: it may have lapsed
+    hook(r, True)  # first beat after a failed one: it may have lapsed
     assert r.get(lock) == job["jid"] and r.ttl(lock) == 7
     r.set(lock, "another-run")
-    hook(heartbeat, r, True)
+    hook(r, True)
     assert r.get(lock) == "another-run"
 
 
@@ -185,9 +182,9 @@ def test_one_bad_lock_key_does_not_stop_the_others(r, short_active, caplog):
     bad, good = claimed_run(r, "bad"), claimed_run(r, "good")
     r.delete(keys.periodic_running("bad"))
     r.rpush(keys.periodic_running("bad"), "wrong type")
-    heartbeat, _ = beat_of(bad, good)
+    refresh, _ = beat_of(bad, good)
     with caplog.at_level(logging.ERROR, "cogworker_django"):
-        LockRefresher()(heartbeat, r, False)
+        refresh(r, False)
     assert "not refreshed" in caplog.text and "WRONGTYPE" in caplog.text
     assert r.ttl(keys.periodic_running("good")) == 7
 
@@ -197,14 +194,13 @@ def test_an_outage_during_the_refresh_retakes_on_the_next_beat(redis_server, con
     configure(REDIS_URL=server.url, PERIODIC_ACTIVE_TTL=7)
     c = server.client()
     job = claimed_run(c)
-    heartbeat, _ = beat_of(job)
-    hook = LockRefresher()
+    hook, _ = beat_of(job)
     server.stop()
     with pytest.raises(redis.ConnectionError):
-        hook(heartbeat, connection.get_client(), False)
+        hook(connection.get_client(), False)
     server.start()  # empty: the lock is gone while the run goes on
     c = server.client()
-    hook(heartbeat, connection.get_client(), False)  # re-taken, though not "recovering"
+    hook(connection.get_client(), False)  # re-taken, though not "recovering"
     assert c.get(keys.periodic_running("e")) == job["jid"]
     assert c.ttl(keys.periodic_running("e")) == 7
 
@@ -215,16 +211,13 @@ def test_ttls_are_whole_seconds(configure):
     assert running_lock.active_ttl() == 3
 
 
-def test_the_hook_is_registered_once():
-    from cogworker_django.worker import heartbeat
+def test_every_worker_refreshes_running_locks_on_its_beats():
+    """The Periodic plugin is in every worker's list, and its beat refreshes the locks
+    of the record it was started with."""
+    from cogworker_django.worker import plugins
 
-    before = list(heartbeat.beat_hooks)
-    try:
-        running_lock.register_heartbeat_hook()
-        running_lock.register_heartbeat_hook()
-        assert sum(isinstance(h, LockRefresher) for h in heartbeat.beat_hooks) == 1
-    finally:
-        heartbeat.beat_hooks[:] = before
+    (periodic,) = [p for p in plugins.builtin() if isinstance(p, plugins.Periodic)]
+    assert type(periodic).beat is not plugins.Plugin.beat
 
 
 def test_locks_module_knows_the_running_lock_of_a_run(r):
@@ -262,7 +255,7 @@ def test_a_refresh_in_flight_holds_the_end_of_perform_so_it_never_undoes_an_exte
     while the retry waits)."""
     job = claimed_run(r)
     lock = keys.periodic_running("e")
-    heartbeat, record = beat_of(job)
+    refresher, record = beat_of(job)
     work = Work("default", payload.encode(job))
     entered, release = threading.Event(), threading.Event()
     order: list[str] = []
@@ -272,7 +265,7 @@ def test_a_refresh_in_flight_holds_the_end_of_perform_so_it_never_undoes_an_exte
             entered.set()
             release.wait(5)
             if still:
-                LockRefresher()._refresh((lock, job["jid"]), 7, False, r)
+                refresher._refresh((lock, job["jid"]), 7, False, r)
                 order.append("refresh")
 
     t = threading.Thread(target=slow_refresh)

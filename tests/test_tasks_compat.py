@@ -12,7 +12,7 @@ import pytest
 
 from cogworker_django import djtasks, tasks_backend
 from cogworker_django.djtasks import middleware, worker_setup
-from cogworker_django.worker import processor
+from cogworker_django.worker import plugins
 
 HAS_TASKS = django.VERSION >= (6, 0)
 
@@ -29,7 +29,7 @@ def test_the_backend_is_there_exactly_from_django_6():
 
 
 def test_every_worker_loads_the_middleware_and_it_passes_jobs_through():
-    chain = processor.server_chain()
+    chain = plugins.middleware_of(plugins.builtin())()
     assert any(isinstance(m, middleware.TaskResultMiddleware) for m in chain)
     job = {"jid": "j", "func": "testapp.jobs.noop", "args": [], "kwargs": {}}
     assert middleware.TaskResultMiddleware()(job, "default", lambda: "ran") == "ran"

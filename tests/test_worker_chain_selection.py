@@ -15,7 +15,7 @@ from cogworker_django.history import HistoryMiddleware
 from cogworker_django.periodic.running_lock import RunningLockMiddleware
 from cogworker_django.runlog import RunLogMiddleware
 from cogworker_django.telemetry import TelemetryMiddleware
-from cogworker_django.worker import processor
+from cogworker_django.worker import plugins
 from cogworker_django.worker.processor import RunChain
 from cogworker_django.workflows.middleware import BatchMiddleware
 
@@ -31,6 +31,11 @@ BUILTIN_CLASSES = (
 )
 
 
+def builtin_chain() -> tuple:
+    """A new set of every worker's built-in middleware, as a processor's chain gets it."""
+    return plugins.middleware_of(plugins.builtin())()
+
+
 def plain_job(**fields) -> dict:
     job = payload.build("testapp.jobs.noop", [], {}, queue="default")
     job.update(fields)
@@ -42,19 +47,19 @@ def kinds(chain) -> list[type]:
 
 
 def test_the_builtin_list_is_the_one_checked_here():
-    chain = processor.server_chain()
+    chain = builtin_chain() + middleware.server_middleware()
     assert kinds(chain[: len(BUILTIN_CLASSES)]) == list(BUILTIN_CLASSES)
 
 
 def test_a_plain_job_passes_through_history_only_at_the_default_settings():
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     # History is on by default; no metrics, no OTEL, the log at INFO: nothing else.
     assert kinds(chain.links(plain_job())) == [HistoryMiddleware]
 
 
 def test_with_history_off_a_plain_job_passes_through_no_builtin_at_all(configure):
     configure(HISTORY=False)
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     assert chain.links(plain_job()) == ()
     assert not any(isinstance(m, HistoryMiddleware) for m in chain.full)
 
@@ -71,7 +76,7 @@ def test_with_history_off_a_plain_job_passes_through_no_builtin_at_all(configure
     ],
 )
 def test_each_payload_field_brings_in_its_middleware_and_only_it(fields, expected):
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     assert kinds(chain.links(plain_job(**fields))) == [HistoryMiddleware, expected]
 
 
@@ -80,12 +85,12 @@ def test_each_payload_field_brings_in_its_middleware_and_only_it(fields, expecte
     [{"unique": None}, {"unique": False}, {"limits": []}, {"bid": ""}, {"kind": ""}],
 )
 def test_an_empty_field_brings_in_nothing(fields):
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     assert kinds(chain.links(plain_job(**fields))) == [HistoryMiddleware]
 
 
 def test_a_job_needing_every_builtin_keeps_the_built_in_order():
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     job = plain_job(
         unique="until_executed",
         unique_digest="d",
@@ -102,7 +107,7 @@ def test_a_job_needing_every_builtin_keeps_the_built_in_order():
 
 
 def test_the_run_log_is_in_the_chain_exactly_while_the_logger_is_at_debug():
-    chain = RunChain(processor.builtin_chain())
+    chain = RunChain(builtin_chain())
     logger = logging.getLogger("cogworker_django")
     level = logger.level
     try:
@@ -140,7 +145,7 @@ class Plain:
 
 def test_user_middleware_is_in_every_chain_innermost():
     user = Plain()
-    chain = RunChain(processor.builtin_chain(), (user,))
+    chain = RunChain(builtin_chain(), (user,))
     assert chain.links(plain_job())[-1] is user
     assert chain.links(plain_job(bid="b1"))[-1] is user
     assert kinds(chain.links(plain_job(bid="b1"))) == [HistoryMiddleware, BatchMiddleware, Plain]

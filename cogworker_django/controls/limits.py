@@ -69,7 +69,8 @@ BLOCK_SLICE = 0.25
 # The token prefix of a lease held by an abandoned run (lua/limit_abandon.lua).
 ABANDONED = "abandoned."
 
-# Set by the worker at boot (the process identity written in its leases).
+# Set at a worker's start (its Controls plugin, worker/plugins.py): the process identity
+# written in its leases.
 identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
 
@@ -347,10 +348,11 @@ def limit(name: str, wait: float | None = None) -> Iterator[None]:
 
 
 class LeaseRefresher:
-    """Heartbeat hook: keep this process's leases alive while their runs go on (a lease
-    being released waits for a refresh in flight, so none is put back after it)."""
+    """On every heartbeat (the worker's Controls plugin): keep this process's leases alive
+    while their runs go on (a lease being released waits for a refresh in flight, so none
+    is put back after it)."""
 
-    def __call__(self, heartbeat: Any, conn: Any, recovering: bool) -> None:
+    def __call__(self, conn: Any, recovering: bool) -> None:
         ttl = repr(lease_ttl())
         for lease in held.all():
             with lease.lock:

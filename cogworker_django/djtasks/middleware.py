@@ -1,6 +1,6 @@
 """The built-in server middleware of django.tasks tasks: results and Django's signals.
 
-Listed in ``worker/processor.BUILTIN_SERVER_MIDDLEWARE``, so every worker imports this
+Given by the worker's django.tasks plugin (``worker/plugins.py``), so every worker imports this
 module, Django 5.2 included: it imports nothing from ``django.tasks`` itself and passes
 every payload that is not a ``"task"`` straight through. What it does for a task is in
 lifecycle.py.

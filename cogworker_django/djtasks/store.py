@@ -275,8 +275,8 @@ class PendingWrites:
 pending = PendingWrites()
 
 
-def retry_pending(_heartbeat: Any = None, conn: Any = None, _recovering: bool = False) -> None:
-    """A heartbeat hook (worker/heartbeat.beat_hooks): retry deferred end writes."""
+def retry_pending(conn: Any = None) -> None:
+    """On every heartbeat (the worker's django.tasks plugin): retry deferred end writes."""
     if pending.pending():
         if pending.retry_all(conn):
             log.info("deferred task results written")

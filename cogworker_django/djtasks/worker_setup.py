@@ -1,5 +1,6 @@
-"""What a worker does at start for the django.tasks backend (called from
-worker/extensions.py; a no-op before Django 6.0 or when ``TASKS`` doesn't use it).
+"""What a worker does at start for the django.tasks backend (called by the worker's
+django.tasks plugin, worker/plugins.py; a no-op before Django 6.0 or when ``TASKS``
+doesn't use it).
 
 - :func:`validate`, on the main thread before any job runs: loads every ``TASKS``
   alias that is a ``CogworkerBackend`` (bad ``OPTIONS`` stop the worker with a clear
@@ -9,9 +10,10 @@ worker/extensions.py; a no-op before Django 6.0 or when ``TASKS`` doesn't use it
   module that fails to import is logged, not fatal: Django apps may ship a ``tasks.py``
   for another task system, and only that module's tasks are refused (they go to dead
   with the import error).
-- :func:`build`, when the launcher is built: this process's identity becomes the worker
-  id recorded in results, the heartbeat retries result writes deferred by an outage, and
-  Django's own line for a failed run is left out (:class:`OneFailureLine`).
+- :func:`start`, when the worker starts: this process's identity becomes the worker id
+  recorded in results, and Django's own line for a failed run is left out
+  (:class:`OneFailureLine`). (The plugin's beat retries result writes deferred by an
+  outage: store.retry_pending.)
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import importlib
 import logging
 import os
 import socket
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -86,20 +87,20 @@ def validate() -> None:
         import_app_tasks_modules()
 
 
-def build(launcher: Any) -> list[Any]:
+def start(identity: str) -> None:
     global _worker_id
     if not available():
-        return []
-    from ..worker import heartbeat
-    from . import store
-
-    _worker_id = launcher.identity
-    if store.retry_pending not in heartbeat.beat_hooks:
-        heartbeat.beat_hooks.append(store.retry_pending)
+        return
+    _worker_id = identity
     tasks_logger = logging.getLogger("django.tasks")
     if not any(isinstance(f, OneFailureLine) for f in tasks_logger.filters):
         tasks_logger.addFilter(OneFailureLine())
-    return []
+
+
+def stop() -> None:
+    """The worker stopped (an in-process one leaves the process running on)."""
+    global _worker_id
+    _worker_id = None
 
 
 class OneFailureLine(logging.Filter):

@@ -1,6 +1,6 @@
 """The worker's part: every poll, relay what is left in the outboxes and say when a row
-has waited too long (extensions.py registers it as a poller timer; it runs on a thread
-of its own)."""
+has waited too long (the Durable plugin, worker/plugins.py, makes it a poller timer; it
+runs on a thread of its own)."""
 
 from __future__ import annotations
 

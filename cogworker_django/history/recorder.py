@@ -77,7 +77,7 @@ class Buffer:
         self._runs: deque[Run] = deque()
         self.dropped = 0
         self.wakeup = threading.Event()
-        # Set by the worker at boot (extensions.build); a fallback for other callers.
+        # Set at a worker's start (its History plugin, worker/plugins.py); a fallback for others.
         self.worker = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
     def add(self, run: Run) -> None:

@@ -1,8 +1,8 @@
 """``COGWORKER_PERIODIC``: parsing and validating the periodic entries.
 
 Each entry is checked field by field; a bad one raises ``ImproperlyConfigured`` naming
-the entry and every bad field (one line each), at worker start
-(``worker.extensions.validate``) and in ``manage.py check``. ``job`` must name a
+the entry and every bad field (one line each), at worker start (the Periodic plugin's
+``validate``, worker/plugins.py) and in ``manage.py check``. ``job`` must name a
 registered ``@job``, so :func:`load` imports the ``jobs`` and ``tasks`` modules of
 installed apps first (as the worker command does) and resolves every callable here, on
 the calling (main) thread (rule 10).

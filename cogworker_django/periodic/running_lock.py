@@ -118,17 +118,19 @@ _MARKER = "periodic_until_executed"
 
 
 class LockRefresher:
-    """Heartbeat hook: keep the locks of this process's performing runs alive."""
+    """On every heartbeat (the worker's Periodic plugin): keep the locks of this
+    process's performing runs alive. ``record`` is the worker's (worker/record.Record)."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: Any) -> None:
+        self.record = record
         # A beat whose refresh hit an outage: the next one re-takes, as after a failed beat.
         self._retake_next = False
 
-    def __call__(self, heartbeat: Any, conn: Any, recovering: bool) -> None:
+    def __call__(self, conn: Any, recovering: bool) -> None:
         retake = recovering or self._retake_next
         self._retake_next = False
         ttl = active_ttl()
-        record = heartbeat.manager.record
+        record = self.record
         for raw in record.performing():
             if _MARKER not in raw:
                 continue
@@ -154,11 +156,3 @@ class LockRefresher:
                 raise
             # Per lock: one bad key never leaves the others to expire (rule 6).
             log.error("periodic lock %s not refreshed: %s", key, errors.describe(exc))
-
-
-def register_heartbeat_hook() -> None:
-    """Add the :class:`LockRefresher` to the heartbeat's hooks (once per process)."""
-    from ..worker import heartbeat
-
-    if not any(isinstance(h, LockRefresher) for h in heartbeat.beat_hooks):
-        heartbeat.beat_hooks.append(LockRefresher())

@@ -8,8 +8,8 @@ Duties, each beat:
   ``P:live_queues``, the work snapshot, and for reliable fetch ``P:inprogress_ids`` and
   ``P:last_beat`` (Redis ``TIME``; the local clock where ``TIME`` is refused);
 - then, each best-effort: the stats flush, pending settlements, deferred lock releases,
-  the registered beat hooks (lock refreshes, limiter lease refreshes, the cancel flags of
-  the runs in progress), and the fetch strategy's own step after a beat (reliable fetch
+  the hooks given to it (the plugins' ``beat``: lock refreshes, limiter lease refreshes,
+  the cancel flags of the runs in progress, deferred task results), and the fetch strategy's own step after a beat (reliable fetch
   reconciles its in-progress list with the record).
 
 What differs by fetch mode (the registries written, the reconcile, the clean-up at exit)
@@ -35,14 +35,22 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import __version__, conf, connection, errors, keys, locks, stats
-from ..controls import limits
 from .fetch import FetchStrategy
 from .record import Record
 from .settlement import settle_pending
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat, as the hooks given to the heartbeat (the plugins' ``beat``) see it."""
+
+    conn: Any  # the Redis client the heartbeat used
+    recovering: bool  # the first beat after a failed one (Redis was away)
 
 
 class Pool(Protocol):
@@ -68,43 +76,6 @@ class Pool(Protocol):
 # beat for a pool without one.)
 
 log = logging.getLogger("cogworker_django")
-
-# Hooks run on every beat after the presence write: f(heartbeat, conn, recovering) where
-# ``recovering`` is True on the first beat after a failed one. Periodic running locks
-# register here.
-beat_hooks: list[Callable[[Any, Any, bool], None]] = []
-
-
-def watch_cancels(heartbeat: Any, conn: Any, _recovering: bool) -> None:
-    """Beat hook: flag the runs in a job here whose jid ``api.cancel`` put in
-    ``P:cancels`` (the admin's signal says so at once; this catches a missed signal and a
-    run that entered its job after the signal came)."""
-    watchdog = getattr(heartbeat.manager, "watchdog", None)
-    if watchdog is None:
-        return
-    jids = sorted(watchdog.running_jids())
-    if not jids:
-        return
-    pipe = conn.pipeline(transaction=False)
-    for jid in jids:
-        pipe.zscore(keys.cancels(), jid)
-    for jid, score in zip(jids, pipe.execute(raise_on_error=False), strict=True):
-        if isinstance(score, Exception):
-            if errors.is_unavailable(score):
-                raise score
-            log.error("cancel flags not read: %s", errors.describe(score))
-            return
-        if score is not None:
-            watchdog.cancel(jid)
-
-
-def register_control_hooks() -> None:
-    """The job controls' beat hooks (once per process): lease refreshes, cancel flags."""
-    if not any(isinstance(h, limits.LeaseRefresher) for h in beat_hooks):
-        beat_hooks.append(limits.LeaseRefresher())
-    if watch_cancels not in beat_hooks:
-        beat_hooks.append(watch_cancels)
-
 
 # Queue entries no live process read for this long leave P:live_queues.
 LIVE_QUEUE_RETENTION = 86400
@@ -192,8 +163,17 @@ def _rss_kb() -> int | None:
 
 
 class Heartbeat:
-    def __init__(self, manager: Pool, *, tag: str = "", on_stop_signal: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        manager: Pool,
+        *,
+        tag: str = "",
+        on_stop_signal: Callable[[], None],
+        hooks: Sequence[Callable[[Beat], None]] = (),
+    ) -> None:
         self.manager = manager
+        # Called after each beat's presence write (the worker's plugins: worker/plugins.py).
+        self.hooks = tuple(hooks)
         self.identity = manager.identity
         self.tag = tag
         self.interval = conf.get().HEARTBEAT_INTERVAL
@@ -206,7 +186,6 @@ class Heartbeat:
         self.clearance = Clearance(stall_gap(self.interval))
         self._threads: list[threading.Thread] = []
         self._subscriber: Any = None
-        register_control_hooks()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -335,8 +314,9 @@ class Heartbeat:
         if pool.record.pending():
             # Same component as the processors' own filing: one outage line, one recovery.
             errors.best_effort("Settle", lambda: settle_pending(pool.record, pool.fetcher, conn))
-        for hook in list(beat_hooks):
-            errors.best_effort("Lock refresh", functools.partial(hook, self, conn, recovering))
+        beat = Beat(conn, recovering)
+        for hook in self.hooks:
+            errors.best_effort("Lock refresh", functools.partial(hook, beat))
         locks.retry_deferred()
         errors.best_effort(
             "Reconcile", lambda: pool.fetcher.after_beat(conn, pool.record, pool.source)

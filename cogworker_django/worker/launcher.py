@@ -12,6 +12,7 @@ runs, then the process exits), TSTP quiets, TTIN logs every thread's stack.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import logging
 import os
 import queue
@@ -21,13 +22,16 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from .. import __version__, conf, connection, errors, history, locks, stats
+from .. import __version__, conf, connection, errors, locks, stats
 from ..conf import QueueSpec
 from . import fetch
+from . import plugins as plugin_list
 from .heartbeat import Heartbeat
 from .manager import Manager
+from .plugins import Plugin, RunContext
 from .poller import Poller
 from .recovery import OrphanRecovery
 
@@ -84,8 +88,11 @@ class Launcher:
         shutdown_timeout: float,
         started_at: float | None = None,
         supervisor: int | None = None,
+        plugins: Sequence[Plugin] | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # Every feature that joins the worker, in the order of its server chain (plugins.py).
+        self.plugins = tuple(plugin_list.builtin() if plugins is None else plugins)
         self.async_concurrency = (
             conf.get().ASYNC_CONCURRENCY if async_concurrency is None else async_concurrency
         )
@@ -105,6 +112,7 @@ class Launcher:
         self._stop_signal_at: float | None = None
         self._force = threading.Event()
         self.components: list[Any] = []  # started after the processors, stopped before them
+        self.ctx: RunContext | None = None
 
     # Signals -----------------------------------------------------------------------------
 
@@ -132,17 +140,45 @@ class Launcher:
     # Run ---------------------------------------------------------------------------------
 
     def run(self) -> int:
+        self._install_signals()
+        self.boot()
+        self._wait_for_stop()
+        return self.shutdown()
+
+    def boot(self) -> None:
+        """Build this process's parts, write the first beat and start them (everything
+        :meth:`run` does before it waits for a signal; the in-process worker of the
+        tests, worker/inprocess.py, calls it without installing signal handlers)."""
         client = connection.get_client()
         mode = resolve_fetch_mode(self.requested_fetch, client)
         self.fetcher = fetch.for_mode(mode, self.identity, self.queues)
         self.manager = Manager(
-            self.identity, self.fetcher, self.concurrency, self.async_concurrency
+            self.identity,
+            self.fetcher,
+            self.concurrency,
+            self.async_concurrency,
+            middleware=plugin_list.middleware_of(self.plugins),
         )
-        self.heartbeat = Heartbeat(self.manager, tag=self.tag, on_stop_signal=self.request_stop)
+        self.ctx = RunContext(
+            identity=self.identity,
+            queues=self.queues,
+            started_at=self.started_at,
+            record=self.manager.record,
+            watchdog=self.manager.watchdog,
+            nudge=getattr(self.manager.source, "nudge", None),
+            recovered_once=lambda: self.recovery.completed_once,
+        )
+        self.heartbeat = Heartbeat(
+            self.manager,
+            tag=self.tag,
+            on_stop_signal=self.request_stop,
+            hooks=plugin_list.beat_hooks(self.plugins, self.ctx),
+        )
         self.recovery = OrphanRecovery(self.identity, self.heartbeat, self.queues[0].name)
         self.poller = Poller(self.recovery)
-        self._install_signals()
-        self._add_components()
+        for plugin in self.plugins:
+            self.components.extend(plugin.start(self.ctx))
+            self.poller.timers.extend(plugin.timers(self.ctx))
 
         self.heartbeat.start()
         s = conf.get()
@@ -164,15 +200,6 @@ class Launcher:
         self.poller.start()
         for c in self.components:
             c.start()
-        self._wait_for_stop()
-        return self._shutdown()
-
-    def _add_components(self) -> None:
-        """Optional parts that hook into the poller and heartbeat (periodic ticker, key
-        guard); each is imported only here, in the run layer."""
-        from . import extensions
-
-        self.components.extend(extensions.build(self))
 
     def _wait_for_stop(self) -> None:
         while True:
@@ -206,7 +233,8 @@ class Launcher:
             elif signum == signal.SIGTTIN:
                 dump_threads()
 
-    def _shutdown(self) -> int:
+    def shutdown(self) -> int:
+        """Stop the parts (after ``manager.begin_stop``): what TERM leads to."""
         for c in self.components:
             errors.best_effort("Shutdown", c.stop)
         self.poller.stop()
@@ -214,7 +242,11 @@ class Launcher:
         # Last chance for releases deferred by a recent outage (they live in memory).
         locks.retry_deferred()
         errors.best_effort("Stats flush", lambda: stats.counters.flush(connection.get_client()))
-        history.flush_safely()  # runs that finished during the wait above
+        ctx = self.ctx
+        assert ctx is not None
+        for plugin in self.plugins:
+            # What each keeps in memory (history: the runs that finished during the wait).
+            errors.best_effort(plugin.name, functools.partial(plugin.exit, ctx))
         self.heartbeat.stop()
         self.heartbeat.remove_presence()
         log.info("cogworker %s stopped", self.identity)

@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import conf, connection, errors, middleware
 from ..controls import limits
 from ..controls.errors import JobTimeout
 from .fetch import FetchStrategy
-from .processor import Processor
+from .processor import Processor, RunChain
 from .record import Control, Record, WorkBoard
 from .settlement import hand_over
 from .timeouts import Watchdog, Watched
@@ -44,8 +45,17 @@ class Manager:
         fetcher: FetchStrategy,
         concurrency: int,
         async_concurrency: int | None = None,
+        *,
+        middleware: Callable[[], tuple[Any, ...]] | None = None,
     ) -> None:
         self.identity = identity
+        # The built-in server middleware, a new set per chain (the plugins'; all of the
+        # built-ins when not given).
+        if middleware is None:
+            from . import plugins
+
+            middleware = plugins.middleware_of(plugins.builtin())
+        self._middleware = middleware
         self.fetcher = fetcher
         self.concurrency = concurrency
         if async_concurrency is None:
@@ -59,7 +69,6 @@ class Manager:
         self.handed_over = False
         self._lock = threading.Lock()
         self.watchdog = Watchdog(self._abandon)
-        limits.identity = identity  # written in this process's leases
         self.processors = [self._processor(i) for i in range(concurrency)]
         self.aio = self._event_loop()
 
@@ -74,8 +83,6 @@ class Manager:
 
         if not Sorter().active:
             return None  # no async job registered: the plain path alone, as it was
-        from .processor import RunChain, builtin_chain
-
         aio = AsyncSide(
             self.async_concurrency,
             record=self.record,
@@ -83,11 +90,14 @@ class Manager:
             control=self.control,
             board=self.board,
             watchdog=self.watchdog,
-            chain=RunChain(builtin_chain(), middleware.server_middleware()),
+            chain=self._chain(),
             hand_in=self.source.hand_in,
         )
         attach(aio)
         return aio
+
+    def _chain(self) -> RunChain:
+        return RunChain(self._middleware(), middleware.server_middleware())
 
     def _processor(self, index: int) -> Processor:
         return Processor(
@@ -98,6 +108,7 @@ class Manager:
             control=self.control,
             board=self.board,
             on_death=self._processor_died,
+            chain=self._chain(),
             watchdog=self.watchdog,
         )
 

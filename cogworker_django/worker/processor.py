@@ -31,7 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections
-from django.utils.module_loading import import_string
 
 from .. import (
     connection,
@@ -48,29 +47,12 @@ from .. import (
 )
 from ..codec import wire
 from ..controls import expiry, limits
-from ..controls.errors import JobCancelled, JobExpired, JobTimeout
+from ..controls.errors import JobCancelled, JobExpired
 from . import failures
 from .dispatch import ERROR_MAX_PAUSE, IDLE_FIRST_PAUSE
 from .record import ACK, Control, Filing, Record, Work, WorkBoard
 
 log = logging.getLogger("cogworker_django")
-
-# Built into every worker's server chain, outermost first; user middleware runs inside.
-BUILTIN_SERVER_MIDDLEWARE = (
-    "cogworker_django.history.HistoryMiddleware",  # first: it times everything inside
-    "cogworker_django.runlog.RunLogMiddleware",  # start/done lines at DEBUG (-v 2)
-    "cogworker_django.telemetry.TelemetryMiddleware",  # worker metrics, the run's trace span
-    "cogworker_django.unique.UniqueMiddleware",
-    "cogworker_django.periodic.running_lock.RunningLockMiddleware",
-    "cogworker_django.controls.limits.LimitsMiddleware",  # fleet-wide limiters, before the run
-    "cogworker_django.djtasks.middleware.TaskResultMiddleware",  # django.tasks results, signals
-    "cogworker_django.workflows.middleware.BatchMiddleware",  # batches: outcomes, callbacks
-)
-
-
-# Job controls' outcomes in the worker metrics (telemetry.py).
-telemetry.register_outcome(JobTimeout, "timeout")
-telemetry.register_outcome(JobCancelled, "cancelled")
 
 
 class Dropped:
@@ -79,14 +61,6 @@ class Dropped:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
-
-
-def builtin_chain() -> tuple[Any, ...]:
-    return tuple(import_string(p)() for p in BUILTIN_SERVER_MIDDLEWARE)
-
-
-def server_chain() -> tuple[Any, ...]:
-    return builtin_chain() + middleware.server_middleware()
 
 
 class RunChain:
@@ -263,6 +237,7 @@ class Processor(Settler):
         control: Control,
         board: WorkBoard,
         on_death: Callable[[Processor, BaseException], None],
+        chain: RunChain,
         watchdog: Any = None,
     ) -> None:
         self.index = index
@@ -282,7 +257,7 @@ class Processor(Settler):
         self._performing: Work | None = None
         self._job_of_run: dict[str, Any] | None = None  # the run's job dict (its leases' key)
         self._on_filed: Callable[[str, bool], Any] | None = None  # a Reschedule's (limiters)
-        self._chain = RunChain(builtin_chain(), middleware.server_middleware())
+        self._chain = chain  # its own: RunChain keeps the chains it chose
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)

@@ -130,9 +130,9 @@ class Command(BaseCommand):
         if bad:
             raise CommandError("\n".join(bad))
         try:
-            from cogworker_django.worker import extensions
+            from cogworker_django.worker import plugins
 
-            extensions.validate()
+            plugins.validate(plugins.builtin())
             conf.retry_backoff()  # importable and callable with the retry count
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None

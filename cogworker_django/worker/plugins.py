@@ -1,0 +1,291 @@
+"""Worker plugins: the one way a feature joins a worker process.
+
+A plugin may give each of five things, and the launcher asks every plugin of its list
+for them in the same order (the list below is the whole wiring of the built-ins; nothing
+registers itself anywhere):
+
+- ``validate()``: at start, on the main thread, after the job modules are imported and
+  before anything runs; raises ``ImproperlyConfigured`` for bad settings;
+- ``middleware()``: built-in server middleware, new instances on each call (every
+  processor has its own chain); the list's order is the chain's, outermost first, and
+  the user's ``COGWORKER["MIDDLEWARE"]["server"]`` runs inside all of them;
+- ``start(ctx)``: once the process's run state exists (:class:`RunContext`), before the
+  first job can run; returns the plugin's components (objects with ``start()`` and
+  ``stop()``: threads of its own), started after the processors and stopped before them;
+- ``timers(ctx)``: ``(name, interval, fn)`` triples the poller calls with a Redis
+  client every ``interval`` seconds (0: every poll);
+- ``beat(ctx, beat)``: after each heartbeat's presence write (:class:`Beat`); an
+  exception is reported and the next hook still runs;
+- ``exit(ctx)``: at shutdown, after the processors stopped and before the presence is
+  removed (a last flush of what the plugin keeps in memory).
+
+The base class gives a no-op for each, so a plugin says only what it does. A hook that
+raises is reported under the plugin's ``name`` and never stops the worker (each call is
+``errors.best_effort``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import conf, errors, history, keyguard, runlog, telemetry, unique
+from ..conf import QueueSpec
+from ..controls import cancel, limits, options
+from ..durable import chore
+from ..periodic import entries, running_lock, ticker
+from ..workflows.middleware import BatchMiddleware
+from .heartbeat import Beat
+
+Timer = tuple[str, float, Callable[[Any], Any]]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a plugin may use of one worker process (built by the launcher once the
+    processors' state exists)."""
+
+    identity: str
+    queues: tuple[QueueSpec, ...]
+    started_at: float  # the process's start (epoch): periodic slots due after it are its own
+    record: Any  # worker/record.Record: the jobs this process holds and performs
+    watchdog: Any  # worker/timeouts.Watchdog: the runs in a job, their cancellation
+    nudge: Callable[[], Any] | None  # wakes the job source's fetch at once (None: no such)
+    recovered_once: Callable[[], bool]  # orphan recovery has completed at least once
+
+
+class Plugin:
+    name = "plugin"
+
+    def validate(self) -> None:
+        return None
+
+    def middleware(self) -> tuple[Any, ...]:
+        return ()
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        return ()
+
+    def timers(self, ctx: RunContext) -> Sequence[Timer]:
+        return ()
+
+    def beat(self, ctx: RunContext, beat: Beat) -> None:
+        return None
+
+    def exit(self, ctx: RunContext) -> None:
+        return None
+
+
+class History(Plugin):
+    """Every run's record: its middleware times everything inside it (so it is first),
+    a thread writes the buffer, the last runs are written at exit."""
+
+    name = "History"
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (history.HistoryMiddleware(),)
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        return (history.HistoryFlusher(ctx.identity),) if history.enabled() else ()
+
+    def exit(self, ctx: RunContext) -> None:
+        history.flush_safely()  # runs that finished while the processors stopped
+
+
+class Telemetry(Plugin):
+    """The run log's start/done lines (-v 2), the worker metrics and the run's trace
+    span."""
+
+    name = "Telemetry"
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (runlog.RunLogMiddleware(), telemetry.TelemetryMiddleware())
+
+
+class Unique(Plugin):
+    name = "Unique"
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (unique.UniqueMiddleware(),)
+
+
+class Periodic(Plugin):
+    """Periodic entries: their until_executed runs' locks kept alive by every beat, and
+    the ticker when entries are configured (resolved on the main thread: rule 10)."""
+
+    name = "Periodic"
+
+    def __init__(self) -> None:
+        self._refresher: running_lock.LockRefresher | None = None
+
+    def validate(self) -> None:
+        entries.load()  # each bad COGWORKER_PERIODIC entry names itself and its field
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (running_lock.RunningLockMiddleware(),)
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        self._refresher = running_lock.LockRefresher(ctx.record)
+        periodic = entries.load()
+        if not periodic:
+            return ()
+        return (
+            ticker.Ticker(
+                periodic,
+                ready=ctx.recovered_once,
+                started_at=ctx.started_at,
+                identity=ctx.identity,
+            ),
+        )
+
+    def beat(self, ctx: RunContext, beat: Beat) -> None:
+        if self._refresher is not None:
+            self._refresher(beat.conn, beat.recovering)
+
+
+class Controls(Plugin):
+    """Job controls: limiters around the run (leases refreshed by every beat, waiting
+    jobs woken when there is room), cancel flags read on every beat."""
+
+    name = "Controls"
+
+    def __init__(self) -> None:
+        self._leases = limits.LeaseRefresher()
+
+    def validate(self) -> None:
+        from .. import jobs
+
+        # Every registered job's limiters exist in COGWORKER["LIMITS"] (a job module
+        # imported before the settings were configured was not checked then).
+        options.check_registered_jobs(jobs.registered_jobs())
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (limits.LimitsMiddleware(),)
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        limits.identity = ctx.identity  # written in this process's leases
+        if not conf.get().LIMITS:
+            return ()
+        from .limit_waker import LimitWaker
+
+        return (LimitWaker(nudge=ctx.nudge),)
+
+    def beat(self, ctx: RunContext, beat: Beat) -> None:
+        try:
+            self._leases(beat.conn, beat.recovering)
+        finally:
+            cancel.watch_flags(beat.conn, ctx.watchdog)
+
+
+class DjangoTasks(Plugin):
+    """The django.tasks backend (Django 6.0+, when TASKS uses it): the apps' tasks
+    modules imported at start, results and their signals around the run, this process's
+    identity as the results' worker id, deferred result writes retried on each beat."""
+
+    name = "django.tasks"
+
+    def validate(self) -> None:
+        from ..djtasks import worker_setup
+
+        worker_setup.validate()
+
+    def middleware(self) -> tuple[Any, ...]:
+        from ..djtasks.middleware import TaskResultMiddleware
+
+        return (TaskResultMiddleware(),)
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        from ..djtasks import worker_setup
+
+        worker_setup.start(ctx.identity)
+        return ()
+
+    def exit(self, ctx: RunContext) -> None:
+        from ..djtasks import worker_setup
+
+        worker_setup.stop()
+
+    def beat(self, ctx: RunContext, beat: Beat) -> None:
+        from ..djtasks import available
+
+        if available():
+            from ..djtasks import store
+
+            store.retry_pending(beat.conn)
+
+
+class Workflows(Plugin):
+    name = "Workflows"
+
+    def middleware(self) -> tuple[Any, ...]:
+        return (BatchMiddleware(),)  # batches: members' outcomes, callbacks
+
+
+class KeyGuard(Plugin):
+    """At start and every KEYGUARD_INTERVAL, in every process (rule 9)."""
+
+    name = "Key guard"
+
+    def timers(self, ctx: RunContext) -> Sequence[Timer]:
+        guard = keyguard.timer(q.name for q in ctx.queues)
+        return (("Key guard", conf.get().KEYGUARD_INTERVAL, guard),)
+
+
+class Durable(Plugin):
+    """The durable enqueue's outboxes relayed on every poll (a timer of interval 0), in
+    every process."""
+
+    name = "Durable outbox relay"
+
+    def timers(self, ctx: RunContext) -> Sequence[Timer]:
+        return (("Durable outbox relay", 0.0, chore.Chore()),)
+
+
+def builtin() -> tuple[Plugin, ...]:
+    """Every worker's plugins, in the order of its server chain (outermost first)."""
+    return (
+        History(),
+        Telemetry(),
+        Unique(),
+        Periodic(),
+        Controls(),
+        DjangoTasks(),
+        Workflows(),
+        KeyGuard(),
+        Durable(),
+    )
+
+
+def validate(plugins: Iterable[Plugin]) -> None:
+    for plugin in plugins:
+        plugin.validate()
+
+
+def middleware_of(plugins: Sequence[Plugin]) -> Callable[[], tuple[Any, ...]]:
+    """A factory of the plugins' server middleware, outermost first (one set per chain)."""
+    return lambda: tuple(m for p in plugins for m in p.middleware())
+
+
+def beat_hooks(plugins: Sequence[Plugin], ctx: RunContext) -> list[Callable[[Beat], None]]:
+    """What the heartbeat calls after each beat: each plugin's ``beat``, bound to the
+    run context (only plugins that define one)."""
+    return [functools.partial(p.beat, ctx) for p in plugins if type(p).beat is not Plugin.beat]
+
+
+def best_effort(plugin: Plugin, what: Callable[[], Any]) -> None:
+    errors.best_effort(plugin.name, what)
+
+
+__all__ = [
+    "Beat",
+    "Plugin",
+    "RunContext",
+    "Timer",
+    "best_effort",
+    "beat_hooks",
+    "builtin",
+    "middleware_of",
+    "validate",
+]
