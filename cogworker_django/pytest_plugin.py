@@ -17,6 +17,14 @@ pyproject's ``[tool.pytest.ini_options]``). Fixtures ``cogworker_fake`` and
     def test_signup(cogworker_fake):
         signup("a@example.com")
         assert len(send_welcome.jobs) == 1
+
+``cogworker_worker`` starts a real worker inside the test process, against the real
+Redis (worker/inprocess.py); each one started is stopped after the test:
+
+    def test_welcome_is_sent(cogworker_worker, r):
+        w = cogworker_worker(queues=["default"], concurrency=2)
+        signup("a@example.com")
+        w.run_until(lambda: r.get("sent") == b"1")
 """
 
 from __future__ import annotations
@@ -76,6 +84,27 @@ def cogworker_redis() -> Iterator[None]:
     """Jobs enqueued by this test go to the real Redis of ``COGWORKER``."""
     with testrun.real_redis():
         yield
+
+
+@pytest.fixture
+def cogworker_worker() -> Iterator[Any]:
+    """A function that starts an in-process worker (its keyword arguments are
+    ``InProcessWorker``'s) and returns it, started; the test's jobs go to the real Redis."""
+    from cogworker_django.worker.inprocess import InProcessWorker
+
+    started: list[InProcessWorker] = []
+
+    def start(**options: Any) -> InProcessWorker:
+        w = InProcessWorker(**options)
+        started.append(w)
+        return w.start()
+
+    with testrun.real_redis():
+        try:
+            yield start
+        finally:
+            for w in reversed(started):
+                w.stop()
 
 
 @pytest.fixture

@@ -172,6 +172,24 @@ def redis_server():
         s.cleanup()
 
 
+# The test project's limiters (testproject/test_settings.py): a worker checks at boot that
+# every registered job's are configured.
+PROJECT_LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
+
+
+@pytest.fixture
+def inworker(configure, cogworker_worker):
+    """Factory for in-process workers (worker/inprocess.py) under this test's prefix, with
+    the test project's limiters; ``settings`` are COGWORKER keys for the rest of the test
+    (as the ``worker`` fixture's), other keywords InProcessWorker's. Stopped at the end."""
+
+    def start(*, settings: dict | None = None, **options):
+        configure(LIMITS=PROJECT_LIMITS, **(settings or {}))
+        return cogworker_worker(**options)
+
+    return start
+
+
 @pytest.fixture
 def worker(prefix, redis_mode, redis_url):
     """Factory for real worker subprocesses under this test's prefix (killed at the end)."""

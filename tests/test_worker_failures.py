@@ -22,10 +22,10 @@ def _members(r, key) -> list[dict]:
     return [json.loads(m) for m in r.zrange(key, 0, -1)]
 
 
-def test_always_failing_job_goes_to_retry_then_dead(worker, r, prefix):
-    jid = tj.always_fails.enqueue("kaboom")  # retry=2: three runs in all
+def test_always_failing_job_goes_to_retry_then_dead(inworker, r, prefix):
+    w = inworker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_2s"})
     before = time.time()
-    w = worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_2s"})
+    jid = tj.always_fails.enqueue("kaboom")  # retry=2: three runs in all
     ((raw, score),) = wait_until(
         lambda: r.zrange(f"{prefix}:retry", 0, -1, withscores=True), 10, message="in retry"
     )
@@ -47,26 +47,26 @@ def test_always_failing_job_goes_to_retry_then_dead(worker, r, prefix):
     assert dead["first_failed_at"] < dead["failed_at"]
     assert r.zcard(f"{prefix}:retry") == 0
     assert int(r.hget(f"{prefix}:test:runs", jid)) == 3
-    assert w.stop() == 0
+    w.stop()
     assert r.get(f"{prefix}:stat:failed") == "3"
 
 
-def test_retry_false_goes_straight_to_dead(worker, r, prefix):
+def test_retry_false_goes_straight_to_dead(inworker, r, prefix):
+    w = inworker()
     jid = tj.fails_once_dead.enqueue("nope")
-    w = worker()
     (dead,) = wait_until(lambda: _members(r, f"{prefix}:dead"), 10, message="in dead")
     assert dead["jid"] == jid
     assert dead["error_class"] == "RuntimeError"
     assert dead["retry_count"] == 1
     assert r.zcard(f"{prefix}:retry") == 0
-    assert w.stop() == 0
+    w.stop()
 
 
-def test_dead_set_is_capped_by_count_and_age(worker, r, prefix):
+def test_dead_set_is_capped_by_count_and_age(inworker, r, prefix):
     old = payload.encode(payload.build("testapp.jobs.noop", jid="ancient"))
     r.zadd(f"{prefix}:dead", {old: time.time() - 1000})
+    w = inworker(settings={"DEAD_MAX_JOBS": 3, "DEAD_TIMEOUT": 100}, concurrency=1)
     jids = [tj.fails_once_dead.enqueue(str(i)) for i in range(5)]
-    w = worker(settings={"DEAD_MAX_JOBS": 3, "DEAD_TIMEOUT": 100, "CONCURRENCY": 1})
     wait_until(
         lambda: r.hlen(f"{prefix}:test:runs") == 0 and r.llen(f"{prefix}:queue:default") == 0,
         10,
@@ -77,7 +77,7 @@ def test_dead_set_is_capped_by_count_and_age(worker, r, prefix):
         10,
         message="the newest three kept",
     )
-    assert w.stop() == 0
+    w.stop()
 
 
 # The formula (unit) ------------------------------------------------------------------

@@ -1,0 +1,219 @@
+"""Worker plugins (worker/plugins.py) and the in-process worker (worker/inprocess.py):
+every part a plugin gives reaches a real worker, in the list's order; a plugin whose
+parts raise stops nothing else; the in-process worker runs jobs against the real Redis
+and stops as on TERM."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django import keys
+from cogworker_django.controls.limits import LimitsMiddleware
+from cogworker_django.djtasks.middleware import TaskResultMiddleware
+from cogworker_django.history import HistoryMiddleware
+from cogworker_django.periodic.running_lock import RunningLockMiddleware
+from cogworker_django.runlog import RunLogMiddleware
+from cogworker_django.telemetry import TelemetryMiddleware
+from cogworker_django.unique import UniqueMiddleware
+from cogworker_django.worker import plugins
+from cogworker_django.worker.heartbeat import Beat
+from cogworker_django.worker.inprocess import InProcessWorker
+from cogworker_django.workflows.middleware import BatchMiddleware
+
+
+@pytest.fixture(autouse=True)
+def project_limits(configure):
+    """The test project's limiters: a worker validates every registered job's at boot."""
+    configure(LIMITS={"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}})
+
+
+class Recorder(plugins.Plugin):
+    """Writes down every call the worker makes to it (from any of its threads)."""
+
+    name = "Recorder"
+
+    def __init__(self, calls: list[str] | None = None, tag: str = "") -> None:
+        self.calls = [] if calls is None else calls
+        self.tag = tag
+        self.ctx: plugins.RunContext | None = None
+        self.beats: list[Beat] = []
+        self.ran: list[str] = []
+        self.lock = threading.Lock()
+
+    def _note(self, what: str) -> None:
+        with self.lock:
+            self.calls.append(self.tag + what)
+
+    def validate(self) -> None:
+        self._note("validate")
+
+    def middleware(self) -> tuple:
+        def wrap(job, queue, run):
+            with self.lock:
+                self.ran.append(job["func"])
+            return run()
+
+        return (wrap,)
+
+    def start(self, ctx):
+        self.ctx = ctx
+        self._note("start")
+        owner = self
+
+        class Component:
+            def start(self):
+                owner._note("component start")
+
+            def stop(self):
+                owner._note("component stop")
+
+        return (Component(),)
+
+    def timers(self, ctx):
+        return (("Recorder timer", 0.0, lambda conn: self._note("timer")),)
+
+    def beat(self, ctx, beat):
+        with self.lock:
+            self.beats.append(beat)
+        self._note("beat")
+
+    def exit(self, ctx):
+        self._note("exit")
+
+
+class Hostile(plugins.Plugin):
+    """Every part it gives raises."""
+
+    name = "Hostile"
+
+    def timers(self, ctx):
+        def boom(conn):
+            raise RuntimeError("timer boom")
+
+        return (("Hostile timer", 0.0, boom),)
+
+    def beat(self, ctx, beat):
+        raise RuntimeError("beat boom")
+
+    def exit(self, ctx):
+        raise RuntimeError("exit boom")
+
+
+def test_the_builtin_plugins_give_the_chain_in_its_order():
+    chain = plugins.middleware_of(plugins.builtin())()
+    assert [type(m) for m in chain] == [
+        HistoryMiddleware,
+        RunLogMiddleware,
+        TelemetryMiddleware,
+        UniqueMiddleware,
+        RunningLockMiddleware,
+        LimitsMiddleware,
+        TaskResultMiddleware,
+        BatchMiddleware,
+    ]
+    again = plugins.middleware_of(plugins.builtin())()
+    assert not set(map(id, chain)) & set(map(id, again))  # a new set per chain
+
+
+def test_only_plugins_that_beat_are_called_on_each_beat():
+    ctx = object()
+    hooks = plugins.beat_hooks(plugins.builtin(), ctx)  # type: ignore[arg-type]
+    owners = [type(h.func.__self__).__name__ for h in hooks]
+    assert owners == ["Periodic", "Controls", "DjangoTasks"]
+
+
+def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
+    rec = Recorder()
+    w = cogworker_worker(queues=["default"], concurrency=2, plugins=(*plugins.builtin(), rec))
+    assert rec.calls[:2] == ["validate", "start"]
+    assert rec.ctx is not None and rec.ctx.identity == w.identity
+    assert rec.ctx.record is w.manager.record and rec.ctx.watchdog is w.manager.watchdog
+    # The first beat is written at boot, before the components start.
+    assert "beat" in rec.calls and rec.calls.index("beat") < rec.calls.index("component start")
+    assert rec.beats[0].recovering is False and rec.beats[0].conn is not None
+    for i in range(3):
+        tj.record.enqueue(f"t{i}")
+    w.run_until(lambda: len(r.hgetall(tj.runs_key())) == 3)
+    w.run_until(lambda: rec.calls.count("timer") >= 2)
+    assert sorted(rec.ran) == ["testapp.jobs.record"] * 3
+    w.stop()
+    assert rec.calls[-2:] == ["component stop", "exit"]
+    assert not r.exists(keys.process(w.identity))
+    assert not r.sismember(keys.processes(), w.identity)
+
+
+def test_plugins_are_called_in_the_list_order():
+    calls: list[str] = []
+    first, second = Recorder(calls, "1:"), Recorder(calls, "2:")
+    w = InProcessWorker(queues=["default"], concurrency=1, plugins=(first, second))
+    plugins.validate(w.plugins)
+    assert calls == ["1:validate", "2:validate"]
+
+
+@pytest.mark.cogworker_redis
+def test_a_plugin_whose_every_part_raises_stops_nothing_else(r, caplog):
+    rec = Recorder()
+    with InProcessWorker(queues=["default"], concurrency=1, plugins=(Hostile(), rec)) as w:
+        tj.record.enqueue("after-hostile")
+        w.run_until(lambda: r.hget(tj.runs_key(), "after-hostile") == "1")
+        # The hostile timer failed and the next one still ran, poll after poll.
+        w.run_until(lambda: rec.calls.count("timer") >= 2)
+        w.manager  # noqa: B018 - still there
+        w.launcher.heartbeat.beat()  # a beat after the hostile one's failure still calls it
+        assert rec.calls.count("beat") >= 2
+    assert rec.calls[-1] == "exit"  # after the hostile exit raised
+    assert not r.exists(keys.process(w.identity))
+    assert "beat boom" in caplog.text and "exit boom" in caplog.text
+
+
+@pytest.mark.cogworker_redis
+def test_the_in_process_worker_files_a_failure_as_a_real_one(r):
+    with InProcessWorker(queues=["default"], concurrency=1) as w:
+        jid = tj.always_fails.enqueue("in process")
+        w.run_until(lambda: r.zcard(keys.retry(keys.home_of("default"))) == 1)
+    (entry,) = r.zrange(keys.retry(keys.home_of("default")), 0, -1)
+    assert jid in entry and "in process" in entry
+
+
+@pytest.mark.cogworker_redis
+def test_stop_hands_back_a_job_still_running():
+    token = "inprocess-handback"
+    gate = tj.gate(token)
+    try:
+        w = InProcessWorker(queues=["default"], concurrency=1, shutdown_timeout=0.2).start()
+        jid = tj.wait_at_gate.enqueue(token)
+        w.run_until(lambda: tj.entered[token].is_set())
+        w.stop()
+        from cogworker_django import connection
+
+        queued = connection.get_client().lrange(keys.queue("default"), 0, -1)
+        assert len(queued) == 1 and jid in str(queued[0])  # back on its queue, not lost
+    finally:
+        gate.set()
+
+
+def test_bad_arguments_and_misuse_are_refused():
+    with pytest.raises(ValueError, match="at least one queue"):
+        InProcessWorker(queues=[])
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="concurrency must be a positive integer"):
+            InProcessWorker(queues=["default"], concurrency=bad)  # type: ignore[arg-type]
+    w = InProcessWorker(queues=["default"])
+    with pytest.raises(RuntimeError, match="not running"):
+        w.run_until(lambda: True)
+    w.stop()  # never started: nothing to do
+
+
+@pytest.mark.cogworker_redis
+def test_run_until_says_what_did_not_happen_and_starts_once(r):
+    with InProcessWorker(queues=["default"], concurrency=1) as w:
+        with pytest.raises(TimeoutError, match="nothing came"):
+            w.run_until(lambda: r.get("never"), timeout=0.2, message="nothing came")
+        assert w.run_until(lambda: 42) == 42
+        with pytest.raises(RuntimeError, match="already started"):
+            w.start()
+        with pytest.raises(ZeroDivisionError):
+            w.run_until(lambda: 1 / 0)
