@@ -121,8 +121,12 @@ def test_the_builtin_plugins_give_the_chain_in_its_order():
 def test_only_plugins_that_beat_are_called_on_each_beat():
     ctx = object()
     hooks = plugins.beat_hooks(plugins.builtin(), ctx)  # type: ignore[arg-type]
-    owners = [type(h.func.__self__).__name__ for h in hooks]
-    assert owners == ["Periodic", "Controls", "DjangoTasks"]
+    owners = [(name, type(h.func.__self__).__name__) for name, h in hooks]
+    assert owners == [
+        ("Periodic", "Periodic"),
+        ("Controls", "Controls"),
+        ("django.tasks", "DjangoTasks"),
+    ]
 
 
 def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
@@ -166,7 +170,8 @@ def test_a_plugin_whose_every_part_raises_stops_nothing_else(r, caplog):
         assert rec.calls.count("beat") >= 2
     assert rec.calls[-1] == "exit"  # after the hostile exit raised
     assert not r.exists(keys.process(w.identity))
-    assert "beat boom" in caplog.text and "exit boom" in caplog.text
+    assert "Hostile failed: RuntimeError: beat boom" in caplog.text
+    assert "Hostile failed: RuntimeError: exit boom" in caplog.text
 
 
 @pytest.mark.cogworker_redis

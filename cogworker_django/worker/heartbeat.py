@@ -169,10 +169,11 @@ class Heartbeat:
         *,
         tag: str = "",
         on_stop_signal: Callable[[], None],
-        hooks: Sequence[Callable[[Beat], None]] = (),
+        hooks: Sequence[tuple[str, Callable[[Beat], None]]] = (),
     ) -> None:
         self.manager = manager
-        # Called after each beat's presence write (the worker's plugins: worker/plugins.py).
+        # (name, hook): called after each beat's presence write (the worker's plugins:
+        # worker/plugins.py); a failure is reported under the name.
         self.hooks = tuple(hooks)
         self.identity = manager.identity
         self.tag = tag
@@ -315,8 +316,8 @@ class Heartbeat:
             # Same component as the processors' own filing: one outage line, one recovery.
             errors.best_effort("Settle", lambda: settle_pending(pool.record, pool.fetcher, conn))
         beat = Beat(conn, recovering)
-        for hook in self.hooks:
-            errors.best_effort("Lock refresh", functools.partial(hook, beat))
+        for name, hook in self.hooks:
+            errors.best_effort(name, functools.partial(hook, beat))
         locks.retry_deferred()
         errors.best_effort(
             "Reconcile", lambda: pool.fetcher.after_beat(conn, pool.record, pool.source)

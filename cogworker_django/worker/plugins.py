@@ -268,10 +268,15 @@ def middleware_of(plugins: Sequence[Plugin]) -> Callable[[], tuple[Any, ...]]:
     return lambda: tuple(m for p in plugins for m in p.middleware())
 
 
-def beat_hooks(plugins: Sequence[Plugin], ctx: RunContext) -> list[Callable[[Beat], None]]:
+def beat_hooks(
+    plugins: Sequence[Plugin], ctx: RunContext
+) -> list[tuple[str, Callable[[Beat], None]]]:
     """What the heartbeat calls after each beat: each plugin's ``beat``, bound to the
-    run context (only plugins that define one)."""
-    return [functools.partial(p.beat, ctx) for p in plugins if type(p).beat is not Plugin.beat]
+    run context, with the plugin's name to report a failure under (only plugins that
+    define one)."""
+    return [
+        (p.name, functools.partial(p.beat, ctx)) for p in plugins if type(p).beat is not Plugin.beat
+    ]
 
 
 def best_effort(plugin: Plugin, what: Callable[[], Any]) -> None:
