@@ -61,11 +61,11 @@ def test_weighted_order_favours_heavier_queues():
     assert weighted_order((QueueSpec("only", 5),)) == ["only"]
 
 
-def test_paused_queue_is_not_fetched_until_resumed(worker, r, prefix):
+def test_paused_queue_is_not_fetched_until_resumed(inworker, r, prefix):
     r.sadd(f"{prefix}:paused", "slowlane")
+    w = inworker(queues=[QueueSpec("slowlane", 5), "default"])
     tj.record.using(queue="slowlane").enqueue_many([(f"p{i}",) for i in range(5)])
     tj.record.enqueue_many([(f"d{i}",) for i in range(5)])
-    w = worker(args=["-q", "slowlane:5", "-q", "default"])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 5, 10, message="default's 5 runs")
     time.sleep(1.0)  # several fetch rounds: the paused queue must stay untouched
     assert r.llen(f"{prefix}:queue:slowlane") == 5
@@ -73,27 +73,27 @@ def test_paused_queue_is_not_fetched_until_resumed(worker, r, prefix):
     r.srem(f"{prefix}:paused", "slowlane")
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 10, 10, message="resumed queue drained")
     assert r.llen(f"{prefix}:queue:slowlane") == 0
-    assert w.stop() == 0
+    w.stop()
 
 
-def test_paused_queue_with_basic_fetch(worker, r, prefix):
+def test_paused_queue_with_basic_fetch(inworker, r, prefix):
     r.sadd(f"{prefix}:paused", "slowlane")
+    w = inworker(queues=["slowlane", "default"], fetch="basic")
     tj.record.using(queue="slowlane").enqueue_many([(f"p{i}",) for i in range(3)])
     tj.record.enqueue("d0")
-    w = worker(args=["-q", "slowlane", "-q", "default", "--fetch", "basic"])
     wait_until(lambda: runs(r, prefix).get("d0") == 1, 10, message="the default job")
     time.sleep(1.0)
     assert r.llen(f"{prefix}:queue:slowlane") == 3
     r.srem(f"{prefix}:paused", "slowlane")
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 4, 10, message="resumed queue drained")
-    assert w.stop() == 0
+    w.stop()
 
 
-def test_async_job_runs(worker, r, prefix):
+def test_async_job_runs(inworker, r, prefix):
+    w = inworker()
     tj.async_record.enqueue("async-1")
-    w = worker()
     wait_until(lambda: runs(r, prefix).get("async-1") == 1, 10, message="the async job")
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(worker, r, prefix):
@@ -135,7 +135,7 @@ def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(wor
     assert w.stop() == 0
 
 
-def test_garbage_bytes_are_kept_exactly(worker, r, prefix):
+def test_garbage_bytes_are_kept_exactly(inworker, r, prefix):
     """The raw bytes of an undecodable payload survive into dead (escaped, never lost)."""
     garbage = b"\x80\x81 binary \x00 junk"
     rb = redis.Redis.from_url(MAIN_REDIS_URL)
@@ -143,7 +143,7 @@ def test_garbage_bytes_are_kept_exactly(worker, r, prefix):
         rb.lpush(f"{prefix}:queue:default", garbage)
     finally:
         rb.close()
-    w = worker()
+    w = inworker()
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 1, 10, message="garbage in dead")
     (dead,) = dead_jobs(r, prefix)
     assert dead["func"] == "(unparseable)"
@@ -153,7 +153,7 @@ def test_garbage_bytes_are_kept_exactly(worker, r, prefix):
     restored = raw.encode("utf-8", "surrogateescape")
     assert b"binary \x00 junk" in restored
     assert "\\x80\\x81" in raw or "\udc80\udc81" in raw
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_exception_whose_str_raises_is_still_recorded(worker, r, prefix):
@@ -175,20 +175,20 @@ def test_exception_whose_str_raises_is_still_recorded(worker, r, prefix):
     assert w.stop() == 0
 
 
-def test_stats_are_flushed_in_batches_and_at_exit(worker, r, prefix):
+def test_stats_are_flushed_in_batches_and_at_exit(inworker, r, prefix):
+    # A long beat interval: counts written while running come only from the batch flush
+    # at shutdown (the first beat runs before any job).
+    w = inworker(settings={"HEARTBEAT_INTERVAL": 30})
     tj.record.enqueue_many([(f"s{i}",) for i in range(30)])
     tj.fails_once_dead.enqueue()
     tj.fails_once_dead.enqueue()
-    # A long beat interval: counts written while running come only from the batch flush
-    # at shutdown (the first beat runs before any job).
-    w = worker(settings={"HEARTBEAT_INTERVAL": 30})
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 30, 10, message="30 runs")
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 2, 10, message="2 failures")
     time.sleep(0.3)
     # Nothing per job: no counter written yet.
     assert r.get(f"{prefix}:stat:processed") is None
     assert r.get(f"{prefix}:stat:failed") is None
-    assert w.stop() == 0
+    w.stop()
     day = stats.today()
     assert r.get(f"{prefix}:stat:processed") == "30"
     assert r.get(f"{prefix}:stat:failed") == "2"
@@ -197,11 +197,11 @@ def test_stats_are_flushed_in_batches_and_at_exit(worker, r, prefix):
     assert 0 < r.ttl(f"{prefix}:stat:processed:{day}") <= stats.DAY_KEY_TTL
 
 
-def test_stats_flushed_by_the_heartbeat_while_running(worker, r, prefix):
-    w = worker()
+def test_stats_flushed_by_the_heartbeat_while_running(inworker, r, prefix):
+    w = inworker()
     tj.record.enqueue_many([(f"s{i}",) for i in range(10)])
     wait_until(lambda: r.get(f"{prefix}:stat:processed") == "10", 10, message="flushed by a beat")
-    assert w.stop() == 0
+    w.stop()
     assert r.get(f"{prefix}:stat:processed") == "10"
 
 
