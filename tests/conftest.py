@@ -17,7 +17,7 @@ from django.test import override_settings
 from cogworker_django import connection, errors, locks, stats, testing
 
 from . import cluster_support
-from .helpers import MAIN_REDIS_URL, RedisServer, Worker
+from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker
 
 
 def pytest_configure(config):
@@ -178,13 +178,18 @@ PROJECT_LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per
 
 
 @pytest.fixture
-def inworker(configure, cogworker_worker):
-    """Factory for in-process workers (worker/inprocess.py) under this test's prefix, with
-    the test project's limiters; ``settings`` are COGWORKER keys for the rest of the test
-    (as the ``worker`` fixture's), other keywords InProcessWorker's. Stopped at the end."""
+def inworker(request, configure, cogworker_worker):
+    """Factory for in-process workers (worker/inprocess.py) under this test's prefix, set
+    up as the ``worker`` fixture's processes are: the short timings of FAST_SETTINGS, the
+    test project's limiters, no periodic entries unless ``periodic`` gives some;
+    ``settings`` are COGWORKER keys for the rest of the test, other keywords
+    InProcessWorker's. Stopped at the end. (tests/test_worker_plugins.py runs its
+    in-process workers at the production defaults.)"""
+    django_settings = request.getfixturevalue("settings")
 
-    def start(*, settings: dict | None = None, **options):
-        configure(LIMITS=PROJECT_LIMITS, **(settings or {}))
+    def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
+        configure(LIMITS=PROJECT_LIMITS, **{**FAST_SETTINGS, **(settings or {})})
+        django_settings.COGWORKER_PERIODIC = periodic or {}
         return cogworker_worker(**options)
 
     return start

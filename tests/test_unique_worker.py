@@ -29,12 +29,12 @@ def started(r, prefix, jid):
     return r.hexists(f"{prefix}:test:timeline", f"{jid}:start")
 
 
-def test_until_executed_refuses_duplicates_until_the_run_succeeds(worker, r, prefix):
+def test_until_executed_refuses_duplicates_until_the_run_succeeds(inworker, r, prefix):
     job = tj.timed.using(unique="until_executed")
     key = lock_of(1.0, "ue", func=tj.timed.path)
     jid = job.enqueue(1.0, "ue")
     assert job.enqueue(1.0, "ue") is None  # while queued
-    worker()
+    inworker()
     wait_until(lambda: started(r, prefix, jid), message="the run to start")
     assert job.enqueue(1.0, "ue") is None  # while running
     assert r.get(key) == jid
@@ -53,25 +53,25 @@ def test_until_executed_refuses_duplicates_until_the_run_succeeds(worker, r, pre
     assert runs(r, prefix, "ue") == 2
 
 
-def test_until_executed_scheduled_job_holds_its_lock_until_it_has_run(worker, r, prefix):
+def test_until_executed_scheduled_job_holds_its_lock_until_it_has_run(inworker, r, prefix):
     job = tj.timed.using(unique="until_executed", unique_for=30)
     key = lock_of(0.1, "sch", func=tj.timed.path)
     jid = job.enqueue_in(1.0, 0.1, "sch")
     assert r.get(key) == jid and r.ttl(key) > 30  # the delay plus unique_for
-    worker()
+    inworker()
     assert job.enqueue(0.1, "sch") is None  # due in a moment, still a duplicate
     wait_until(lambda: runs(r, prefix, "sch") == 1, message="the scheduled run")
     wait_until(lambda: not r.exists(key), message="the lock to be released")
     assert job.enqueue(0.1, "sch") is not None
 
 
-def test_until_started_is_released_when_a_processor_takes_the_job(worker, r, prefix):
+def test_until_started_is_released_when_a_processor_takes_the_job(inworker, r, prefix):
     job = tj.timed.using(unique="until_started")
     key = lock_of(3.0, "us", func=tj.timed.path)
     jid = job.enqueue(3.0, "us")
     assert job.enqueue(3.0, "us") is None  # while queued
     assert r.get(key) == jid
-    worker(settings={"CONCURRENCY": 2})
+    inworker(concurrency=2)
     wait_until(lambda: started(r, prefix, jid), message="the run to start")
     assert not r.exists(key)  # released before the job function was called
     # The queue paused, the next one waits queued (holding its lock) however slow the
@@ -89,12 +89,12 @@ def test_until_started_is_released_when_a_processor_takes_the_job(worker, r, pre
     assert float(s[f"{jid2}:start"]) < float(s[f"{jid}:end"])
 
 
-def test_while_executing_reschedules_the_second_run_until_the_first_is_done(worker, r, prefix):
+def test_while_executing_reschedules_the_second_run_until_the_first_is_done(inworker, r, prefix):
     job = tj.timed.using(unique="while_executing")
     key = lock_of(1.5, "we", func=tj.timed.path)
     a, b = job.enqueue(1.5, "we"), job.enqueue(1.5, "we")
     assert a and b  # no lock at push: both queued
-    worker(settings={"UNIQUE_RESCHEDULE_DELAY": 0.3})
+    inworker(settings={"UNIQUE_RESCHEDULE_DELAY": 0.3})
 
     seen = {}
 

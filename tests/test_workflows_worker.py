@@ -45,7 +45,7 @@ def settle(r, prefix) -> None:
     wait_until(lambda: idle(r, prefix), 30, message="nothing queued or in progress")
 
 
-def test_batch_callbacks_run_once_after_their_members(worker, r, prefix):
+def test_batch_callbacks_run_once_after_their_members(inworker, r, prefix):
     tokens = [f"m{i}" for i in range(8)]
     with Batch(
         description="eight", on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")
@@ -53,7 +53,7 @@ def test_batch_callbacks_run_once_after_their_members(worker, r, prefix):
         tj.wf_member.enqueue_many(tokens[:6])
         tj.wf_fail_first.enqueue("f1")  # fails once, succeeds on its retry
         tj.wf_member.enqueue_in(0.5, "later")
-    worker()
+    inworker()
     wait_until(lambda: len(callbacks(r, batch.bid)) >= 2, 30, message="both callbacks")
     wait_until(lambda: api.Batches().get(batch.bid).state == "succeeded", 10, message="succeeded")
     settle(r, prefix)
@@ -74,7 +74,7 @@ def test_batch_callbacks_run_once_after_their_members(worker, r, prefix):
     assert api.Batches().list()[0].bid == batch.bid
 
 
-def test_chain_of_five_passes_return_values_through_a_retried_step(worker, r, prefix):
+def test_chain_of_five_passes_return_values_through_a_retried_step(inworker, r, prefix):
     batch = chain(
         tj.wf_add.s(1, 2),  # 3
         tj.wf_double_flaky.s("a"),  # 6, after one failure
@@ -82,7 +82,7 @@ def test_chain_of_five_passes_return_values_through_a_retried_step(worker, r, pr
         tj.wf_double_flaky.s("b"),  # 32, after one failure
         tj.wf_add.s(100),  # 132
     ).enqueue()
-    worker()
+    inworker()
     wait_until(lambda: api.Batches().get(batch.bid).state == "succeeded", 30, message="the chain")
     adds = [(e["x"], e["y"]) for e in trace(r) if e["kind"] == "add"]
     assert adds == [(1, 2), (6, 10), (32, 100)]
@@ -98,9 +98,9 @@ def test_chain_of_five_passes_return_values_through_a_retried_step(worker, r, pr
     )
 
 
-def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(worker, r, prefix):
+def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(inworker, r, prefix):
     batch = chain(tj.wf_add.s(1, 1), tj.wf_dead_unless_fixed.s(), tj.wf_add.s(5)).enqueue()
-    worker()
+    inworker()
     wait_until(lambda: api.Batches().get(batch.bid).state == "stopped", 30, message="stopped")
     status = api.Batches().get(batch.bid)
     assert (status.step, status.dead, status.succeeded) == (2, 1, 1)
@@ -118,12 +118,12 @@ def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(worker, r
     assert [(e["x"], e["y"]) for e in trace(r) if e["kind"] == "add"] == [(1, 1), (2, 5)]
 
 
-def test_group_then_runs_once_with_the_results_in_order(worker, r, prefix):
+def test_group_then_runs_once_with_the_results_in_order(inworker, r, prefix):
     batch = group(*(tj.wf_square.s(i) for i in range(1, 11))).enqueue(
         then=tj.wf_callback.s("squares").with_results()
     )
     plain = group(tj.wf_square.s(7)).enqueue(then=tj.wf_callback.s("plain"))
-    worker()
+    inworker()
     wait_until(lambda: len(callbacks(r)) >= 2, 30, message="both thens")
     settle(r, prefix)
     assert sorted(e["callback_of"] for e in callbacks(r)) == sorted([batch.bid, plain.bid])
@@ -176,7 +176,7 @@ def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(worke
     assert sorted(e["event"] for e in callbacks(r, b.bid)) == ["complete", "success"]
 
 
-def test_a_django_task_enqueued_in_a_block_is_a_member(worker, r, prefix):
+def test_a_django_task_enqueued_in_a_block_is_a_member(inworker, r, prefix):
     import pytest
 
     pytest.importorskip("django.tasks")  # Django 6.0+; a broken testapp.tasks is an error
@@ -186,7 +186,7 @@ def test_a_django_task_enqueued_in_a_block_is_a_member(worker, r, prefix):
         result = tasks.add.enqueue(2, 3)
         tj.wf_member.enqueue("job")
     assert result.id in r.smembers(keys.batch_pending(batch.bid))
-    worker()
+    inworker()
     wait_until(lambda: len(callbacks(r, batch.bid)) >= 1, 30, message="on_success")
     settle(r, prefix)
     assert len(callbacks(r, batch.bid)) == 1
@@ -194,7 +194,7 @@ def test_a_django_task_enqueued_in_a_block_is_a_member(worker, r, prefix):
 
 
 def test_an_expired_member_counts_as_failed_and_its_retry_from_dead_finishes_the_batch(
-    worker, r, prefix
+    inworker, r, prefix
 ):
     """Expired before a worker took it: never run, counted as failed (on_complete fires),
     filed in dead ready to run (its expires_at dropped); retried from there, it runs and
@@ -208,7 +208,7 @@ def test_an_expired_member_counts_as_failed_and_its_retry_from_dead_finishes_the
         if job["jid"] == late:
             job["expires_at"] = 1.0
             r.lset(queue, i, json.dumps(job))
-    worker()
+    inworker()
     wait_until(lambda: len(callbacks(r, b.bid)) == 1, 30, message="on_complete")
     assert callbacks(r, b.bid)[0]["event"] == "complete"
     assert [e["token"] for e in trace(r) if e["kind"] == "member"] == ["on-time"]
