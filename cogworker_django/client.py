@@ -184,6 +184,10 @@ def _member_pusher(which: str) -> Callable[..., Any]:
     return pusher
 
 
+# The unique modes whose lock is taken by the push itself (unique.push).
+LOCKED_AT_PUSH = ("until_executed", "until_started")
+
+
 def _push_one(
     job: dict[str, Any], final: FinalWrite | None = None, encoded: str | None = None
 ) -> str | None:
@@ -193,13 +197,7 @@ def _push_one(
     ``encoded`` (see :func:`push`) is sent only by a plain LPUSH of a job built a moment
     ago in the same call, whose ``enqueued_at`` is then the build's."""
     now = time.time()
-    # With a home per queue a unique job's lock (its queue's home) and the claim record
-    # (the prefix's) are in two slots: no one script holds both, so the record is marked
-    # first (docs/cluster.md). A plain push goes through the outbox (periodic/claims.py).
-    unique_apart = keys.spread() and job.get("unique") in ("until_executed", "until_started")
-    if final is not None and (
-        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or unique_apart
-    ):
+    if final is not None and not _final_write_carries(job, now):
         if not final.other():
             return None
         final = None
@@ -208,7 +206,7 @@ def _push_one(
     divert = active_sink()
     if divert is not None:
         return divert(job)
-    if job.get("unique") in ("until_executed", "until_started"):
+    if job.get("unique") in LOCKED_AT_PUSH:
         from . import unique
 
         pushed = unique.push(job, final)
@@ -218,6 +216,25 @@ def _push_one(
     if _is_scheduled(job, now):
         _schedule(job)
         return job["jid"]
+    return _push_now(job, final, encoded, now)
+
+
+def _final_write_carries(job: dict[str, Any], now: float) -> bool:
+    """Whether a claimed slot's final write can be this job's own push. With a home per
+    queue a unique job's lock (its queue's home) and the claim record (the prefix's) are
+    in two slots: no one script holds both, so the record is marked first
+    (docs/cluster.md). A plain push goes through the outbox (periodic/claims.py)."""
+    unique_apart = keys.spread() and job.get("unique") in LOCKED_AT_PUSH
+    return not (
+        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or unique_apart
+    )
+
+
+def _push_now(
+    job: dict[str, Any], final: FinalWrite | None, encoded: str | None, now: float
+) -> str | None:
+    """An immediate push: the queue's list, or its priority zset (django.tasks
+    priorities, priority.py), or the claimed slot's final write."""
     if encoded is None or "at" in job or final is not None:
         job.pop("at", None)
         job["enqueued_at"] = now
@@ -225,7 +242,7 @@ def _push_one(
     if final is not None:
         return job["jid"] if final.plain(job["queue"], priority.route(job, now)) else None
     conn = connection.get_client()
-    if priority.routes(job):  # django.tasks priorities wait in a zset (priority.py)
+    if priority.routes(job):
         if encoded is not None:
             job["enqueued_at"] = now
         return priority.push(conn, job)
@@ -449,85 +466,108 @@ def _push_prepared(
     divert = active_sink()
     if divert is not None:
         return [divert(j) if j is not None else None for j in prepared]
-
-    now = time.time()
-    # What each write carries, by position in ``prepared``, so that a write refused by
-    # Redis (a key of the wrong type) is reported for exactly the jobs it held.
-    by_queue: dict[str, list[tuple[int, str]]] = {}  # list key -> (index, payload)
-    prioritised: dict[str, list[tuple[int, str, float]]] = {}  # zset key -> members
-    queues: set[str] = set()
-    scheduled: dict[str, list[tuple[int, str, float]]] = {}  # schedule key -> members
-    unique_jobs: list[tuple[int, dict[str, Any]]] = []  # (index, job)
-    plain: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
+    bulk = _Bulk(time.time(), encoded)
     for i, job in enumerate(prepared):
-        if job is None:
-            continue
-        if job.get("unique") in ("until_executed", "until_started"):
-            unique_jobs.append((i, job))
-        elif _is_scheduled(job, now):
-            home = keys.home_of(job["queue"])
-            scheduled.setdefault(keys.schedule(home), []).append(
-                (i, payload.encode(job), float(job["at"]))
-            )
-            if keys.spread():
-                queues.add(job["queue"])  # the poller finds a home by its queue
+        if job is not None:
+            bulk.add(i, job)
+    pipe = connection.get_client().pipeline(transaction=False)
+    carried = bulk.write(pipe)
+    return bulk.read(prepared, carried, pipe.execute(raise_on_error=False))
+
+
+class _Bulk:
+    """One bulk push: its jobs sorted by where they go, written in one pipeline, the
+    replies read back. What each write carries is kept by position in the caller's list,
+    so that a write refused by Redis (a key of the wrong type) is reported for exactly
+    the jobs it held."""
+
+    def __init__(self, now: float, encoded: list[str | None] | None) -> None:
+        self.now = now
+        self.encoded = encoded
+        self.lists: dict[str, list[tuple[int, str]]] = {}  # list key -> (index, payload)
+        # Priority zsets and schedules: key -> (index, payload, score)
+        self.zsets: dict[str, list[tuple[int, str, float]]] = {}
+        self.unique: list[tuple[int, dict[str, Any]]] = []  # pushed by unique's script
+        self.queues: set[str] = set()  # listed in P:queues with the writes
+        self._built: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
+
+    def add(self, i: int, job: dict[str, Any]) -> None:
+        if job.get("unique") in LOCKED_AT_PUSH:
+            self.unique.append((i, job))
+        elif _is_scheduled(job, self.now):
+            self._add_scheduled(i, job)
         else:
-            data = encoded[i] if encoded is not None else None
+            data = self.encoded[i] if self.encoded is not None else None
             if data is not None and "at" not in job and not priority.routes(job):
-                # Built a moment ago by this call: its text as built (enqueued_at too).
-                queue = job["queue"]
-                entries = plain.get(queue)
-                if entries is None:
-                    queues.add(queue)
-                    entries = plain[queue] = by_queue.setdefault(keys.queue(queue), [])
-                entries.append((i, data))
-                continue
-            job.pop("at", None)
-            job["enqueued_at"] = now
-            where = priority.route(job, now)
-            queues.add(job["queue"])
-            if where.score is None:
-                by_queue.setdefault(where.key, []).append((i, where.value))
+                self._add_built(i, job["queue"], data)
             else:
-                prioritised.setdefault(where.key, []).append((i, where.value, where.score))
+                self._add_routed(i, job)
 
-    conn = connection.get_client()
-    pipe = conn.pipeline(transaction=False)
-    carried: list[Sequence[int]] = []
-    for key, entries in by_queue.items():
-        carried += _lpush_chunks(pipe, key, [d for _, d in entries], [i for i, _ in entries])
-    for key, members in prioritised.items():
-        for start in range(0, len(members), BULK_CHUNK):
-            zchunk = members[start : start + BULK_CHUNK]
-            pipe.zadd(key, {data: score for _, data, score in zchunk})
-            carried.append([i for i, _, _ in zchunk])
-    for key, members in scheduled.items():
-        for start in range(0, len(members), BULK_CHUNK):
-            zchunk = members[start : start + BULK_CHUNK]
-            pipe.zadd(key, {data: score for _, data, score in zchunk})
-            carried.append([i for i, _, _ in zchunk])
-    if unique_jobs:
-        from . import unique
+    def _add_scheduled(self, i: int, job: dict[str, Any]) -> None:
+        home = keys.home_of(job["queue"])
+        self.zsets.setdefault(keys.schedule(home), []).append(
+            (i, payload.encode(job), float(job["at"]))
+        )
+        if keys.spread():
+            self.queues.add(job["queue"])  # the poller finds a home by its queue
 
-        for _i, job in unique_jobs:
-            unique.queue_push(pipe, job)
-    if queues:
-        pipe.sadd(keys.queues(), *queues)
-    results = pipe.execute(raise_on_error=False)
+    def _add_built(self, i: int, queue: str, data: str) -> None:
+        # Built a moment ago by this call: its text as built (enqueued_at too).
+        entries = self._built.get(queue)
+        if entries is None:
+            self.queues.add(queue)
+            entries = self._built[queue] = self.lists.setdefault(keys.queue(queue), [])
+        entries.append((i, data))
 
-    out = [job["jid"] if job is not None else None for job in prepared]
-    refused = _refused_writes(out, carried, results)
-    if unique_jobs:
-        from . import unique
+    def _add_routed(self, i: int, job: dict[str, Any]) -> None:
+        job.pop("at", None)
+        job["enqueued_at"] = self.now
+        where = priority.route(job, self.now)
+        self.queues.add(job["queue"])
+        if where.score is None:
+            self.lists.setdefault(where.key, []).append((i, where.value))
+        else:
+            self.zsets.setdefault(where.key, []).append((i, where.value, where.score))
 
-        for (i, job), result in zip(unique_jobs, results[len(carried) :], strict=False):
-            if isinstance(result, Exception):
-                refused.append(result)
-                out[i] = None
-            else:
-                out[i] = unique.interpret(job, result)
-    if queues:
-        _check_listing(results[-1], *sorted(queues))
-    if refused:
-        raise BulkPushError(out, refused, sum(j is not None for j in prepared))
-    return out
+    def write(self, pipe: Any) -> list[Sequence[int]]:
+        """Queue every write on ``pipe``; returns the positions each LPUSH/ZADD carries
+        (the unique jobs' scripts and the listing follow them, in that order)."""
+        carried: list[Sequence[int]] = []
+        for key, entries in self.lists.items():
+            carried += _lpush_chunks(pipe, key, [d for _, d in entries], [i for i, _ in entries])
+        for key, members in self.zsets.items():
+            for start in range(0, len(members), BULK_CHUNK):
+                zchunk = members[start : start + BULK_CHUNK]
+                pipe.zadd(key, {data: score for _, data, score in zchunk})
+                carried.append([i for i, _, _ in zchunk])
+        if self.unique:
+            from . import unique
+
+            for _i, job in self.unique:
+                unique.queue_push(pipe, job)
+        if self.queues:
+            pipe.sadd(keys.queues(), *self.queues)
+        return carried
+
+    def read(
+        self,
+        prepared: list[dict[str, Any] | None],
+        carried: list[Sequence[int]],
+        results: list[Any],
+    ) -> list[str | None]:
+        out = [job["jid"] if job is not None else None for job in prepared]
+        refused = _refused_writes(out, carried, results)
+        if self.unique:
+            from . import unique
+
+            for (i, job), result in zip(self.unique, results[len(carried) :], strict=False):
+                if isinstance(result, Exception):
+                    refused.append(result)
+                    out[i] = None
+                else:
+                    out[i] = unique.interpret(job, result)
+        if self.queues:
+            _check_listing(results[-1], *sorted(self.queues))
+        if refused:
+            raise BulkPushError(out, refused, sum(j is not None for j in prepared))
+        return out
