@@ -29,6 +29,13 @@ def group_by_home(queues: Iterable[str]) -> list[tuple[str, list[str]]]:
     return list(groups.items())
 
 
+def listing_keys() -> list[str]:
+    """``P:queues`` as a KEYS entry of a script that writes in a queue's home, when the
+    listing is in that home's slot; none with a home per queue, where ``P:queues`` is in
+    the prefix's home and the caller lists the queue in a write of its own."""
+    return [] if keys.spread() else [keys.queues()]
+
+
 def known_queues(conn: Any, also: Iterable[str] = ()) -> list[str]:
     """Every queue a job may be in: listed, read lately, configured, and ``also``. A
     registry of the wrong type lists nothing (the key guard moves it aside)."""

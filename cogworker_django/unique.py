@@ -85,7 +85,7 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
         target, data, score = where.key, where.value, where.score_arg
     # P:queues is in the prefix's home: with a home per queue the push can't list the
     # queue (client.py lists it once per bulk call instead).
-    listing = [] if keys.spread() else [keys.queues()]
+    listing = homes.listing_keys()
     return (
         [lock, target, *listing],
         [job["jid"], _push_ttl(job, now), data, score, job["queue"]],

@@ -325,7 +325,7 @@ class JobSet:
 
 def _listing() -> list[str]:
     """KEYS[3] of lua/requeue_due.lua: P:queues, in another slot with a home per queue."""
-    return [] if keys.spread() else [keys.queues()]
+    return homes.listing_keys()
 
 
 def _same_home(key: str, target: str) -> bool:

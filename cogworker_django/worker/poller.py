@@ -95,7 +95,7 @@ def move_scheduled(conn: Any, raw: str) -> int:
 def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     job = payload.decode(wire(raw))
     queue = job.get("queue")
-    listing = [] if keys.spread() else [keys.queues()]  # lua/requeue_due.lua: one slot
+    listing = homes.listing_keys()  # lua/requeue_due.lua: one slot
     why = ""
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         why = "the job has no queue"

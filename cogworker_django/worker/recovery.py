@@ -228,8 +228,9 @@ class OrphanRecovery:
             pipe.hdel(keys.last_beat(), ident)
             pipe.srem(keys.processes(), ident)
             pipe.delete(keys.work(ident))
-            if keys.spread():
-                pipe.delete(keys.inprogress_homes(ident))
+            # (Written only with a home per queue; deleting it where it never was costs
+            # nothing, and this pass need not know which.)
+            pipe.delete(keys.inprogress_homes(ident))
             pipe.execute(raise_on_error=False)
             self._unstamped.pop(ident, None)
         return moved
