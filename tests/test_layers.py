@@ -1,0 +1,172 @@
+"""The package's layers (docs/internals.md, "Layers"): a module imports from its own
+layer or a lower one. Every module has a layer here; a new one must be given one, and an
+import that goes up fails unless it is one of the few listed below, each with its reason
+(imports inside functions count; ``TYPE_CHECKING`` blocks don't)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from .test_import_graph import NAME, PACKAGE, _modules, _typing_only
+
+ORDER = ("base", "jobs", "run", "read", "face")
+
+# Module (or package: every module under it) -> layer; the longest name that matches wins.
+LAYER = {
+    # base: settings, the Redis seam, payloads, errors
+    "conf": "base",
+    "connection": "base",
+    "cluster": "base",
+    "codec": "base",
+    "keys": "base",
+    "homes": "base",
+    "outbox": "base",
+    "scripts": "base",
+    "errors": "base",
+    "payload": "base",
+    "taskcontext": "base",
+    "controls.spec": "base",  # a LIMITS entry parsed: conf validates the setting with it
+    # jobs: what an application calls, and what every push and run share
+    "jobs": "jobs",
+    "client": "jobs",
+    "recording": "jobs",
+    "testrun": "jobs",
+    "signatures": "jobs",
+    "commandline": "jobs",
+    "middleware": "jobs",
+    "locks": "jobs",
+    "unique": "jobs",
+    "priority": "jobs",
+    "departures": "jobs",
+    "durable": "jobs",
+    "controls": "jobs",
+    "workflows": "jobs",
+    "djtasks": "jobs",  # the payload kind and its resolution; the backend is "face"
+    # run: the worker and what runs inside it
+    "worker": "run",
+    "periodic": "run",
+    "keyguard": "run",
+    "history": "run",
+    "stats": "run",
+    "telemetry": "run",
+    "tracing": "run",
+    "runlog": "run",
+    "logs": "run",
+    "durable.chore": "run",  # the worker's relay of what the outboxes hold
+    "djtasks.lifecycle": "run",  # a task's run inside the worker
+    "djtasks.runner": "run",
+    "djtasks.middleware": "run",
+    "djtasks.worker_setup": "run",
+    # read: the API the admin and operators use
+    "api": "read",
+    # face: Django's side (admin, command, backend, views, checks, test helpers)
+    "admin": "face",
+    "management": "face",
+    "tasks_backend": "face",
+    "djtasks.backend": "face",
+    "testing": "face",
+    "pytest_plugin": "face",
+    "checks": "face",
+    "apps": "face",
+    "models": "face",
+    "templatetags": "face",
+    "metrics": "face",
+    "": "face",  # the package's own __init__: the public names
+}
+
+# Imports that go up, each for a reason (an entry that no longer goes up fails too).
+ALLOWED_UP = {
+    # The worker's metrics are served by the same Prometheus helpers and token check as
+    # the deployment's view (metrics.py).
+    ("telemetry", "metrics"),
+    # A durable outbox's size and age, for the worker's warning about an old row.
+    ("durable.chore", "api.outbox"),
+    # A batch's progress as the API shows it (Batch.status), from the batch itself.
+    ("workflows.batch", "api.batches"),
+}
+
+
+def layer_of(module: str) -> str:
+    name = module[len(NAME) + 1 :] if module != NAME else ""
+    best = max((k for k in LAYER if k == "" or name == k or name.startswith(k + ".")), key=len)
+    return LAYER[best]
+
+
+def _resolve(module: str, path: Path, node: ast.ImportFrom | ast.Import, modules: dict) -> set:
+    """The modules an import statement takes names from: ``from .x import y`` is module
+    ``x.y`` when there is one, else ``x`` (a name defined there)."""
+    out = set()
+    if isinstance(node, ast.Import):
+        candidates = [a.name for a in node.names]
+    else:
+        base = module.split(".")
+        if node.level:
+            if path.name != "__init__.py":
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            origin = ".".join(base + ([node.module] if node.module else []))
+        else:
+            origin = node.module or ""
+        candidates = [
+            f"{origin}.{a.name}" if f"{origin}.{a.name}" in modules else origin
+            for a in node.names
+            # The version string: set in the package's __init__ before it imports anything.
+            if not (origin == NAME and a.name == "__version__")
+        ]
+    for name in candidates:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name.startswith(NAME) and name != module:
+            out.add(name)
+    return out
+
+
+def _edges() -> set[tuple[str, str]]:
+    modules = _modules()
+    edges = set()
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skip = _typing_only(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip:
+                edges |= {(module, t) for t in _resolve(module, path, node, modules)}
+    return edges
+
+
+def _short(module: str) -> str:
+    return module[len(NAME) + 1 :] if module != NAME else ""
+
+
+def up_imports(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {
+        (_short(a), _short(b))
+        for a, b in edges
+        if ORDER.index(layer_of(b)) > ORDER.index(layer_of(a))
+    }
+
+
+def test_every_module_is_in_a_layer():
+    # (the "" entry catches nothing but the package itself)
+    stray = [
+        m
+        for m in _modules()
+        if m != NAME
+        and not any(_short(m) == k or _short(m).startswith(k + ".") for k in LAYER if k)
+    ]
+    assert stray == [], f"give these a layer in LAYER: {stray}"
+
+
+def test_no_import_goes_up_a_layer():
+    up = up_imports(_edges())
+    assert up - ALLOWED_UP == set(), "imports that go up a layer (docs/internals.md, Layers)"
+    assert ALLOWED_UP - up == set(), "listed as going up, no longer does: drop it from ALLOWED_UP"
+
+
+def test_the_check_sees_an_import_that_goes_up():
+    edges = {(f"{NAME}.keys", f"{NAME}.worker.processor"), (f"{NAME}.worker.fetch", f"{NAME}.keys")}
+    assert up_imports(edges) == {("keys", "worker.processor")}
+    assert layer_of(f"{NAME}.djtasks.backend") == "face"
+    assert layer_of(f"{NAME}.djtasks.store") == "jobs"
+    assert layer_of(NAME) == "face"
+    assert layer_of(PACKAGE.name + ".controls.spec") == "base"
