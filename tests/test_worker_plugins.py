@@ -147,6 +147,13 @@ def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
     assert rec.calls[-2:] == ["component stop", "exit"]
     assert not r.exists(keys.process(w.identity))
     assert not r.sismember(keys.processes(), w.identity)
+    # Its threads are gone with it (the test process goes on).
+    left = [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith(("processor-", "durable-relay", "poller", "heartbeat", "history"))
+    ]
+    assert left == []
 
 
 def test_plugins_are_called_in_the_list_order():

@@ -235,12 +235,28 @@ class KeyGuard(Plugin):
 
 class Durable(Plugin):
     """The durable enqueue's outboxes relayed on every poll (a timer of interval 0), in
-    every process."""
+    every process; the relay's own thread ends with the worker."""
 
     name = "Durable outbox relay"
 
+    def __init__(self) -> None:
+        self._chore = chore.Chore()
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        return (_Stopped(self._chore.stop),)
+
     def timers(self, ctx: RunContext) -> Sequence[Timer]:
-        return (("Durable outbox relay", 0.0, chore.Chore()),)
+        return (("Durable outbox relay", 0.0, self._chore),)
+
+
+class _Stopped:
+    """A component that only stops something (started by its first use)."""
+
+    def __init__(self, stop: Callable[[], Any]) -> None:
+        self.stop = stop
+
+    def start(self) -> None:
+        return None
 
 
 def builtin() -> tuple[Plugin, ...]:
