@@ -85,6 +85,40 @@ def default_timezone() -> str:
 
 def parse_entry(name: Any, raw: Any) -> Entry:
     """Validate one entry; ImproperlyConfigured naming the entry and the field."""
+    _check_shape(name, raw)
+    # Every field is checked before raising: one message names all that are wrong.
+    problems: list[ImproperlyConfigured] = []
+    zone = _zone(name, raw, problems)
+    schedule = _schedule(name, raw, zone, problems)
+    path, function = _job(name, raw, problems)
+    args, kwargs = _arguments(name, raw, function, problems)
+    queue = _queue(name, raw, function, problems)
+    unique = raw.get("unique", None)
+    if unique not in UNIQUE_MODES:
+        problems.append(_bad(name, "unique", unique, "expected None or 'until_executed'"))
+    if problems:
+        if len(problems) == 1:
+            raise problems[0]
+        raise ImproperlyConfigured("\n".join(str(p) for p in problems))
+    assert schedule is not None and function is not None and isinstance(zone, str)
+    assert isinstance(path, str) and isinstance(queue, str)
+    return Entry(
+        name=name,
+        cron=schedule.expr,
+        job=path,
+        args=tuple(args),
+        kwargs=dict(kwargs),
+        queue=queue,
+        unique=unique,
+        timezone=zone,
+        schedule=schedule,
+        function=function,
+    )
+
+
+def _check_shape(name: Any, raw: Any) -> None:
+    """The entry's name and its dict of known fields: nothing else can be judged
+    without them, so these raise at once."""
     if not conf.valid_name(name):
         raise ImproperlyConfigured(
             f"COGWORKER_PERIODIC: entry name {name!r} is invalid: expected a non-empty "
@@ -102,8 +136,8 @@ def parse_entry(name: Any, raw: Any) -> Entry:
             f"{', '.join(map(repr, unknown))}; allowed: {', '.join(FIELDS)}."
         )
 
-    # Every field is checked before raising: one message names all that are wrong.
-    problems: list[ImproperlyConfigured] = []
+
+def _zone(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) -> Any:
     zone = raw.get("timezone", None)
     if zone is None:
         zone = default_timezone()
@@ -111,47 +145,61 @@ def parse_entry(name: Any, raw: Any) -> Entry:
         problems.append(
             _bad(name, "timezone", zone, "expected a time zone name such as 'Europe/Paris'")
         )
-    else:
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            problems.append(_bad(name, "timezone", zone, "not a known time zone (zoneinfo)"))
+        return zone
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        problems.append(_bad(name, "timezone", zone, "not a known time zone (zoneinfo)"))
+    return zone
 
-    schedule = None
+
+def _schedule(
+    name: str, raw: dict[str, Any], zone: Any, problems: list[ImproperlyConfigured]
+) -> Cron | None:
     if "cron" not in raw:
         problems.append(_bad(name, "cron", None, "required, e.g. '0 3 * * *'"))
-    else:
-        try:
-            # (with a bad zone, the cron expression is still checked, in UTC)
-            schedule = Cron(raw["cron"], zone if not problems else "UTC")
-        except CronError as exc:
-            problems.append(_bad(name, "cron", raw["cron"], str(exc)))
+        return None
+    try:
+        # (with a bad zone, the cron expression is still checked, in UTC)
+        return Cron(raw["cron"], zone if not problems else "UTC")
+    except CronError as exc:
+        problems.append(_bad(name, "cron", raw["cron"], str(exc)))
+        return None
 
+
+def _job(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) -> tuple[Any, Any]:
+    """The entry's job path and its registered function (None when it isn't one)."""
     path = raw.get("job")
-    function = None
     if not isinstance(path, str) or not path:
         problems.append(_bad(name, "job", path, "expected the dotted path of a @job function"))
-    else:
-        function = jobs.registered(path)
-        if function is None:
-            close = difflib.get_close_matches(
-                path, [f.path for f in jobs.registered_jobs()], n=1, cutoff=0.6
+        return path, None
+    function = jobs.registered(path)
+    if function is None:
+        close = difflib.get_close_matches(
+            path, [f.path for f in jobs.registered_jobs()], n=1, cutoff=0.6
+        )
+        problems.append(
+            _bad(
+                name,
+                "job",
+                path,
+                "not a registered @job"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; {jobs.where_jobs_live()}",
             )
-            problems.append(
-                _bad(
-                    name,
-                    "job",
-                    path,
-                    "not a registered @job"
-                    + (f" (did you mean {close[0]!r}?)" if close else "")
-                    + f"; {jobs.where_jobs_live()}",
-                )
-            )
+        )
+    return path, function
 
+
+def _arguments(
+    name: str, raw: dict[str, Any], function: Any, problems: list[ImproperlyConfigured]
+) -> tuple[Any, Any]:
+    """``args`` and ``kwargs``, each JSON, and (when both are) accepted by the job."""
     args = raw.get("args", [])
     if args is None:
         args = []
-    if not isinstance(args, (list, tuple)) or not payload.is_json(list(args)):
+    args_bad = not isinstance(args, (list, tuple)) or not payload.is_json(list(args))
+    if args_bad:
         problems.append(_bad(name, "args", args, "expected a list of JSON-serialisable values"))
     kwargs = raw.get("kwargs", {})
     if kwargs is None:
@@ -166,43 +214,24 @@ def parse_entry(name: Any, raw: Any) -> Entry:
                 name, "kwargs", kwargs, "expected a dict of string keys to JSON-serialisable values"
             )
         )
-
-    if function is not None and not any(p for p in problems if "['args']" in str(p)):
+    if function is not None and not args_bad:
         try:
             function.check_call(list(args), dict(kwargs) if isinstance(kwargs, dict) else {})
         except jobs.BadArguments as exc:
             problems.append(_bad(name, "args", args, f"with kwargs {kwargs!r}: {exc}"))
+    return args, kwargs
 
+
+def _queue(
+    name: str, raw: dict[str, Any], function: Any, problems: list[ImproperlyConfigured]
+) -> Any:
+    """The entry's queue: its own, else its job's (checked when there is either)."""
     queue = raw.get("queue", None)
     if queue is None and function is not None:
         queue = function.options["queue"]
-    if queue is not None or function is not None:
-        if not conf.valid_name(queue):
-            problems.append(_bad(name, "queue", queue, "expected a queue name without whitespace"))
-
-    unique = raw.get("unique", None)
-    if unique not in UNIQUE_MODES:
-        problems.append(_bad(name, "unique", unique, "expected None or 'until_executed'"))
-
-    if problems:
-        if len(problems) == 1:
-            raise problems[0]
-        raise ImproperlyConfigured("\n".join(str(p) for p in problems))
-    assert schedule is not None and function is not None and isinstance(zone, str)
-    assert isinstance(path, str) and isinstance(queue, str)
-
-    return Entry(
-        name=name,
-        cron=schedule.expr,
-        job=path,
-        args=tuple(args),
-        kwargs=dict(kwargs),
-        queue=queue,
-        unique=unique,
-        timezone=zone,
-        schedule=schedule,
-        function=function,
-    )
+    if (queue is not None or function is not None) and not conf.valid_name(queue):
+        problems.append(_bad(name, "queue", queue, "expected a queue name without whitespace"))
+    return queue
 
 
 def import_job_modules() -> None:
