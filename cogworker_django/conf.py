@@ -521,83 +521,17 @@ def _check_cluster(v: dict) -> None:
 
 
 def _validate(user: Any) -> Settings:
-    if user is None:
-        user = {}
-    if not isinstance(user, dict):
-        raise ImproperlyConfigured(f"COGWORKER must be a dict, got {type(user).__name__}.")
-    unknown = sorted(set(user) - set(DEFAULTS), key=str)
-    if unknown:
-        raise ImproperlyConfigured(
-            f"COGWORKER has unknown key(s) {', '.join(map(_with_suggestion, unknown))}; "
-            f"allowed: {', '.join(sorted(DEFAULTS))}."
-        )
+    user = _check_keys(user)
     v = {**DEFAULTS, **user}
-
-    if not isinstance(v["REDIS_URL"], str) or "://" not in v["REDIS_URL"]:
-        raise _bad("REDIS_URL", v["REDIS_URL"], "expected a URL such as redis://host:6379/0")
-    scheme = v["REDIS_URL"].partition("://")[0].lower()
-    if scheme not in URL_SCHEMES:
-        raise _bad(
-            "REDIS_URL",
-            v["REDIS_URL"],
-            f"the scheme {scheme + '://'!r} is not one Redis clients understand; expected "
-            + ", ".join(f"{s}://" for s in URL_SCHEMES),
-        )
-    for key in ("REDIS_OPTIONS", "SENTINEL_OPTIONS"):
-        if not isinstance(v[key], dict):
-            raise _bad(key, v[key], "expected a dict of redis client keyword arguments")
-    _check_redis_options(v["REDIS_OPTIONS"])
-    _check_url_query(v["REDIS_URL"])
-    if v["CACHE_ALIAS"] is not None and not isinstance(v["CACHE_ALIAS"], str):
-        raise _bad("CACHE_ALIAS", v["CACHE_ALIAS"], "expected the name of a CACHES entry or None")
-    sentinels = v["SENTINELS"]
-    if sentinels is not None:
-        ok = (
-            isinstance(sentinels, (list, tuple))
-            and sentinels
-            and all(
-                isinstance(s, (list, tuple))
-                and len(s) == 2
-                and isinstance(s[0], str)
-                and isinstance(s[1], int)
-                for s in sentinels
-            )
-        )
-        if not ok:
-            raise _bad("SENTINELS", sentinels, 'expected a list of ("host", port) pairs')
-        if not isinstance(v["SENTINEL_MASTER"], str) or not v["SENTINEL_MASTER"]:
-            raise _bad(
-                "SENTINEL_MASTER",
-                v["SENTINEL_MASTER"],
-                "the master's name is required when SENTINELS is set",
-            )
-        sentinels = [tuple(s) for s in sentinels]
-    prefix = v["PREFIX"]
-    if not valid_name(prefix):
-        raise _bad("PREFIX", prefix, "expected a non-empty string without whitespace")
+    # In this order: a message names the first bad key as a reader meets them.
+    _check_redis(v)
+    sentinels = _check_sentinels(v["SENTINELS"], v["SENTINEL_MASTER"])
+    if not valid_name(v["PREFIX"]):
+        raise _bad("PREFIX", v["PREFIX"], "expected a non-empty string without whitespace")
     _check_cluster(v)
     queues = parse_queues(v["QUEUES"])
-    if v["FETCH"] not in FETCH_MODES:
-        raise _bad("FETCH", v["FETCH"], f"expected one of {', '.join(FETCH_MODES)}")
-    for key in NUMBERS:
-        if key.isupper() and key != "DEFAULT_TIMEOUT":  # (spec.py: it may be None)
-            check_number(key, v[key])
-    for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "ENQUEUE_DURABLE", "HISTORY"):
-        if not isinstance(v[key], bool):
-            raise _bad(key, v[key], "expected True or False")
-    mw = v["MIDDLEWARE"]
-    if (
-        not isinstance(mw, dict)
-        or set(mw) - {"client", "server"}
-        or not all(
-            isinstance(mw.get(k, []), (list, tuple))
-            and all(isinstance(p, str) for p in mw.get(k, []))
-            for k in ("client", "server")
-        )
-    ):
-        raise _bad(
-            "MIDDLEWARE", mw, 'expected {"client": [dotted paths], "server": [dotted paths]}'
-        )
+    _check_behaviour(v)
+    mw = _check_middleware(v["MIDDLEWARE"])
     if v["TESTING"] not in TESTING_MODES:
         raise _bad("TESTING", v["TESTING"], 'expected None, "fake", "inline" or "redis"')
     if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
@@ -619,6 +553,92 @@ def _validate(user: Any) -> Settings:
         raw=user,
     )
     return Settings(**values)
+
+
+def _check_keys(user: Any) -> dict[str, Any]:
+    """COGWORKER itself: a dict (None: all defaults) of known keys."""
+    if user is None:
+        return {}
+    if not isinstance(user, dict):
+        raise ImproperlyConfigured(f"COGWORKER must be a dict, got {type(user).__name__}.")
+    unknown = sorted(set(user) - set(DEFAULTS), key=str)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"COGWORKER has unknown key(s) {', '.join(map(_with_suggestion, unknown))}; "
+            f"allowed: {', '.join(sorted(DEFAULTS))}."
+        )
+    return user
+
+
+def _check_redis(v: dict[str, Any]) -> None:
+    """REDIS_URL, the client options and CACHE_ALIAS."""
+    if not isinstance(v["REDIS_URL"], str) or "://" not in v["REDIS_URL"]:
+        raise _bad("REDIS_URL", v["REDIS_URL"], "expected a URL such as redis://host:6379/0")
+    scheme = v["REDIS_URL"].partition("://")[0].lower()
+    if scheme not in URL_SCHEMES:
+        raise _bad(
+            "REDIS_URL",
+            v["REDIS_URL"],
+            f"the scheme {scheme + '://'!r} is not one Redis clients understand; expected "
+            + ", ".join(f"{s}://" for s in URL_SCHEMES),
+        )
+    for key in ("REDIS_OPTIONS", "SENTINEL_OPTIONS"):
+        if not isinstance(v[key], dict):
+            raise _bad(key, v[key], "expected a dict of redis client keyword arguments")
+    _check_redis_options(v["REDIS_OPTIONS"])
+    _check_url_query(v["REDIS_URL"])
+    if v["CACHE_ALIAS"] is not None and not isinstance(v["CACHE_ALIAS"], str):
+        raise _bad("CACHE_ALIAS", v["CACHE_ALIAS"], "expected the name of a CACHES entry or None")
+
+
+def _check_sentinels(sentinels: Any, master: Any) -> list[tuple[Any, ...]] | None:
+    """SENTINELS as (host, port) tuples, and the master's name they need; None: none."""
+    if sentinels is None:
+        return None
+    ok = (
+        isinstance(sentinels, (list, tuple))
+        and sentinels
+        and all(
+            isinstance(s, (list, tuple))
+            and len(s) == 2
+            and isinstance(s[0], str)
+            and isinstance(s[1], int)
+            for s in sentinels
+        )
+    )
+    if not ok:
+        raise _bad("SENTINELS", sentinels, 'expected a list of ("host", port) pairs')
+    if not isinstance(master, str) or not master:
+        raise _bad("SENTINEL_MASTER", master, "the master's name is required when SENTINELS is set")
+    return [tuple(s) for s in sentinels]
+
+
+def _check_behaviour(v: dict[str, Any]) -> None:
+    """FETCH, every number (NUMBERS) and every switch."""
+    if v["FETCH"] not in FETCH_MODES:
+        raise _bad("FETCH", v["FETCH"], f"expected one of {', '.join(FETCH_MODES)}")
+    for key in NUMBERS:
+        if key.isupper() and key != "DEFAULT_TIMEOUT":  # (spec.py: it may be None)
+            check_number(key, v[key])
+    for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "ENQUEUE_DURABLE", "HISTORY"):
+        if not isinstance(v[key], bool):
+            raise _bad(key, v[key], "expected True or False")
+
+
+def _check_middleware(mw: Any) -> dict[str, Any]:
+    if (
+        not isinstance(mw, dict)
+        or set(mw) - {"client", "server"}
+        or not all(
+            isinstance(mw.get(k, []), (list, tuple))
+            and all(isinstance(p, str) for p in mw.get(k, []))
+            for k in ("client", "server")
+        )
+    ):
+        raise _bad(
+            "MIDDLEWARE", mw, 'expected {"client": [dotted paths], "server": [dotted paths]}'
+        )
+    return mw
 
 
 def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
