@@ -12,6 +12,7 @@ import random
 import signal
 import sys
 import time
+from typing import Any
 
 from django.core import checks as dj_checks
 from django.core.exceptions import ImproperlyConfigured
@@ -79,37 +80,56 @@ class Command(BaseCommand):
             settings = conf.get()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
+        kwargs = self._launcher_options(opts, settings)
+        metrics = self._metrics_option(opts, settings)
+        self._setup_logging(opts["logfile"], opts["verbosity"])
+        self._import_jobs(opts["verbosity"])
+        self._validate()
+        self._check_redis()
+        kwargs.update(fetch_mode=opts["fetch"] or settings.FETCH, started_at=started_at)
+        code = (
+            run_processes(kwargs, opts["processes"], metrics)
+            if opts["processes"] > 1
+            else run_one(kwargs, metrics)
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Threads stuck inside jobs past the shutdown timeout were handed over already;
+        # don't let them hold the process (or crash in interpreter teardown).
+        os._exit(code)
+
+    def _launcher_options(self, opts: dict, settings: conf.Settings) -> dict[str, Any]:
+        """The options the launcher takes, each from its flag or else its setting."""
         queues = settings.QUEUES
         if opts["queues"]:
             try:
                 queues = conf.parse_queues(opts["queues"], key="--queue")
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc).replace("COGWORKER['--queue']", "--queue")) from None
-        concurrency = settings.CONCURRENCY if opts["concurrency"] is None else opts["concurrency"]
+        concurrency = _flag_or(opts["concurrency"], settings.CONCURRENCY)
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
-        async_concurrency = (
-            settings.ASYNC_CONCURRENCY
-            if opts["async_concurrency"] is None
-            else opts["async_concurrency"]
-        )
+        async_concurrency = _flag_or(opts["async_concurrency"], settings.ASYNC_CONCURRENCY)
         if async_concurrency < 1:
             raise CommandError(f"--async-concurrency must be at least 1, got {async_concurrency}")
         if opts["processes"] < 1:
             raise CommandError(f"--processes must be at least 1, got {opts['processes']}")
-        timeout = (
-            settings.SHUTDOWN_TIMEOUT
-            if opts["shutdown_timeout"] is None
-            else opts["shutdown_timeout"]
-        )
+        timeout = _flag_or(opts["shutdown_timeout"], settings.SHUTDOWN_TIMEOUT)
         if timeout < 0:
             raise CommandError(f"--shutdown-timeout must be >= 0, got {timeout}")
         tag = opts["tag"] or ""
         if tag and not conf.valid_name(tag):
             raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
-        metrics = self._metrics_option(opts, settings)
-        self._setup_logging(opts["logfile"], opts["verbosity"])
+        return dict(
+            concurrency=concurrency,
+            async_concurrency=async_concurrency,
+            queues=queues,
+            tag=tag,
+            shutdown_timeout=timeout,
+        )
 
+    def _import_jobs(self, verbosity: int) -> None:
         try:
             # every installed app's jobs.py and tasks.py, and COGWORKER["JOB_MODULES"]
             modules = jobs.import_job_modules()
@@ -120,12 +140,15 @@ class Command(BaseCommand):
             raise CommandError(
                 f"The job modules could not be imported: {errors.describe(exc)}"
             ) from exc
-        if opts["verbosity"] >= 2:
+        if verbosity >= 2:
             log.info("job modules: %s", ", ".join(modules) or "none")
             log.info(
                 "registered jobs: %s", ", ".join(f.path for f in jobs.registered_jobs()) or "none"
             )
-        # Every bad periodic entry, each with every bad field, before anything starts.
+
+    def _validate(self) -> None:
+        """Everything the jobs and settings name, before anything starts."""
+        # Every bad periodic entry, each with every bad field.
         bad = [m.msg for m in entries.check_messages() if m.is_serious()]
         if bad:
             raise CommandError("\n".join(bad))
@@ -136,6 +159,8 @@ class Command(BaseCommand):
             conf.retry_backoff()  # importable and callable with the retry count
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
+
+    def _check_redis(self) -> None:
         try:
             connection.get_client().ping()
         except ImproperlyConfigured as exc:  # a client that would retry or wait too little
@@ -150,27 +175,6 @@ class Command(BaseCommand):
             # An Info (the cluster's shape, cogworker.I001) is not a warning.
             level = logging.INFO if message.level < dj_checks.WARNING else logging.WARNING
             log.log(level, "%s (%s)", message.msg, message.id)
-
-        kwargs = dict(
-            concurrency=concurrency,
-            async_concurrency=async_concurrency,
-            queues=queues,
-            fetch_mode=opts["fetch"] or settings.FETCH,
-            tag=tag,
-            shutdown_timeout=timeout,
-            started_at=started_at,
-        )
-        code = (
-            run_processes(kwargs, opts["processes"], metrics)
-            if opts["processes"] > 1
-            else run_one(kwargs, metrics)
-        )
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Threads stuck inside jobs past the shutdown timeout were handed over already;
-        # don't let them hold the process (or crash in interpreter teardown).
-        os._exit(code)
 
     def _metrics_option(self, opts: dict, settings: conf.Settings) -> tuple[int, str] | None:
         """(port, address) to serve metrics on, or None."""
@@ -305,3 +309,8 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     if supervision is not None:
         supervision.stop()
     return worst
+
+
+def _flag_or(flag: Any, setting: Any) -> Any:
+    """A command-line flag's value, or the setting's when the flag was not given."""
+    return setting if flag is None else flag
