@@ -291,41 +291,11 @@ class AwaitingRecovery:
         ``jobs_per_process`` jobs of each). ``P:inprogress_ids`` of the wrong type raises
         (the admin's error page names it); the claimers set is skipped then."""
         conn = client()
-        pipe = conn.pipeline(transaction=False)
-        pipe.smembers(keys.inprogress_ids())
-        pipe.smembers(keys.periodic_claimers())
-        with_lists, claimers = pipe.execute(raise_on_error=False)
-        if isinstance(with_lists, Exception):
-            raise with_lists
-        listed = {text(m) for m in with_lists}
-        if not isinstance(claimers, Exception):
-            listed |= {text(m) for m in claimers}
-        idents = sorted(listed)
+        idents = _listed_identities(conn)
         if not idents:
             return []
         lists = homes.inprogress_keys(conn, idents)
-        pipe = conn.pipeline(transaction=False)
-        pipe.time()
-        pipe.hgetall(keys.last_beat())
-        for ident in idents:
-            pipe.exists(keys.process(ident))
-            pipe.hlen(keys.periodic_claims(ident))
-            for key in lists[ident]:
-                pipe.llen(key)
-        replies = pipe.execute(raise_on_error=False)
-        now = _redis_seconds(replies[0])
-        beats = replies[1] if isinstance(replies[1], dict) else {}
-        beats = {text(k): v for k, v in beats.items()}
-        rest = iter(replies[2:])
-        orphans = []
-        for ident in idents:
-            alive, claimed = next(rest), next(rest)
-            # A size unreadable (the wrong type) counts 0: checked again next time.
-            sizes = [n if isinstance(n, int) else 0 for n in (next(rest) for _ in lists[ident])]
-            claimed = claimed if isinstance(claimed, int) else 0
-            if alive != 0 or sum(sizes) + claimed == 0:
-                continue  # alive, or nothing to recover
-            orphans.append((ident, sum(sizes), claimed))
+        now, beats, orphans = _dead_with_work(conn, idents, lists)
         if not orphans:
             return []
         count = max(int(jobs_per_process), 1)
@@ -355,6 +325,49 @@ class AwaitingRecovery:
     def size(self) -> int:
         """How many jobs wait for recovery, periodic claims included (no job read)."""
         return sum(o.size + o.claims for o in self.list(jobs_per_process=1))
+
+
+def _listed_identities(conn: Any) -> list[str]:
+    """Every process that has an in-progress list or periodic claims (first round trip)."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.smembers(keys.inprogress_ids())
+    pipe.smembers(keys.periodic_claimers())
+    with_lists, claimers = pipe.execute(raise_on_error=False)
+    if isinstance(with_lists, Exception):
+        raise with_lists
+    listed = {text(m) for m in with_lists}
+    if not isinstance(claimers, Exception):
+        listed |= {text(m) for m in claimers}
+    return sorted(listed)
+
+
+def _dead_with_work(
+    conn: Any, idents: list[str], lists: dict[str, list[str]]
+) -> tuple[float, dict[str, Any], list[tuple[str, int, int]]]:
+    """Redis's clock, the last-beat stamps, and ``(identity, jobs listed, claims)`` of
+    each process without presence that holds something to recover (second round trip)."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.time()
+    pipe.hgetall(keys.last_beat())
+    for ident in idents:
+        pipe.exists(keys.process(ident))
+        pipe.hlen(keys.periodic_claims(ident))
+        for key in lists[ident]:
+            pipe.llen(key)
+    replies = pipe.execute(raise_on_error=False)
+    now = _redis_seconds(replies[0])
+    beats = replies[1] if isinstance(replies[1], dict) else {}
+    rest = iter(replies[2:])
+    orphans = []
+    for ident in idents:
+        alive, claimed = next(rest), next(rest)
+        # A size unreadable (the wrong type) counts 0: checked again next time.
+        sizes = [n if isinstance(n, int) else 0 for n in (next(rest) for _ in lists[ident])]
+        claimed = claimed if isinstance(claimed, int) else 0
+        if alive != 0 or sum(sizes) + claimed == 0:
+            continue  # alive, or nothing to recover
+        orphans.append((ident, sum(sizes), claimed))
+    return now, {text(k): v for k, v in beats.items()}, orphans
 
 
 def _redis_seconds(reply: Any) -> float:

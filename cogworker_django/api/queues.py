@@ -95,55 +95,9 @@ class Queue:
         if not names:
             return []
         conn = client()
-        pipe = conn.pipeline(transaction=False)
-        pipe.zrangebyscore(keys.live_queues(), time.time() - read_window(), "+inf")
-        for n in names:
-            pipe.llen(keys.queue(n))
-            pipe.lindex(keys.queue(n), -1)
-            pipe.zcard(keys.priority_queue(n))  # django.tasks with a priority wait here
-        groups = homes.group_by_home(names)
-        for home, _ in groups:
-            pipe.smembers(keys.paused(home))
-        live, *replies = pipe.execute(raise_on_error=False)
-        read = {text(q) for q in live} if isinstance(live, list) else None  # None: unknown
-        paused_names: set[str] = set()
-        for members in replies[len(replies) - len(groups) :]:
-            paused_names |= {text(p) for p in members} if isinstance(members, set) else set()
-        replies = replies[: len(replies) - len(groups)]
-        now = time.time()
-        out = []
-        broken: list[tuple[int, str]] = []  # (index in out, key) of keys Redis refused
-        for i, n in enumerate(names):
-            size, oldest, prioritised = replies[3 * i : 3 * i + 3]
-            if isinstance(size, Exception):
-                broken.append((i, keys.queue(n)))
-            if isinstance(prioritised, Exception):
-                broken.append((i, keys.priority_queue(n)))
-            size = (size if isinstance(size, int) else 0) + (
-                prioritised if isinstance(prioritised, int) else 0
-            )
-            oldest = oldest if isinstance(oldest, bytes) else None
-            out.append(
-                QueueInfo(
-                    n,
-                    size,
-                    _latency(oldest, now),
-                    n in paused_names,
-                    read=read is None or n in read,
-                )
-            )
+        out, broken = _overview_rows(conn, names)
         if broken:
-            # Keys of the wrong type (the key guard moves them aside soon): say which.
-            pipe = conn.pipeline(transaction=False)
-            for _, key in broken:
-                pipe.type(key)
-            found: dict[int, dict[str, str]] = {}
-            for (i, key), kind in zip(broken, pipe.execute(raise_on_error=False), strict=True):
-                found.setdefault(i, {})[key] = (
-                    text(kind) if not isinstance(kind, Exception) else "?"
-                )
-            for i, wrong in found.items():
-                out[i] = replace(out[i], wrong_type=wrong)
+            _name_wrong_types(conn, out, broken)
         if left_behind:
             return out
         configured = set(conf.get().queue_names)
@@ -276,3 +230,54 @@ class Queue:
             elif kind == "list":
                 pipe.llen(key)
         return any(isinstance(n, int) and n > 0 for n in pipe.execute(raise_on_error=False))
+
+
+def _overview_rows(conn: Any, names: list[str]) -> tuple[list[QueueInfo], list[tuple[int, str]]]:
+    """Every queue's row of :meth:`Queue.overview`, read in one round trip, and the keys
+    Redis refused (index in the rows, key): of the wrong type."""
+    pipe = conn.pipeline(transaction=False)
+    pipe.zrangebyscore(keys.live_queues(), time.time() - read_window(), "+inf")
+    for n in names:
+        pipe.llen(keys.queue(n))
+        pipe.lindex(keys.queue(n), -1)
+        pipe.zcard(keys.priority_queue(n))  # django.tasks with a priority wait here
+    groups = homes.group_by_home(names)
+    for home, _ in groups:
+        pipe.smembers(keys.paused(home))
+    live, *replies = pipe.execute(raise_on_error=False)
+    read = {text(q) for q in live} if isinstance(live, list) else None  # None: unknown
+    paused_names: set[str] = set()
+    for members in replies[len(replies) - len(groups) :]:
+        paused_names |= {text(p) for p in members} if isinstance(members, set) else set()
+    now = time.time()
+    out = []
+    broken: list[tuple[int, str]] = []
+    for i, n in enumerate(names):
+        size, oldest, prioritised = replies[3 * i : 3 * i + 3]
+        if isinstance(size, Exception):
+            broken.append((i, keys.queue(n)))
+        if isinstance(prioritised, Exception):
+            broken.append((i, keys.priority_queue(n)))
+        waiting = (size if isinstance(size, int) else 0) + (
+            prioritised if isinstance(prioritised, int) else 0
+        )
+        head = oldest if isinstance(oldest, bytes) else None
+        out.append(
+            QueueInfo(
+                n, waiting, _latency(head, now), n in paused_names, read=read is None or n in read
+            )
+        )
+    return out, broken
+
+
+def _name_wrong_types(conn: Any, out: list[QueueInfo], broken: list[tuple[int, str]]) -> None:
+    """Keys of the wrong type (the key guard moves them aside soon): say which, in the
+    rows of ``out`` they belong to (one more round trip, only when there are some)."""
+    pipe = conn.pipeline(transaction=False)
+    for _, key in broken:
+        pipe.type(key)
+    found: dict[int, dict[str, str]] = {}
+    for (i, key), kind in zip(broken, pipe.execute(raise_on_error=False), strict=True):
+        found.setdefault(i, {})[key] = text(kind) if not isinstance(kind, Exception) else "?"
+    for i, wrong in found.items():
+        out[i] = replace(out[i], wrong_type=wrong)
