@@ -305,80 +305,102 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
     moves it aside) stays for a later pass, and is reported."""
     if not rows:
         return [], 0, []
-    now = time.time()
-    script = scripts.get("outbox_relay")
-    members: dict[str, list[tuple[OutboxEntry, dict[str, Any]]]] = {}
-    planned: list[tuple[OutboxEntry, str]] = []  # (row, its marker: "" when buried)
-    listing: set[str] = set()
+    relay = _Pass(conn)
     pipe = conn.pipeline(transaction=False)
     for row in rows:
+        relay.add(pipe, row)
+    relay.read(relay.send(pipe))
+    for bid, found in relay.members.items():
+        relay.push_batch(bid, found)
+    if relay.failure is not None:
+        errors.report(COMPONENT, relay.failure, "a row was left in the outbox")
+    return relay.done, relay.pushed, relay.markers
+
+
+class _Pass:
+    """One pass's rows: each row's script queued on one pipeline (a batch's members go
+    together, through their batch's own script), the replies read back into what to
+    delete, how many were pushed and their markers."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.now = time.time()
+        self.script = scripts.get("outbox_relay")
+        self.members: dict[str, list[tuple[OutboxEntry, dict[str, Any]]]] = {}
+        self.planned: list[tuple[OutboxEntry, str]] = []  # (row, its marker: "" when buried)
+        self.listing: set[str] = set()
+        self.done: list[int] = []
+        self.markers: list[str] = []
+        self.pushed = 0
+        self.failure: Exception | None = None  # the first deterministic refusal
+
+    def add(self, pipe: Any, row: OutboxEntry) -> None:
         job = payload.decode(row.payload)
         why = _unpushable(job)
         plan: tuple[list[str], list[Any]] | None = None
         if why is None and not job.get("bid"):
             try:
-                plan = _plan(row, job, now)
+                plan = _plan(row, job, self.now)
             except Exception as exc:  # noqa: BLE001 - this row's fields, not the others'
                 why = f"its fields can't be pushed: {errors.describe(exc)}"
         if why is not None:
             # Only a row written by hand (an enqueue writes none of these): filed in dead
             # with its bytes (rule 6), never left to fail every pass, holding up none.
-            _bury(conn, row, job, why)
-            planned.append((row, ""))
-            continue
+            _bury(self.conn, row, job, why)
+            self.planned.append((row, ""))
+            return
         if plan is None:
-            members.setdefault(job["bid"], []).append((row, job))
-            continue
+            self.members.setdefault(job["bid"], []).append((row, job))
+            return
         key_list, args = plan
-        script.pipelined(pipe, key_list, args)
-        planned.append((row, key_list[0]))
-        listing.add(job["queue"])
-    if listing:
-        # The queues' listing rides in the same round trip, after the pushes; only a
-        # listing (rule 1): its failure is reported, never raised.
-        pipe.sadd(keys.queues(), *sorted(listing))
-    replies = pipe.execute(raise_on_error=False) if len(pipe) else []
-    if listing and isinstance(replies[-1], Exception):
-        errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
-    done: list[int] = []
-    markers: list[str] = []
-    pushed = 0
-    failure: Exception | None = None
-    replies_iter = iter(replies)
-    for row, marker in planned:
-        if not marker:
-            done.append(row.id)
-            continue
-        reply = next(replies_iter)
-        if isinstance(reply, Exception):
-            if errors.is_unavailable(reply):
-                raise reply
-            failure = failure or reply
-            continue
-        done.append(row.id)
-        markers.append(marker)
-        if int(reply) == 1:
-            pushed += 1
-    for bid, found in members.items():
+        self.script.pipelined(pipe, key_list, args)
+        self.planned.append((row, key_list[0]))
+        self.listing.add(job["queue"])
+
+    def send(self, pipe: Any) -> list[Any]:
+        if self.listing:
+            # The queues' listing rides in the same round trip, after the pushes; only a
+            # listing (rule 1): its failure is reported, never raised.
+            pipe.sadd(keys.queues(), *sorted(self.listing))
+        replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+        if self.listing and isinstance(replies[-1], Exception):
+            errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
+        return replies
+
+    def read(self, replies: list[Any]) -> None:
+        replies_iter = iter(replies)
+        for row, marker in self.planned:
+            if not marker:
+                self.done.append(row.id)
+                continue
+            reply = next(replies_iter)
+            if isinstance(reply, Exception):
+                if errors.is_unavailable(reply):
+                    raise reply
+                self.failure = self.failure or reply
+                continue
+            self.done.append(row.id)
+            self.markers.append(marker)
+            if int(reply) == 1:
+                self.pushed += 1
+
+    def push_batch(self, bid: str, found: list[tuple[OutboxEntry, dict[str, Any]]]) -> None:
         try:
-            count, member_markers = store.push_durable(bid, [job for _row, job in found], conn)
+            count, member_markers = store.push_durable(bid, [job for _row, job in found], self.conn)
         except (BatchNotFound, BatchFinished) as exc:
             # Its batch expired (BATCH_UNFINISHED_TTL) or finished: it can't join any more.
-            for row, _job in found:
-                _bury(conn, row, _job, errors.safe_str(exc))
-                done.append(row.id)
-            continue
+            for row, job in found:
+                _bury(self.conn, row, job, errors.safe_str(exc))
+                self.done.append(row.id)
+            return
         except Exception as exc:
             if errors.is_unavailable(exc):
                 raise
-            failure = failure or exc
-            continue
-        pushed += count
-        done += [row.id for row, _job in found]
-        markers += member_markers
-    if failure is not None:
-        errors.report(COMPONENT, failure, "a row was left in the outbox")
-    return done, pushed, markers
+            self.failure = self.failure or exc
+            return
+        self.pushed += count
+        self.done += [row.id for row, _job in found]
+        self.markers += member_markers
 
 
 def _unpushable(job: dict[str, Any]) -> str | None:
