@@ -47,46 +47,68 @@ def push_members(prepared: list[dict[str, Any] | None], push_others: Any) -> lis
     through ``push_others`` as before, the members one script per batch (a chunk at a
     time). A refused write is reported for exactly the jobs it carried (BulkPushError)."""
     member_jobs = {i: j for i, j in enumerate(prepared) if j is not None and j.get("bid")}
-    members = list(member_jobs)
     out: list[str | None] = [None] * len(prepared)
-    refused: list[Exception] = []
-    chosen = set(members)
-    others = [None if i in chosen else j for i, j in enumerate(prepared)]
-    if any(j is not None for j in others):
-        try:
-            done = push_others(others)
-        except client.BulkPushError as exc:
-            done = exc.results
-            refused.extend(exc.errors)
-        for i, jid in enumerate(done):
-            if i not in chosen:
-                out[i] = jid
-    sink = client.active_sink()
+    refused = _push_others(prepared, member_jobs, push_others, out)
     by_batch: dict[str, list[int]] = {}
-    for i in members:
-        by_batch.setdefault(member_jobs[i]["bid"], []).append(i)
+    for i, job in member_jobs.items():
+        by_batch.setdefault(job["bid"], []).append(i)
+    sink = client.active_sink()
     for bid, indices in by_batch.items():
         for start in range(0, len(indices), client.BULK_CHUNK):
             chunk = indices[start : start + client.BULK_CHUNK]
-            try:
-                if sink is not None:
-                    for i in chunk:
-                        local.register(member_jobs[i])
-                        out[i] = sink(member_jobs[i])
-                    continue
-                store.push(bid, [member_jobs[i] for i in chunk])
-            except Exception as exc:
-                if sink is not None:
-                    raise  # a test mode: as a push to it would (an inline job's error)
-                refused.append(exc)
-                continue
-            for i in chunk:
-                out[i] = member_jobs[i]["jid"]
+            refused += _push_chunk(bid, [member_jobs[i] for i in chunk], chunk, sink, out)
     if refused:
         if len(refused) == 1 and not any(out):
             raise refused[0]  # nothing went in: the one reason, as a single push says it
         raise client.BulkPushError(out, refused, sum(j is not None for j in prepared))
     return out
+
+
+def _push_others(
+    prepared: list[dict[str, Any] | None],
+    members: dict[int, dict[str, Any]],
+    push_others: Any,
+    out: list[str | None],
+) -> list[Exception]:
+    """The jobs that are not members, through ``push_others`` (their jids into ``out``);
+    returns what Redis refused."""
+    others = [None if i in members else j for i, j in enumerate(prepared)]
+    if not any(j is not None for j in others):
+        return []
+    refused: list[Exception] = []
+    try:
+        done = push_others(others)
+    except client.BulkPushError as exc:
+        done = exc.results
+        refused.extend(exc.errors)
+    for i, jid in enumerate(done):
+        if i not in members:
+            out[i] = jid
+    return refused
+
+
+def _push_chunk(
+    bid: str,
+    jobs: list[dict[str, Any]],
+    positions: list[int],
+    sink: Any,
+    out: list[str | None],
+) -> list[Exception]:
+    """One chunk of a batch's members: one script (or the test mode's sink, one by
+    one); their jids into ``out`` at ``positions``; returns what Redis refused."""
+    if sink is not None:
+        # A test mode: an error raises as a push to it would (an inline job's error).
+        for i, job in zip(positions, jobs, strict=True):
+            local.register(job)
+            out[i] = sink(job)
+        return []
+    try:
+        store.push(bid, jobs)
+    except Exception as exc:  # noqa: BLE001 - reported for exactly these jobs
+        return [exc]
+    for i, job in zip(positions, jobs, strict=True):
+        out[i] = job["jid"]
+    return []
 
 
 # The Batch --------------------------------------------------------------------------------
