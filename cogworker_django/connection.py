@@ -156,7 +156,9 @@ def _build_own() -> Any:
             **s.SENTINEL_OPTIONS,
         }
         sentinel = Sentinel(s.SENTINELS, sentinel_kwargs=sentinel_opts, **_sentinel_conn_opts())
-        return sentinel.master_for(s.SENTINEL_MASTER, **_client_options())
+        master = s.SENTINEL_MASTER
+        assert master is not None  # conf refuses SENTINELS without it
+        return sentinel.master_for(master, **_client_options())
     if s.CLUSTER:
         return _cluster_client()
     return redis.Redis.from_url(s.REDIS_URL, **_client_options())
