@@ -110,3 +110,26 @@ def test_bad_logfile_exits_with_one_line(prefix, tmp_path):
     path = os.path.join(tmp_path, "no", "such", "dir", "w.log")
     line = _one_clear_line(run_command(prefix, "cogworker", "--logfile", path))
     assert "--logfile" in line and "can't be opened" in line
+
+
+@pytest.mark.parametrize(
+    "args, settings, redis_down, expected",
+    [
+        # settings before options, options before metrics, metrics before the logfile,
+        # the logfile before the job modules, the job modules before Redis
+        (["-c", "0"], {"FETCH": "fast"}, False, r"COGWORKER\['FETCH'\] = 'fast' is invalid"),
+        (["--tag", "a b", "--metrics-port", "70000"], {}, False, r"--tag must not contain"),
+        (["--metrics-port", "70000", "--logfile", "BAD"], {}, False, r"--metrics-port = 70000"),
+        (["--logfile", "BAD"], {"JOB_MODULES": ["cw_not_there.jobs"]}, False, r"--logfile "),
+        ([], {"JOB_MODULES": ["cw_not_there.jobs"]}, True, r"The job module cw_not_there\.jobs"),
+    ],
+)
+def test_the_first_failing_start_check_is_the_one_reported(
+    prefix, tmp_path, args, settings, redis_down, expected
+):
+    bad_logfile = os.path.join(tmp_path, "no", "such", "dir", "w.log")
+    args = [bad_logfile if a == "BAD" else a for a in args]
+    url = {"redis_url": f"redis://127.0.0.1:{free_port()}/0"} if redis_down else {}
+    line = _one_clear_line(run_command(prefix, "cogworker", *args, settings=settings, **url))
+    assert line.startswith("CommandError: "), line
+    assert re.search(expected, line), line
