@@ -41,8 +41,8 @@ def _run(job="app.jobs.f", status="success", started_at=None, duration=0.1, **ex
 # With a real worker --------------------------------------------------------------------------
 
 
-def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
-    w = worker()
+def test_worker_records_success_and_failure_with_every_field(inworker, r, prefix):
+    w = inworker()
     before = time.time()
     ok_jid = tj.record.enqueue("h1")
     dead_jid = tj.fails_once_dead.enqueue("it broke")
@@ -54,7 +54,7 @@ def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
         return runs if len(runs) == 3 else None
 
     runs = {run["jid"]: run for run in wait_until(three, 10, message="three runs in history")}
-    identity = r.smembers(f"{prefix}:processes").pop()
+    identity = w.identity
     ok, failed, periodic = runs[ok_jid], runs[dead_jid], runs[periodic_job["jid"]]
     assert ok["job"] == "testapp.jobs.record"
     assert ok["queue"] == "default"
@@ -82,19 +82,19 @@ def test_worker_records_success_and_failure_with_every_field(worker, r, prefix):
     w.stop()
 
 
-def test_runs_finishing_during_shutdown_are_written(worker, r, prefix):
-    w = worker()
+def test_runs_finishing_during_shutdown_are_written(inworker, r, prefix):
+    w = inworker()
     tj.slow.enqueue(2.0, "late")
-    wait_until(lambda: r.hlen(f"{prefix}:work:" + r.smembers(f"{prefix}:processes").pop()), 5)
-    # TERM while the job runs: the flusher stops at once, the job finishes a second later
-    # (within SHUTDOWN_TIMEOUT), and the launcher's last flush writes its run.
-    assert w.stop() == 0
+    wait_until(lambda: r.hlen(f"{prefix}:work:{w.identity}"), 5)
+    # Stopped while the job runs: the flusher stops at once, the job finishes a second
+    # later (within SHUTDOWN_TIMEOUT), and the History plugin's exit writes its run.
+    w.stop()
     runs = history_api.query()
     assert [(run["job"], run["status"]) for run in runs] == [("testapp.jobs.slow", "success")]
 
 
-def test_history_false_records_nothing(worker, r, prefix):
-    w = worker(settings={"HISTORY": False})
+def test_history_false_records_nothing(inworker, r, prefix):
+    w = inworker(settings={"HISTORY": False})
     tj.record.enqueue("x")
     wait_until(lambda: r.hget(f"{prefix}:test:runs", "x") == "1", 10)
     w.stop()
