@@ -97,17 +97,17 @@ test: venv redis
 # a run on 2 cores) or PYTEST_ARGS='-k name'; every run is reported, the target fails if
 # any run failed.
 LOAD_RUNS  ?= 20
-TIMING_TESTS := tests/test_recovery_*.py tests/test_faults_outage.py \
-	tests/test_reliable_recovery.py tests/test_reliable_shutdown.py tests/test_reliable_outage.py \
-	tests/test_worker_signals.py tests/test_worker_runs.py tests/test_shutdown_handover.py \
-	tests/test_periodic_boot.py tests/test_periodic_fleet.py tests/test_periodic_fleet_faults.py \
-	tests/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py \
-	tests/test_reliable_settled.py tests/test_worker_outage.py tests/test_worker_failures.py \
-	tests/test_worker_paths.py tests/test_worker_poller.py tests/test_periodic_faults.py \
-	tests/test_faults_errors.py tests/test_faults_keyguard.py tests/test_faults_backoff.py \
-	tests/test_controls_limits.py tests/test_controls_timeouts.py tests/test_tasks_faults.py \
-	tests/test_workflows_chaos.py tests/test_worker_failure_path.py tests/test_worker_command.py \
-	tests/test_reliable_drain.py
+TIMING_TESTS := tests/worker/test_recovery_*.py tests/worker/test_faults_outage.py \
+	tests/worker/test_reliable_recovery.py tests/worker/test_reliable_shutdown.py tests/worker/test_reliable_outage.py \
+	tests/worker/test_worker_signals.py tests/worker/test_worker_runs.py tests/worker/test_shutdown_handover.py \
+	tests/periodic/test_periodic_boot.py tests/periodic/test_periodic_fleet.py tests/periodic/test_periodic_fleet_faults.py \
+	tests/periodic/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py \
+	tests/worker/test_reliable_settled.py tests/worker/test_worker_outage.py tests/worker/test_worker_failures.py \
+	tests/worker/test_worker_paths.py tests/worker/test_worker_poller.py tests/periodic/test_periodic_faults.py \
+	tests/worker/test_faults_errors.py tests/worker/test_faults_keyguard.py tests/worker/test_faults_backoff.py \
+	tests/controls/test_controls_limits.py tests/controls/test_controls_timeouts.py tests/djtasks/test_tasks_faults.py \
+	tests/workflows/test_workflows_chaos.py tests/worker/test_worker_failure_path.py tests/worker/test_worker_command.py \
+	tests/worker/test_reliable_drain.py
 LOAD_TESTS ?= $(TIMING_TESTS)
 
 test-loaded: venv redis

@@ -1,6 +1,6 @@
 """MkDocs hook: links from docs/ to the rest of the repository.
 
-The pages link to files outside docs/ (``../tests/test_worker_runs.py``,
+The pages link to files outside docs/ (``../tests/worker/test_worker_runs.py``,
 ``../cogworker_django/lua/...``), which MkDocs cannot check and would report as missing
 documentation files. For each such link this hook
 

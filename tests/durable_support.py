@@ -1,4 +1,4 @@
-"""The databases the durable-enqueue tests run on (tests/test_durable_*.py).
+"""The databases the durable-enqueue tests run on (tests/durable/test_durable_*.py).
 
 Each test takes ``db_alias``: "durable_sqlite" (a SQLite file) and "durable_pg"
 (PostgreSQL, when COGWORKER_TEST_POSTGRES_URL names one: ``make test`` and CI start it

@@ -1,6 +1,6 @@
 """The documentation site (mkdocs.yml, ``make docs``) as a reader opens it from disk:
 built with --strict, every page of site/ opened over file:// in Chromium (Playwright, as
-tests/test_admin_browser.py) loads without one failed request or console error, shows
+tests/admin/test_admin_browser.py) loads without one failed request or console error, shows
 every image, and no link reads as a raw file name ("configuration.md"). Skips without
 /usr/bin/chromium or without the docs tools (``make docs`` installs them)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .admin.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
 from .helpers import ROOT
-from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 

@@ -9,8 +9,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
 
-# [test_a, test_b](../tests/test_file.py): the names a link cites, and the file.
-LINK = re.compile(r"\[([^\]]*)\]\(\.\./tests/(test_\w+\.py)\)")
+# [test_a, test_b](../tests/worker/test_file.py): the names a link cites, and the file
+# (under tests/, in the folder of the package part it tests).
+LINK = re.compile(r"\[([^\]]*)\]\(\.\./tests/((?:\w+/)?test_\w+\.py)\)")
 
 
 def _doc() -> str:

@@ -18,7 +18,7 @@ from testapp import jobs as tj
 from cogworker_django import connection, keys
 
 from .helpers import free_port, wait_until
-from .test_faults_outage import outage_lines
+from .worker.test_faults_outage import outage_lines
 
 MASTER_NAME = "mymaster"
 

@@ -193,7 +193,7 @@ def _number(value: Any) -> str:
 
 
 def record_text(run: Run, worker: str) -> str:
-    """``dumps(as_dict(run, worker))``, byte for byte (tests/test_history_encoder.py
+    """``dumps(as_dict(run, worker))``, byte for byte (tests/history/test_history_encoder.py
     compares them), written from the run's fields without a dict: the flusher encodes
     every run, and that encoding was most of history's cost per job. A field of another
     type than the recorder writes (a hand-made payload's jid, say) goes through dumps."""

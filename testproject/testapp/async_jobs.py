@@ -1,4 +1,4 @@
-"""Async jobs the tests run in real workers (tests/test_async_*.py), on the worker's
+"""Async jobs the tests run in real workers (tests/worker/test_async_*.py), on the worker's
 event loop. Imported by ``testapp.jobs``, so every worker registers them.
 
 They share one ``redis.asyncio`` client, made once at import as a user's module would:
@@ -186,7 +186,7 @@ async def bench_incr_async():
 
 @job
 async def async_member(token):
-    """A batch member (tests/test_async_controls.py): returns its token."""
+    """A batch member (tests/worker/test_async_controls.py): returns its token."""
     await asyncio.sleep(0.01)
     await _count(token)
     return token

@@ -38,7 +38,7 @@ def record(token=None):
 
 @job(durable=True)
 def durable_record(token=None):
-    """A job whose every enqueue is durable (an outbox row: tests/test_durable_*.py)."""
+    """A job whose every enqueue is durable (an outbox row: tests/durable/test_durable_*.py)."""
     _count(token)
 
 
@@ -97,7 +97,7 @@ def fast_backoff(retry_count):
     return 0.2
 
 
-# Hostile RETRY_BACKOFF hooks (tests/test_worker_failure_path.py): filing must survive them.
+# Hostile RETRY_BACKOFF hooks (tests/worker/test_worker_failure_path.py): filing must survive them.
 def backoff_raises(retry_count):
     raise RuntimeError("backoff hook is broken")
 
@@ -152,7 +152,7 @@ def backoff_2s(retry_count):
     return 2.0
 
 
-# --- worker and reliability tests (tests/test_worker_*.py, tests/test_reliable_*.py) ---
+# --- worker and reliability tests (tests/worker/test_worker_*.py, tests/worker/test_reliable_*.py) ---
 
 
 @job
@@ -201,7 +201,7 @@ def sleeper(seconds):
     time.sleep(seconds)
 
 
-# --- periodic jobs (tests/test_periodic_*.py) ---
+# --- periodic jobs (tests/periodic/test_periodic_*.py) ---
 
 
 def periodic_slots_key() -> str:
@@ -252,7 +252,7 @@ def tracked(seconds, token):
     _count(f"{token}:end")
 
 
-# --- outage and history tests (tests/test_faults_*.py, tests/test_history*.py) ---
+# --- outage and history tests (tests/worker/test_faults_*.py, tests/test_history*.py) ---
 
 
 @job(retry=False)
@@ -274,7 +274,7 @@ def record_where(token):
     pipe.execute()
 
 
-# In-process worker tests (tests/test_shutdown_handover.py) --------------------------------
+# In-process worker tests (tests/worker/test_shutdown_handover.py) --------------------------------
 # A run that waits at a gate the test opens: entered[token] is set once the run is in.
 gates: dict[str, threading.Event] = {}
 entered: dict[str, threading.Event] = {}
@@ -295,7 +295,7 @@ def wait_at_gate(token, fail=False):
         raise RuntimeError(f"{token} failed after the gate")
 
 
-# Workflows (tests/test_workflows_*.py) ------------------------------------------------------
+# Workflows (tests/workflows/test_workflows_*.py) ------------------------------------------------------
 # Every run leaves a JSON line in <prefix>:test:wf (what ran, with which arguments and
 # payload fields), so a test can check what ran, how often and in which order.
 
@@ -426,7 +426,7 @@ def bench_wait_incr(ms):
     connection.get_client().incr(f"{keys.prefix()}:bench:done")
 
 
-# Job controls (tests/test_controls_*.py) -------------------------------------------------
+# Job controls (tests/controls/test_controls_*.py) -------------------------------------------------
 
 
 @job(timeout=1, retry=False)
@@ -545,4 +545,4 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.close()
 
 
-from . import async_jobs  # noqa: E402, F401 - the async jobs (tests/test_async_*.py)
+from . import async_jobs  # noqa: E402, F401 - the async jobs (tests/worker/test_async_*.py)

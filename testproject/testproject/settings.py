@@ -101,7 +101,7 @@ DATABASES = {
         "NAME": os.environ.get("TESTPROJECT_DB") or BASE_DIR / "db.sqlite3",
     }
 }
-# The durable-enqueue tests (tests/test_durable_*.py) write the outbox on these aliases,
+# The durable-enqueue tests (tests/durable/test_durable_*.py) write the outbox on these aliases,
 # which a worker subprocess must reach too: a SQLite file (pytest-django's test database
 # of an alias without TEST NAME would be in memory), and PostgreSQL when a server is
 # given. Other tests never ask for them (pytest-django creates only the databases a test
@@ -172,7 +172,7 @@ if django.VERSION >= (6, 0) and os.environ.get("COGWORKER_TASKS_BACKEND") != "0"
         "noretry": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 0}},
         "retry1": {"BACKEND": _COGWORKER_TASKS, "QUEUES": _TASK_QUEUES, "OPTIONS": {"RETRY": 1}},
         "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
-        # Tasks as outbox rows in the caller's transaction (tests/test_durable_tasks.py).
+        # Tasks as outbox rows in the caller's transaction (tests/durable/test_durable_tasks.py).
         "durable": {
             "BACKEND": _COGWORKER_TASKS,
             "QUEUES": _TASK_QUEUES,

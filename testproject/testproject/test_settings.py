@@ -11,7 +11,7 @@ from .settings import COGWORKER, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "testapp"]
 
-# The limiters testapp's jobs name (tests/test_controls_limits.py); COGWORKER_SETTINGS_JSON
+# The limiters testapp's jobs name (tests/controls/test_controls_limits.py); COGWORKER_SETTINGS_JSON
 # may replace them (a test that starts a worker without one).
 COGWORKER.setdefault(
     "LIMITS", {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}

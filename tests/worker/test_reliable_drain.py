@@ -1,0 +1,50 @@
+"""20,000 jobs drained by two worker processes: each ran exactly once, and every
+in-progress list is empty at the end."""
+
+from __future__ import annotations
+
+import time
+
+from testapp import jobs as tj
+
+from ..helpers import wait_until
+
+N = 20_000
+
+
+def test_20000_jobs_two_processes_each_exactly_once(worker, r, prefix):
+    tokens = [f"d{i}" for i in range(N)]
+    for i in range(0, N, 5000):
+        tj.record_where.enqueue_many([(t,) for t in tokens[i : i + 5000]])
+    assert r.llen(f"{prefix}:queue:default") == N
+    started = time.monotonic()
+    workers = [worker(settings={"CONCURRENCY": 8}) for _ in range(2)]
+    idents = wait_until(
+        lambda: (m := r.smembers(f"{prefix}:processes")) and len(m) == 2 and m,
+        10,
+        message="two processes",
+    )
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == N, 120, 0.25, message=f"{N} runs")
+    took = time.monotonic() - started
+    # Every in-progress list is empty once the queue is drained (the last ack rides on
+    # each thread's next, empty, fetch).
+    wait_until(
+        lambda: all(r.llen(f"{prefix}:inprogress:{i}") == 0 for i in idents),
+        5,
+        message="empty in-progress lists",
+    )
+    runs = r.hgetall(f"{prefix}:test:runs")
+    assert len(runs) == N
+    bad = {k: v for k, v in runs.items() if v != "1"}
+    assert not bad, f"{len(bad)} jobs ran more than once: {list(bad.items())[:5]}"
+    for w in workers:
+        assert w.stop() == 0
+    # Both took part.
+    pids = {int(p): int(n) for p, n in r.hgetall(f"{prefix}:test:pids").items()}
+    assert set(pids) == {w.pid for w in workers}, pids
+    assert sum(pids.values()) == N
+    processed = int(r.get(f"{prefix}:stat:processed"))
+    assert processed == N
+    assert not r.keys(f"{prefix}:inprogress:*")
+    assert r.llen(f"{prefix}:queue:default") == 0
+    print(f"\n{N} jobs drained by 2 processes in {took:.1f}s ({N / took:.0f} jobs/s)")

@@ -1,0 +1,107 @@
+"""Once settled, never run again, with real workers and real faults: an ack that Redis
+never applied (writes paused past the client's timeout) is retried while the worker
+runs on, not only at shutdown; a fetch whose reply is lost on the wire (the script ran,
+the connection dropped before its reply arrived: tests/helpers.ReplyCutter) is put
+back by the reconcile and runs once."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from testapp import jobs as tj
+
+from cogworker_django import keys
+
+from ..helpers import FAST_SETTINGS, ReplyCutter, wait_until
+from .test_reliable_fetch import Monitor
+
+
+def runs(c, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in c.hgetall(f"{prefix}:test:runs").items()}
+
+
+def identity(w) -> str:
+    return re.search(r"identity=(\S+)", w.log()).group(1)
+
+
+def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, configure, prefix):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    c = server.client()
+    # One thread: while it runs "short" nothing fetches, so the one fetch in the pause is
+    # the one carrying its ack.
+    settings = {"REDIS_OPTIONS": {"socket_timeout": 1.5}, "CONCURRENCY": 1}
+    w = worker(redis_url=server.url, settings=settings)
+    inprogress = keys.inprogress(identity(w), keys.home_of("default"))
+    jid = tj.count_then_sleep.enqueue(1.0, "short")
+    wait_until(lambda: runs(c, prefix).get("short") == 1, 10, message="the job started")
+    assert len(c.lrange(inprogress, 0, -1)) == 1
+    # What Redis runs from here that names the job and the list: its acks.
+    with Monitor(server, watch=(jid, inprogress)) as mon:
+        # "short" finishes inside the pause: the fetch carrying its ack times out and
+        # Redis drops it with the client's connection (never run).
+        c.execute_command("CLIENT", "PAUSE", 6000, "WRITE")
+        w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
+        # No stop: the worker acks it by itself once writes work again.
+        wait_until(lambda: c.llen(inprogress) == 0, 15, message="the retried ack")
+    # Acked once, by the heartbeat's retry (LREM), never by the fetch that carried it.
+    assert [line.split(" ", 1)[0].upper() for line in mon.lines] == ["LREM"], mon.lines
+    other = worker(redis_url=server.url, settings=settings)
+    # Two orphan thresholds of both workers beating and reconciling: nobody runs it again.
+    deadline = time.monotonic() + 2 * FAST_SETTINGS["ORPHAN_THRESHOLD"]
+    while time.monotonic() < deadline:
+        assert runs(c, prefix) == {"short": 1}
+        assert c.llen(keys.queue("default")) == 0
+        time.sleep(0.1)
+    for x in (w, other):
+        assert x.proc.poll() is None
+        assert "from dead process" not in x.log() and "lost fetch reply" not in x.log()
+    assert w.stop() == 0 and other.stop() == 0
+    assert "requeued" not in w.log()
+    assert runs(c, prefix) == {"short": 1}
+
+
+def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, configure, prefix):
+    server = redis_server()
+    configure(REDIS_URL=server.url)  # the test's own pushes and reads go straight in
+    cutter = ReplyCutter(server)
+    c = server.client()
+    try:
+        w = worker(redis_url=cutter.url, settings={"CONCURRENCY": 2})
+        inprogress = keys.inprogress(identity(w), keys.home_of("default"))
+        # The first reply carrying one of these jobs is a fetch's (the worker's list is
+        # empty, so no other read returns them yet): the script moved the jobs, the
+        # worker never hears of them.
+        cutter.arm(b"testapp.jobs.record")
+        tokens = [f"lost{i}" for i in range(3)]
+        tj.record.enqueue_many([(t,) for t in tokens])
+        assert cutter.cut.wait(10), "no fetch reply carried the jobs"
+        # Held in their queue once put back, to be read there.
+        c.sadd(keys.paused(keys.home_of("default")), "default")
+        w.wait_for_log(
+            r"requeued \d+ job\(s\) this process had taken without knowing it", timeout=15
+        )
+        (n,) = map(int, re.findall(r"requeued (\d+) job\(s\) this process had taken", w.log()))
+        assert 1 <= n <= len(tokens)
+        assert c.llen(inprogress) == 0
+        # Back in the queue (with any the worker had not fetched yet), not run, and not
+        # counted as an orphaning.
+        queued = [json.loads(x) for x in c.lrange(keys.queue("default"), 0, -1)]
+        assert len(queued) >= n, queued
+        assert all(not j.get("orphan_count") for j in queued), queued
+        assert not any(runs(c, prefix).get(j["args"][0]) for j in queued), runs(c, prefix)
+        c.srem(keys.paused(keys.home_of("default")), "default")
+        wait_until(
+            lambda: all(runs(c, prefix).get(t) == 1 for t in tokens), 15, message="every job"
+        )
+        # Past an orphan threshold: each ran once, none was counted as an orphaning.
+        time.sleep(FAST_SETTINGS["ORPHAN_THRESHOLD"] + 1)
+        assert runs(c, prefix) == {t: 1 for t in tokens}
+        assert c.llen(inprogress) == 0 and c.llen(keys.queue("default")) == 0
+        assert "from dead process" not in w.log()
+        assert w.proc.poll() is None
+        assert w.stop() == 0
+    finally:
+        cutter.close()

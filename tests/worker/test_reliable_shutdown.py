@@ -1,0 +1,304 @@
+"""Shutdown settlement with reliable fetch: unfinished jobs are requeued, a job whose
+ack failed is not run again, finished-but-unfiled jobs go to ``P:unsettled`` and are
+filed by a live process, and a hand-over that meets an outage is retried."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import threading
+import time
+
+from testapp import jobs as tj
+
+from cogworker_django import connection, keys, payload, scripts
+from cogworker_django.conf import QueueSpec
+from cogworker_django.worker.fetch import ReliableFetch, Work
+from cogworker_django.worker.manager import Manager
+from cogworker_django.worker.record import ACK, Filing
+
+from ..helpers import ReplyCutter, wait_until
+from .test_reliable_fetch import Monitor
+
+
+def counts(client, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in client.hgetall(f"{prefix}:test:runs").items()}
+
+
+def test_term_during_long_jobs_requeues_the_unfinished_to_run_next(worker, r, prefix):
+    tj.count_then_sleep.enqueue_many([(10, f"long{i}") for i in range(3)])
+    tj.record.enqueue_many([(f"quick{i}",) for i in range(4)])
+    w = worker(settings={"CONCURRENCY": 3, "SHUTDOWN_TIMEOUT": 1})
+    wait_until(
+        lambda: all(counts(r, prefix).get(f"long{i}") == 1 for i in range(3)),
+        10,
+        message="the long jobs started",
+    )
+    assert w.stop() == 0
+    assert "requeued 3 job(s) unfinished at shutdown" in w.log()
+    queue = [json.loads(x) for x in r.lrange(f"{prefix}:queue:default", 0, -1)]
+    # The right end is taken next: the requeued jobs run before the waiting ones.
+    assert [j["func"] for j in queue[-3:]] == ["testapp.jobs.count_then_sleep"] * 3
+    assert [j["func"] for j in queue[:4]] == ["testapp.jobs.record"] * 4
+    assert not r.keys(f"{prefix}:inprogress:*")
+    w2 = worker(settings={"CONCURRENCY": 1})
+    wait_until(
+        lambda: (
+            counts(r, prefix).get("long0", 0)
+            + counts(r, prefix).get("long1", 0)
+            + counts(r, prefix).get("long2", 0)
+            >= 4
+        ),
+        10,
+        message="a requeued job runs",
+    )
+    assert not any(k.startswith("quick") for k in counts(r, prefix))
+    w2.kill()
+
+
+def test_a_job_whose_ack_failed_is_not_run_again(worker, redis_server, configure, prefix):
+    """The ack of a finished job is made to fail: writes are paused (CLIENT PAUSE WRITE)
+    past the worker's 1.5 s socket timeout, so Redis drops the timed-out ack. TERM comes
+    while the ack is still pending: the long jobs are requeued, the finished one is not,
+    and a second worker runs only the long ones."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    settings = {
+        "REDIS_OPTIONS": {"socket_timeout": 1.5},
+        "CONCURRENCY": 3,
+        "SHUTDOWN_TIMEOUT": 1,
+    }
+    tj.count_then_sleep.enqueue_many([(10, "long0"), (10, "long1"), (1.0, "short")])
+    w = worker(redis_url=server.url, settings=settings)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("long0", "long1", "short")),
+        10,
+        message="three jobs started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
+    inprogress = f"{prefix}:inprogress:{ident}"
+    (short,) = [
+        job["jid"]
+        for job in map(json.loads, client.lrange(inprogress, 0, -1))
+        if job["args"][1] == "short"
+    ]
+    # What Redis runs from here that names "short" and the list: its acks.
+    with Monitor(server, watch=(short, inprogress)) as mon:
+        client.execute_command("CLIENT", "PAUSE", 3500, "WRITE")
+        # "short" finishes inside the pause: its ack (with the next fetch: its threads all
+        # busy until then, the worker fetches nothing else) times out.
+        w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=5)
+        w.signal(signal.SIGTERM)
+        assert w.wait(20) == 0
+    # The fetch that carried the ack never ran; it was acked once, by the heartbeat's
+    # retry or by the hand-over.
+    handover = scripts.get("handover").sha
+    (ack,) = mon.lines
+    assert ack.startswith("LREM") or ack.startswith(f"EVALSHA {handover}"), mon.lines
+    log = w.log()
+    assert "requeued 2 job(s) unfinished at shutdown" in log, log
+    queued = [json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert sorted(queued) == ["long0", "long1"], log
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+    w2 = worker(redis_url=server.url, settings={"CONCURRENCY": 3})
+    wait_until(
+        lambda: counts(client, prefix).get("long0") == 2 and counts(client, prefix)["long1"] == 2,
+        10,
+        message="the long jobs run again",
+    )
+    time.sleep(0.5)
+    assert counts(client, prefix)["short"] == 1
+    w2.kill()
+
+
+def test_hand_over_is_retried_through_a_short_outage(worker, redis_server, configure, prefix):
+    """Redis goes away just as the worker stops and is back 2 s later: the hand-over is
+    retried, so the unfinished jobs are requeued at once (not left for orphan recovery)
+    and nothing is lost (the server persists with appendfsync always)."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    tj.count_then_sleep.enqueue_many([(10, "long0"), (10, "long1")])
+    w = worker(redis_url=server.url, settings={"CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1})
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("long0", "long1")),
+        10,
+        message="both started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
+    server.stop()
+    w.signal(signal.SIGTERM)
+    restarter = threading.Timer(2.0, server.start)
+    restarter.start()
+    try:
+        assert w.wait(20) == 0
+    finally:
+        restarter.join()
+    client = server.client()
+    log = w.log()
+    assert "Shutdown hand-over: Redis unavailable" in log, log
+    assert "requeued 2 job(s) unfinished at shutdown" in log, log
+    assert client.llen(f"{prefix}:queue:default") == 2
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+
+
+def test_jobs_a_fetch_brings_back_after_the_stop_began_are_requeued_not_run(
+    worker, redis_server, configure, prefix
+):
+    """Fetched, not started: the fetch that takes jobs for the idle threads ran in Redis,
+    but its reply is held back on the way (a real proxy) until TERM has been received.
+    The worker waits for that fetch, runs none of its jobs, and the hand-over puts them
+    back; the fetch took at most one job per thread, not more. (It asks for the threads
+    free when it is sent: on a starved machine a thread may not have checked in yet when
+    the first fetch after boot goes out, so it can be fewer than three.) Production beat
+    interval: no heartbeat reconcile comes within the test's window."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    proxy = ReplyCutter(server)
+    try:
+        w = worker(redis_url=proxy.url, settings={"CONCURRENCY": 3, "HEARTBEAT_INTERVAL": 5})
+        proxy.hold(b"testapp.jobs.record")
+        jids = tj.record.enqueue_many([(f"j{i}",) for i in range(5)])
+        assert proxy.held.wait(10), "no fetch took the jobs"
+        (ident,) = client.smembers(f"{prefix}:processes")
+        taken = client.llen(f"{prefix}:inprogress:{ident}")
+        assert 1 <= taken <= 3, taken  # at most one per thread
+        assert client.llen(f"{prefix}:queue:default") == 5 - taken
+        w.signal(signal.SIGTERM)
+        w.wait_for_log("SIGTERM received: stopping")
+        proxy.release()
+        assert w.wait(20) == 0
+    finally:
+        proxy.close()
+    log = w.log()
+    assert f"requeued {taken} job(s) unfinished at shutdown" in log, log
+    assert counts(client, prefix) == {}  # none of them ran
+    queued = [json.loads(x)["jid"] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert sorted(queued) == sorted(jids)
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+
+
+# The hand-over itself, against Redis, without a process around it ---------------------
+
+
+def _manager(identity: str) -> Manager:
+    fetcher = ReliableFetch(identity, (QueueSpec("default", 1), QueueSpec("low", 1)))
+    return Manager(identity, fetcher, 1)
+
+
+def _raw(token: str, queue: str = "default") -> str:
+    return payload.encode(payload.build("testapp.jobs.record", [token], queue=queue))
+
+
+def test_hand_over_script_settles_each_kind_of_job(prefix):
+    """One call: an acked-but-unconfirmed job is dropped, a finished-but-unfiled one goes
+    to P:unsettled, everything else on the list (unfinished, a lost fetch reply, both
+    copies of a twin, bytes that are not even UTF-8) goes back to its queue."""
+    ident = "handover:1:x"
+    m = _manager(ident)
+    unfinished, low_job = _raw("u"), _raw("l", queue="low")
+    acked, unfiled, lost_reply, twin = _raw("a"), _raw("f"), _raw("lost"), _raw("twin")
+    garbage = b"\xff not json"
+    client = connection.get_client()  # bytes in, bytes out
+    key = keys.inprogress(ident, keys.home_of("default"))
+    client.rpush(key, unfinished, low_job, acked, unfiled, lost_reply, twin, twin, garbage)
+    for raw, queue in (
+        (unfinished, "default"),
+        (low_job, "low"),
+        (acked, "default"),
+        (unfiled, "default"),
+        (twin, "default"),
+        (twin, "default"),
+    ):
+        m.record.started(Work(queue, raw))
+    m.record.settle_later(acked, ACK)
+    filing = Filing("retry", time.time() + 60, _raw("f-retried"))
+    m.record.settle_later(unfiled, filing)
+
+    m.fetcher.hand_over(connection.get_client(), m.record)
+
+    assert client.llen(key) == 0
+    default = client.lrange(keys.queue("default"), 0, -1)
+    assert sorted(default) == sorted(
+        x.encode() if isinstance(x, str) else x
+        for x in (unfinished, lost_reply, twin, twin, garbage)
+    )
+    assert client.lrange(keys.queue("low"), 0, -1) == [low_job.encode()]
+    (entry,) = client.lrange(keys.unsettled(keys.home_of("default")), 0, -1)
+    entry = json.loads(entry)
+    assert entry["target"] == "retry" and entry["payload"] == filing.payload
+    assert m.record.pending() == {}
+
+
+def test_hand_over_keeps_the_list_when_redis_is_away(worker, redis_server, configure, prefix):
+    """Redis is away for the whole of a stopping worker's shutdown (persistent, so it
+    comes back with what it had): the hand-over is retried, gives up, and the worker
+    exits with its list as it was. A worker started afterwards recovers both jobs (the
+    one that finished, whose ack never went, and the unfinished one) by orphan recovery
+    after ORPHAN_THRESHOLD, and runs them again."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    client = server.client()
+    settings = {"CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1}
+    tj.count_then_sleep.enqueue_many([(1.0, "finished"), (30, "unfinished")])
+    w = worker(redis_url=server.url, settings=settings)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 1 for t in ("finished", "unfinished")),
+        10,
+        message="both started",
+    )
+    (ident,) = client.smembers(f"{prefix}:processes")
+    server.stop()
+    # "finished" ends while Redis is away: its ack (with the next fetch) fails.
+    w.wait_for_log(r"Fetch: Redis unavailable", timeout=10)
+    w.signal(signal.SIGTERM)
+    w.wait(30)
+    log = w.log()
+    assert "Shutdown hand-over: Redis unavailable" in log, log
+    assert "shutdown hand-over failed" in log and "recovered after ORPHAN_THRESHOLD" in log, log
+    server.start()
+    client = server.client()
+    listed = [
+        json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:inprogress:{ident}", 0, -1)
+    ]
+    assert sorted(listed) == ["finished", "unfinished"]
+    assert client.llen(f"{prefix}:queue:default") == 0
+    w2 = worker(redis_url=server.url, settings=settings)
+    w2.wait_for_log(rf"recovered 2 job\(s\) from dead process {re.escape(ident)}", timeout=20)
+    wait_until(
+        lambda: all(counts(client, prefix).get(t) == 2 for t in ("finished", "unfinished")),
+        10,
+        message="both run again",
+    )
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
+    ident2 = re.search(r"identity=(\S+)", w2.log()).group(1)
+    mine = [json.loads(x) for x in client.lrange(f"{prefix}:inprogress:{ident2}", 0, -1)]
+    (running,) = [j for j in mine if j["args"][1] == "unfinished"]
+    assert running["orphan_count"] == 1  # requeued by orphan recovery, not the hand-over
+    w2.kill()
+
+
+def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, prefix):
+    job = payload.build("testapp.jobs.record", ["never-run"], jid="unsettled1")
+    job["retry_count"] = 1
+    entry = Filing("dead", time.time(), payload.encode(job)).unsettled_entry()
+    r.rpush(f"{prefix}:unsettled", entry, "{broken entry")
+    w = worker()
+    wait_until(lambda: r.zcard(f"{prefix}:dead") == 2, 10, message="both filed in dead")
+    assert r.llen(f"{prefix}:unsettled") == 0
+    dead = {json.loads(m)["jid"]: json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)}
+    assert dead["unsettled1"]["args"] == ["never-run"]
+    (wrapper,) = [d for jid, d in dead.items() if jid != "unsettled1"]
+    assert wrapper["error_class"] == "InvalidUnsettledEntry"
+    assert wrapper["raw_payload"] == "{broken entry"
+    time.sleep(0.5)
+    assert not r.exists(f"{prefix}:test:runs")
+    assert w.stop() == 0
+
+
+def test_keys_of_the_handover_are_the_documented_ones(prefix):
+    assert keys.unsettled(keys.home_of("default")) == f"{prefix}:unsettled"
+    assert keys.inprogress("x", keys.home_of("default")) == f"{prefix}:inprogress:x"

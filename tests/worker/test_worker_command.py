@@ -1,0 +1,135 @@
+"""``manage.py cogworker``: bad options, bad settings and an unreachable Redis exit
+non-zero with one clear line (no traceback); a good start logs one summary line."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from cogworker_django import __version__
+
+from ..helpers import free_port, run_command
+
+
+def _one_clear_line(result) -> str:
+    assert result.returncode != 0, result
+    out = (result.stdout + result.stderr).strip()
+    assert "Traceback" not in out, out
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["-c", "0"], r"--concurrency must be at least 1, got 0"),
+        (["--queue", "a:x"], r"--queue = 'a:x' is invalid: the weight after ':' must be"),
+        (["--queue", "a b"], r"--queue = 'a b' is invalid"),
+        (["--processes", "0"], r"--processes must be at least 1"),
+        (["--shutdown-timeout", "-1"], r"--shutdown-timeout must be >= 0"),
+        (["--tag", "a b"], r"--tag must not contain whitespace"),
+    ],
+)
+def test_bad_option_exits_with_one_line(prefix, args, expected):
+    line = _one_clear_line(run_command(prefix, "cogworker", *args))
+    assert re.search(expected, line), line
+    assert line.startswith("CommandError: ")
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({"CONCURRENCY": 0}, r"COGWORKER\['CONCURRENCY'\] = 0 is invalid"),
+        ({"FETCH": "fast"}, r"COGWORKER\['FETCH'\] = 'fast' is invalid"),
+        ({"QUEUES": "default"}, r"COGWORKER\['QUEUES'\]"),
+        ({"NO_SUCH_KEY": 1}, r"unknown key\(s\) 'NO_SUCH_KEY'"),
+    ],
+)
+def test_bad_settings_exit_with_one_line(prefix, settings, expected):
+    line = _one_clear_line(run_command(prefix, "cogworker", settings=settings))
+    assert re.search(expected, line), line
+
+
+def test_unreachable_redis_exits_with_one_line_and_masks_the_password(prefix):
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    line = _one_clear_line(
+        run_command(prefix, "cogworker", redis_url=url, settings={"REDIS_OPTIONS": {}})
+    )
+    assert "is unreachable" in line, line
+    assert "hunter2" not in line
+    assert "redis://:***@127.0.0.1" in line
+
+
+def test_unknown_option_is_argparse_usage(prefix):
+    result = run_command(prefix, "cogworker", "--no-such-option")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "unrecognized arguments: --no-such-option" in result.stderr
+
+
+def test_startup_summary_line(worker, redis_server, prefix):
+    """One line: version, identity, pid, concurrency, queues, fetch mode, Redis target
+    with the password masked."""
+    server = redis_server()
+    # Set after start: the fixture's readiness probe does not authenticate.
+    server.client().config_set("requirepass", "s3cret-pw")
+    url = f"redis://:s3cret-pw@127.0.0.1:{server.port}/0"
+    w = worker(
+        redis_url=url,
+        args=["-q", "critical:3", "-q", "default", "-q", "default", "-c", "3", "--tag", "web1"],
+    )
+    log = w.log()
+    lines = [ln for ln in log.splitlines() if re.search(r"cogworker \S+ started", ln)]
+    assert len(lines) == 1, log
+    line = lines[0]
+    assert f"cogworker {__version__} started" in line
+    assert re.search(rf"identity=web1:[^:\s]+:{w.pid}:[0-9a-f]{{8}}\b", line), line
+    assert f"pid={w.pid}" in line
+    assert "concurrency=3" in line
+    # Repeating a name adds weight: -q default twice is default:2.
+    assert "queues=critical:3,default:2" in line
+    assert "fetch=reliable" in line
+    assert f"redis=redis://:***@127.0.0.1:{server.port}/0" in line
+    assert "s3cret-pw" not in log
+    assert w.stop() == 0
+
+
+def test_logfile_option_writes_the_log(worker, tmp_path):
+    path = tmp_path / "worker.log"
+    w = worker(args=["--logfile", str(path)])
+    assert w.stop() == 0
+    text = path.read_text()
+    assert re.search(r"cogworker \S+ started", text)
+    assert "stopped" in text
+
+
+def test_bad_logfile_exits_with_one_line(prefix, tmp_path):
+    path = os.path.join(tmp_path, "no", "such", "dir", "w.log")
+    line = _one_clear_line(run_command(prefix, "cogworker", "--logfile", path))
+    assert "--logfile" in line and "can't be opened" in line
+
+
+@pytest.mark.parametrize(
+    "args, settings, redis_down, expected",
+    [
+        # settings before options, options before metrics, metrics before the logfile,
+        # the logfile before the job modules, the job modules before Redis
+        (["-c", "0"], {"FETCH": "fast"}, False, r"COGWORKER\['FETCH'\] = 'fast' is invalid"),
+        (["--tag", "a b", "--metrics-port", "70000"], {}, False, r"--tag must not contain"),
+        (["--metrics-port", "70000", "--logfile", "BAD"], {}, False, r"--metrics-port = 70000"),
+        (["--logfile", "BAD"], {"JOB_MODULES": ["cw_not_there.jobs"]}, False, r"--logfile "),
+        ([], {"JOB_MODULES": ["cw_not_there.jobs"]}, True, r"The job module cw_not_there\.jobs"),
+    ],
+)
+def test_the_first_failing_start_check_is_the_one_reported(
+    prefix, tmp_path, args, settings, redis_down, expected
+):
+    bad_logfile = os.path.join(tmp_path, "no", "such", "dir", "w.log")
+    args = [bad_logfile if a == "BAD" else a for a in args]
+    url = {"redis_url": f"redis://127.0.0.1:{free_port()}/0"} if redis_down else {}
+    line = _one_clear_line(run_command(prefix, "cogworker", *args, settings=settings, **url))
+    assert line.startswith("CommandError: "), line
+    assert re.search(expected, line), line
