@@ -34,6 +34,7 @@ GOOD = {"cron": "*/5 * * * *", "job": "testapp.jobs.periodic_tick"}
         ("args", [object()], "JSON"),
         ("kwargs", [1], "dict"),
         ("kwargs", {"when": object()}, "JSON"),
+        ("kwargs", {1: 2}, "string keys"),  # JSON would turn 1 into "1"
         ("queue", "two words", "queue name"),
         ("queue", "", "queue name"),
     ],
