@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, errors, history, keyguard, runlog, telemetry, unique
+from .. import conf, history, keyguard, runlog, telemetry, unique
 from ..conf import QueueSpec
 from ..controls import cancel, limits, options
 from ..durable import chore
@@ -295,16 +295,11 @@ def beat_hooks(
     ]
 
 
-def best_effort(plugin: Plugin, what: Callable[[], Any]) -> None:
-    errors.best_effort(plugin.name, what)
-
-
 __all__ = [
     "Beat",
     "Plugin",
     "RunContext",
     "Timer",
-    "best_effort",
     "beat_hooks",
     "builtin",
     "middleware_of",
