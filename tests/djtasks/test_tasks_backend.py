@@ -209,7 +209,9 @@ def test_test_modes_run_tasks_without_redis_results(r):
 
 
 def test_a_push_stopped_by_a_client_middleware_stores_nothing(configure, r):
-    configure(MIDDLEWARE={"client": ["tests.djtasks.test_tasks_backend.drop_everything"], "server": []})
+    configure(
+        MIDDLEWARE={"client": ["tests.djtasks.test_tasks_backend.drop_everything"], "server": []}
+    )
     result = tt.add.enqueue(1, 2)
     assert result.status == TaskResultStatus.READY
     assert not r.exists(keys.result(result.id), keys.queue("default"))

@@ -402,7 +402,9 @@ class SwallowErrors:
 
 
 def test_a_push_error_swallowed_by_a_middleware_drops_the_record(r, configure):
-    configure(MIDDLEWARE={"client": ["tests.periodic.test_periodic_claims.SwallowErrors"], "server": []})
+    configure(
+        MIDDLEWARE={"client": ["tests.periodic.test_periodic_claims.SwallowErrors"], "server": []}
+    )
     e = entry()
     job = claim_and_die(r, e, identity="me:1:sw")
     r.set(keys.queue("default"), "not a list")

@@ -265,7 +265,10 @@ def test_a_rollback_that_fails_is_retried_before_the_entry_is_looked_at_again(
     server = redis_server(extra=DURABLE)
     configure(
         REDIS_URL=server.url,
-        MIDDLEWARE={"client": ["tests.periodic.test_periodic_ticker.StopRedisAtPush"], "server": []},
+        MIDDLEWARE={
+            "client": ["tests.periodic.test_periodic_ticker.StopRedisAtPush"],
+            "server": [],
+        },
     )
     StopRedisAtPush.server = server
     t = Ticker([entry(unique="until_executed")])
