@@ -1,42 +1,48 @@
-"""Reliable fetch's job source: one feeder thread per process fetches for the processor
-threads, several jobs and every pending ack per round trip.
+"""Reliable fetch's job source: the thread that comes free fetches its next job itself,
+for every other thread free at that moment too, several jobs and every pending ack per
+round trip; a feeder thread fetches whenever no processor thread does.
 
-The processor threads never touch Redis to get work. A thread that comes free hands in
-the job it finished (to ack) and waits on the ready queue; the feeder collects what the
-threads handed in and, in one round trip (lua/fetch.lua), acks every finished job and
-moves one job for each thread then free into this process's in-progress list, then puts
-those jobs on the ready queue. While a fetch is out, threads that come free meanwhile
-are counted, and the next fetch, sent as soon as this one returns, carries their acks
-and asks for their jobs: under load a round trip carries as many jobs as threads came
-free during the last one.
+A processor thread that comes free hands in the job it finished (to ack). If no fetch is
+out and the queues were not found empty lately, it takes the fetch role itself: in one
+round trip (lua/fetch.lua) it acks every finished job handed in so far and moves one job
+for itself and one for each thread then waiting into this process's in-progress list;
+it runs the first and puts the others on the ready queue. If a fetch is already out (or
+the queues ran dry, or Redis is away), it waits on the ready queue, and the feeder, told
+when the fetch role comes free, sends the next fetch with the acks of every thread that
+came free meanwhile and asks for their jobs: under load a round trip carries as many
+jobs as threads came free during the last one.
 
 Why this shape (docs/performance.md "The run layer"):
 
+- A thread that finds the fetch role free gets its job with no hand-off at all: no
+  wake-up of another thread and none of its own (each wake-up is a switch of the
+  interpreter lock, and with a hundred threads these convoy). With jobs that wait on the
+  network, threads come free one at a time, and most fetch for themselves.
 - Jobs are fetched only for threads that are free at the moment the fetch is sent, so no
   job waits behind a slow one: the ready queue never holds more jobs than there are
   threads waiting for one.
-- An ack leaves with the next fetch, and a fetch is sent as soon as the one in flight
-  returns: an ack waits at most one fetch round trip, so the window in which a crash can
-  re-run a finished job stays one round trip. At shutdown the acks still waiting are
-  flushed (:meth:`Dispatcher.flush`) before the hand-over.
-- One fetch in flight, from one thread: the processor threads hand jobs in and take
-  them out through C-implemented queues (no Python-level lock or condition per job),
-  and a drain makes a fraction of the fetches it made when each thread fetched for
-  itself, each carrying more jobs. On a worker bound by its interpreter lock that CPU is
-  the throughput.
-- When the queues run dry the feeder polls with a backoff (from ``IDLE_FIRST_PAUSE`` up
-  to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent at once; while Redis is
-  away it backs off from ``IDLE_FIRST_PAUSE`` up to ``ERROR_MAX_PAUSE`` and reports the
-  outage once (errors.report); the acks a failed fetch carried stay pending in the record
-  for the heartbeat to send.
+- One fetch in flight, on one connection (``connection.Held``, whoever holds the role):
+  an ack leaves with the fetch it was handed in before, or the next, sent as soon as
+  the one in flight returns, so the window in which a crash can re-run a finished job
+  stays about one fetch round trip. At shutdown the acks still waiting are flushed
+  (:meth:`Dispatcher.flush`) before the hand-over.
+- When the queues run dry the feeder alone polls, with a backoff (from
+  ``IDLE_FIRST_PAUSE`` up to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent
+  at once; while Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
+  ``ERROR_MAX_PAUSE`` and reports the outage once (errors.report); the acks a failed
+  fetch carried stay pending in the record for the heartbeat to send.
 
 Jobs fetched but not yet taken are on the in-progress list like any other: the shutdown
 hand-over requeues them, and the heartbeat's reconcile counts them as known
-(:meth:`Dispatcher.known`).
+(:meth:`Dispatcher.known`). A fetch that returns after the stop began starts nothing.
 
 The dispatcher owns the record's side of acks: a finished job handed in stays *running*
 in the record until the fetch carrying its ack returns (then it is settled), or, if that
 fetch fails, is left *pending* for the heartbeat to ack.
+
+Its state (the acks, the threads waiting, the event loop's free slots, who holds the
+fetch role, the backoffs) is kept under one lock, held only to read and change it, never
+across a round trip.
 """
 
 from __future__ import annotations
@@ -51,13 +57,6 @@ from .. import connection, errors
 from .record import ACK, Control, Record, Work
 
 log = logging.getLogger("cogworker_django")
-
-
-class _Nudge:
-    """Handed in by :meth:`Dispatcher.nudge` (not a thread that came free)."""
-
-
-NUDGE = _Nudge()
 
 # How often a waiting thread, and the feeder while it has nothing to do, re-check quiet
 # and stop.
@@ -86,8 +85,9 @@ class BatchFetch(Protocol):
 
 class Dispatcher:
     """The processor threads' side (:meth:`next`, :meth:`release`, :meth:`give_back`),
-    the feeder thread's (:meth:`start`, :meth:`join`), and what the heartbeat and the
-    shutdown read (:meth:`known`, :meth:`flush`)."""
+    the feeder thread's (:meth:`start`, :meth:`join`), the event loop's
+    (:meth:`hand_in`), and what the heartbeat and the shutdown read (:meth:`known`,
+    :meth:`flush`)."""
 
     def __init__(
         self, strategy: BatchFetch, record: Record, control: Control, concurrency: int
@@ -96,18 +96,26 @@ class Dispatcher:
         self.record = record
         self.control = control
         self.concurrency = concurrency
-        # Threads -> feeder: one item per thread that came free (the job it finished, to
-        # ack, or None). Feeder -> threads: the jobs fetched for them.
-        self._handed_in: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        # Fetched for waiting threads, not yet taken (a C queue: no Python-level lock or
+        # condition per job), and the feeder's wake-ups (the fetch role came free with
+        # work to do, an ack to send, a nudge).
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
         # Plain dict operations, atomic under the interpreter lock.
         self._fetched: dict[int, Work] = {}
-        # The feeder's state, kept across a restart of its loop.
-        self._wanting = 0  # threads that came free and have no job on its way
-        self._acks: list[Work] = []
+        # Under the lock:
+        self._wanting = 0  # threads free with no job on its way (waiting or fetching)
+        self._acks: list[Work] = []  # finished jobs to ack with the next fetch
+        self._fetching = False  # the fetch role is held (one fetch in flight at most)
+        self._not_before = 0.0  # (monotonic) the queues ran dry: only the feeder polls
+        self._idle_pause = IDLE_FIRST_PAUSE
+        self._error_until = 0.0  # (monotonic) Redis was away: no fetch before this
+        self._error_pause = IDLE_FIRST_PAUSE
+        self._nudged = False  # (nudge: fetch now, the idle pause is over)
         self._thread: threading.Thread | None = None
-        self._link = connection.Held()  # the feeder's own connection
+        self._link = connection.Held()  # the fetch role's connection
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
         # turn of the loop hands in the slots that came free as an aio.Freed (with the
@@ -116,25 +124,52 @@ class Dispatcher:
         self._aio_free = 0  # the loop's free slots with no job on its way
         self._aio_coming = False  # the last fetch that brought jobs brought an async one
         self._probe_at = 0.0  # (monotonic) no probe for an async job before this
-        self._in_fetch = False
-        self._nudged = False  # (nudge: fetch now, the idle pause is over)
-        # How many fetches went out and how many jobs and acks they carried (for tests
-        # and the performance notes; never read on the hot path).
+        # How many fetches went out (and by processor threads), and how many jobs and
+        # acks they carried (for tests and the performance notes; never read on the hot
+        # path).
         self.fetches = 0
+        self.own_fetches = 0
         self.fetched_jobs = 0
         self.acks_sent = 0
 
     def nudge(self) -> None:
         """Jobs were just put on the queues (the limiter waker moved waiting jobs): if
         the feeder is pausing because the queues ran dry, it fetches now instead."""
-        self._handed_in.put(NUDGE)
+        with self._lock:
+            self._nudged = True
+        self._wake.put(None)
 
     # The processor threads' side ----------------------------------------------------------
 
     def next(self, conn: Any, done: Work | None) -> Work | None:
-        """Hand in ``done`` (a finished job to ack) and wait for the next job; None once
-        the process is quiet (the caller leaves its loop)."""
-        self._handed_in.put(done)
+        """Hand in ``done`` (a finished job to ack) and get the next job: fetched by this
+        thread when the fetch role is free, else waited for; None once the process is
+        quiet (the caller leaves its loop)."""
+        control = self.control
+        with self._lock:
+            if done is not None:
+                self._acks.append(done)
+            self._wanting += 1
+            now = time.monotonic()
+            own = (
+                not self._fetching
+                and now >= self._not_before
+                and now >= self._error_until
+                and not control.quiet.is_set()
+            )
+            if own:
+                self._fetching = True
+                acks, self._acks = self._acks, []
+                wanted = self._wanted()
+            elif not self._fetching:
+                self._wake.put(None)  # the feeder's to fetch (an ack goes at once)
+        if own:
+            work = self._own_fetch(acks, wanted)
+            if work is not None:
+                return work
+        return self._wait()
+
+    def _wait(self) -> Work | None:
         control, ready = self.control, self._ready
         while not control.stopping.is_set():
             try:
@@ -147,9 +182,40 @@ class Dispatcher:
             return work
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
+    def _own_fetch(self, acks: list[Work], wanted: int) -> Work | None:
+        """This thread holds the fetch role: one round trip for it and every thread
+        waiting; its own job, or None (it then waits like the others)."""
+        began = time.monotonic()
+        try:
+            works = self._round_trip(acks, wanted)
+        except Exception as exc:  # noqa: BLE001 - Redis away: the feeder backs off and retries
+            errors.report("Fetch", exc, began=began)
+            with self._lock:
+                self._failed()
+                self._fetching = False
+            self._wake.put(None)
+            return None
+        except BaseException:  # not an outage: the thread leaves (its pool replaces it)
+            with self._lock:
+                self._wanting -= 1
+                self._fetching = False
+            self._wake.put(None)
+            raise
+        with self._lock:
+            self.own_fetches += 1
+            plain = self._hand_out(works, wanted, keep=1)
+            self._fetching = False
+            more = self._acks or self._wanted()
+        if more:
+            self._wake.put(None)  # threads came free during the fetch: the feeder's turn
+        return plain
+
     def hand_in(self, freed: Any) -> None:
         """The event loop's side: slots came free (an aio.Freed, with the jobs to ack)."""
-        self._handed_in.put(freed)
+        with self._lock:
+            self._aio_free += freed.slots
+            self._acks.extend(freed.works)
+        self._wake.put(None)
 
     def release(self, conn: Any, done: Work) -> None:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
@@ -186,8 +252,8 @@ class Dispatcher:
     def flush(self, conn: Any) -> None:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
         failure; the hand-over then drops them from the list, as pending acks)."""
-        self._collect()
-        acks, self._acks = self._acks, []
+        with self._lock:
+            acks, self._acks = self._acks, []
         if not acks:
             return
         try:
@@ -206,12 +272,14 @@ class Dispatcher:
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the feeder to stop (it stops once the process is
-        stopping and no fetch of its is out); True when it was inside a fetch when this
-        was called (what that fetch took after the hand-over needs a second pass)."""
+        stopping and no fetch of its is out); True when a fetch (the feeder's or a
+        processor thread's) was out when this was called (what it took after the
+        hand-over needs a second pass)."""
         thread = self._thread
         if thread is None:
-            return False
-        was_fetching = self._in_fetch
+            return self._fetching
+        was_fetching = self._fetching
+        self._wake.put(None)
         thread.join(timeout)
         return was_fetching or thread.is_alive()
 
@@ -222,59 +290,78 @@ class Dispatcher:
                     self._feed()
                 except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
                     log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
+                    with self._lock:
+                        self._fetching = False  # (a role it held dies with the loop)
                     self.control.stopping.wait(RESTART_PAUSE)
         finally:
             self._link.close()
 
     def _feed(self) -> None:
         control = self.control
-        idle_pause = error_pause = IDLE_FIRST_PAUSE
-        not_before = 0.0  # no fetch for jobs before this (the queues ran dry)
-        error_until = 0.0  # no fetch at all before this (Redis away)
         while not control.stopping.is_set():
-            now = time.monotonic()
-            wanted = self._wanted()
-            if now < error_until:
-                until = error_until  # Redis was away: not before the pause is over
-            elif self._nudged:  # jobs were just queued: the idle pause is over
-                self._nudged = False
-                not_before, idle_pause = 0.0, IDLE_FIRST_PAUSE
+            until = self._claim()
+            if until is not None:
+                self._pause(until)
                 continue
-            elif self._acks or (wanted and now >= not_before):
-                until = now  # send now
-            elif wanted:
-                until = not_before  # the queues ran dry: poll after the pause
-            else:
-                until = now + WAIT_SLICE  # every thread is busy: wait for one
-            if until > now:
-                try:
-                    self._take_in(self._handed_in.get(timeout=min(WAIT_SLICE, until - now)))
-                except queue.Empty:
-                    pass
-                continue
-            self._collect()
-            wanted = self._wanted()
+            with self._lock:
+                acks, self._acks = self._acks, []
+                wanted = self._wanted()
             began = time.monotonic()
             try:
-                got = self._fetch(wanted)
+                works = self._round_trip(acks, wanted)
             except Exception as exc:  # noqa: BLE001 - Redis away: back off, report once
                 errors.report("Fetch", exc, began=began)
-                error_until = time.monotonic() + error_pause
-                error_pause = min(error_pause * 2, ERROR_MAX_PAUSE)
+                with self._lock:
+                    self._failed()
+                    self._fetching = False
                 continue
-            error_pause = IDLE_FIRST_PAUSE
-            error_until = 0.0
-            if wanted and got < wanted:
-                # The queues ran dry: poll again after a pause (doubling), unless a thread
-                # hands in an ack meanwhile (it goes at once, asking for jobs too).
-                not_before = time.monotonic() + idle_pause
-                idle_pause = min(idle_pause * 2, control.idle_max)
-            elif got:
-                idle_pause = IDLE_FIRST_PAUSE
-                not_before = 0.0
+            with self._lock:
+                self._hand_out(works, wanted, keep=0)
+                self._fetching = False
+
+    def _claim(self) -> float | None:
+        """Take the fetch role when there is something to send now (None); else when to
+        look again (monotonic)."""
+        with self._lock:
+            now = time.monotonic()
+            if self._fetching:
+                return now + WAIT_SLICE  # a processor thread's fetch: it wakes the feeder
+            if now < self._error_until:
+                return self._error_until  # Redis was away: not before the pause is over
+            if self._nudged:  # jobs were just queued: the idle pause is over
+                self._nudged = False
+                self._not_before, self._idle_pause = 0.0, IDLE_FIRST_PAUSE
+            wanted = self._wanted()
+            if self._acks or (wanted and now >= self._not_before):
+                self._fetching = True
+                return None
+            if wanted:
+                return self._not_before  # the queues ran dry: poll after the pause
+            return now + WAIT_SLICE  # every thread is busy: wait for one
+
+    def _pause(self, until: float) -> None:
+        wait = min(WAIT_SLICE, until - time.monotonic())
+        if wait <= 0:
+            return
+        try:
+            self._wake.get(timeout=wait)
+        except queue.Empty:
+            return
+        get = self._wake.get_nowait  # one look serves every wake-up so far
+        while True:
+            try:
+                get()
+            except queue.Empty:
+                return
+
+    def _failed(self) -> None:
+        """(Under the lock.) A fetch failed: no fetch for a pause, doubling."""
+        self._error_until = time.monotonic() + self._error_pause
+        self._error_pause = min(self._error_pause * 2, ERROR_MAX_PAUSE)
 
     def _wanted(self) -> int:
-        """Jobs to ask for: one per thread free with none on its way (none once quiet)."""
+        """(Under the lock.) Jobs to ask for: one per thread free with none on its way
+        (none once quiet)."""
         if self.control.quiet.is_set():
             return 0
         threads = min(self._wanting, self.concurrency)
@@ -296,60 +383,55 @@ class Dispatcher:
             return max(0, min(self.concurrency + threads, self._aio_free))
         return max(0, threads)
 
-    def _take_in(self, done: Any) -> None:
-        if isinstance(done, _Nudge):
-            self._nudged = True
-            return
-        if type(done) is not Work and done is not None:  # an aio.Freed: loop slots
-            self._aio_free += done.slots
-            self._acks.extend(done.works)
-            return
-        self._wanting += 1
-        if done is not None:
-            self._acks.append(done)
-
-    def _collect(self) -> None:
-        """Take in everything the threads handed in so far, without waiting."""
-        get = self._handed_in.get_nowait
-        while True:
-            try:
-                done = get()
-            except queue.Empty:
-                return
-            self._take_in(done)
-
-    def _fetch(self, wanted: int) -> int:
-        """One round trip: every ack waiting, and up to ``wanted`` jobs onto the ready
-        queue; returns how many came."""
-        acks, self._acks = self._acks, []
-        self._in_fetch = True
+    def _round_trip(self, acks: list[Work], wanted: int) -> list[Work]:
+        """One fetch, by whoever holds the role: every ack given, and up to ``wanted``
+        jobs. A failure leaves the acks pending in the record (the heartbeat's to retry)."""
         try:
             works = self.strategy.fetch_many(self._link, [a.raw for a in acks], wanted)
         except BaseException:
             for work in acks:
                 self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
             raise
-        finally:
-            self._in_fetch = False
         errors.recovered("Fetch")  # (logged before any job this fetch took can start)
-        before = self.fetched_jobs
-        self.fetches += 1
-        self.fetched_jobs += len(works)
-        self.acks_sent += len(acks)
-        fetched, ready = self._fetched, self._ready
-        if self.aio is not None and works:
-            works = self._to_loop(works)
-        for work in works:
-            fetched[id(work)] = work  # known before a thread can take it
-            ready.put(work)
-        self._wanting -= len(works)
         for work in acks:
             self.record.settled(work.raw, ACK)
             self.record.finished(work)
-        return self.fetched_jobs - before
+        self.acks_sent += len(acks)
+        return works
+
+    def _hand_out(self, works: list[Work], wanted: int, keep: int) -> Work | None:
+        """(Under the lock.) What a fetch brought: async jobs to the event loop, plain
+        ones to the threads waiting; the first one to the caller when ``keep`` (the
+        fetching thread's own). Once stopping, none is handed out: all stay listed and
+        known, for the hand-over."""
+        self._error_pause, self._error_until = IDLE_FIRST_PAUSE, 0.0
+        self.fetches += 1
+        self.fetched_jobs += len(works)
+        if wanted and len(works) < wanted:
+            # The queues ran dry: only the feeder polls them, after a pause (doubling),
+            # unless an ack is handed in meanwhile (it goes at once, asking for jobs too).
+            self._not_before = time.monotonic() + self._idle_pause
+            self._idle_pause = min(self._idle_pause * 2, self.control.idle_max)
+        elif works:
+            self._idle_pause, self._not_before = IDLE_FIRST_PAUSE, 0.0
+        if self.aio is not None and works:
+            works = self._to_loop(works)
+        self._wanting -= len(works)
+        fetched = self._fetched
+        if self.control.stopping.is_set():
+            for work in works:
+                fetched[id(work)] = work  # listed, known: the hand-over's
+            return None
+        own = works[0] if keep and works else None
+        ready = self._ready
+        for work in works[1:] if own is not None else works:
+            fetched[id(work)] = work  # known before a thread can take it
+            ready.put(work)
+        return own
 
     def _to_loop(self, works: list[Work]) -> list[Work]:
-        """Hand the async jobs among ``works`` to the event loop; returns the others."""
+        """(Under the lock.) Hand the async jobs among ``works`` to the event loop;
+        returns the others."""
         aio = self.aio
         plain: list[Work] = []
         loop_jobs = []

@@ -1,8 +1,9 @@
 """Reliable fetch's dispatcher in this process (real Redis, the real fetch script, a real
-feeder thread and real waiting threads): one fetch serves every thread free when it goes
-out, every pending ack rides with the next fetch, no job is fetched for a busy thread,
-quiet and stop end the waiting, a failed fetch leaves its acks pending, and jobs fetched
-but not taken stay known and listed."""
+feeder thread and real waiting threads): a thread that finds the fetch role free fetches
+for itself, one fetch serves every thread free when it goes out, every pending ack rides
+with the next fetch, no job is fetched for a busy thread, quiet and stop end the waiting,
+a failed fetch leaves its acks pending, a fetch that returns after the stop began hands
+out nothing, and jobs fetched but not taken stay known and listed."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ IDENTITY = "dispatch-test:1:abcd"
 
 class Counting(ReliableFetch):
     """The real strategy, counting its round trips (and what each carried); ``gate``
-    holds a fetch back until set, ``fail`` raises instead of the next fetches."""
+    holds a fetch back until set, ``fail`` raises instead of the next fetches (None: that
+    one goes through)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -36,7 +38,9 @@ class Counting(ReliableFetch):
         if self.gate is not None:
             self.gate.wait(5)
         if self.fail:
-            raise self.fail.pop(0)
+            exc = self.fail.pop(0)
+            if exc is not None:
+                raise exc
         return super().fetch_many(conn, acks, count)
 
 
@@ -101,12 +105,47 @@ def test_threads_that_come_free_during_a_fetch_share_the_next_one(parts, r):
     strategy.gate.set()
     for t in (first, *others):
         t.join(5)
-    # The first fetch wanted one job; the next, sent as soon as it returned, one for
-    # each of the threads that came free meanwhile.
+    # The first fetch (the first thread's own) wanted one job; the next, the feeder's,
+    # sent as soon as it returned, one for each of the threads that came free meanwhile.
     assert strategy.calls == [(0, 1), (0, 3)]
+    assert d.own_fetches == 1 and d.fetches == 2
     assert len(got) == 4 and all(w is not None for w in got)
     assert sorted(jid_of(w) for w in got) == listed(r)
     assert d.known() == set()  # every job fetched was taken
+
+
+def test_a_thread_that_finds_the_fetch_role_free_fetches_for_itself(parts, r):
+    strategy, record, _control, d = parts
+    push(*"abc")
+    d.start()
+    done = None
+    mine = []
+    for _ in range(3):  # one thread, job after job: no hand-off to the feeder
+        work = d.next(None, done)
+        assert work is not None
+        mine.append(jid_of(work))
+        record.started(work)
+        record.settle_later(work.raw, ACK)
+        done = work
+    assert strategy.calls == [(0, 1), (1, 1), (1, 1)]
+    assert d.own_fetches == 3 and d.fetches == 3
+    assert listed(r) == [mine[-1]]  # the earlier two acked by the fetches after them
+    assert record.pending() == {done.raw: ACK}  # the last one's ack rides with the next
+
+
+def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
+    """A BaseException (not an outage) out of a thread's own fetch leaves its thread;
+    the role and the count of threads waiting are as if it had never asked."""
+    strategy, _record, _control, d = parts
+    push("a")
+    d.start()
+    strategy.fail = [KeyboardInterrupt()]
+    with pytest.raises(KeyboardInterrupt):
+        d.next(None, None)
+    assert d._fetching is False and d._wanting == 0  # noqa: SLF001
+    got: list = []
+    take(d, got).join(5)
+    assert got[0] is not None and strategy.calls == [(0, 1), (0, 1)]
 
 
 def test_no_job_is_fetched_for_a_busy_thread(parts, r):
@@ -164,17 +203,20 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     d.start()
     got: list = []
     take(d, got).join(5)
-    # Two threads come free, and the process stops while their fetch is out.
+    # Two threads come free (the first fetches for itself, the second waits), and the
+    # process stops while that fetch is out.
     strategy.gate = threading.Event()
-    waiting = [take(d, got) for _ in range(2)]
+    fetching = take(d, got)
     wait_for(lambda: len(strategy.calls) == 2)
+    waiting = take(d, got)
     control.stopping.set()
     control.quiet.set()
-    for t in waiting:
-        t.join(2)
-    assert got[1:] == [None, None]  # the waiting threads leave with nothing
-    assert d.join(0.1) is True  # the feeder was inside a fetch: a second pass is due
+    waiting.join(2)
+    assert got[1:] == [None]  # the waiting thread leaves with nothing
+    assert d.join(0.1) is True  # a fetch is out: a second pass is due
     strategy.gate.set()
+    fetching.join(2)
+    assert got[1:] == [None, None]  # nor does the fetching thread take what came
     wait_for(lambda: not d._thread.is_alive())  # noqa: SLF001
     # What that fetch took (one job per thread free when it went out) is listed and
     # known, never handed out: the hand-over's.
@@ -209,13 +251,24 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r,
 
 def test_a_feeder_that_raises_is_restarted_with_its_state(parts, r, caplog):
     strategy, record, _control, d = parts
-    push("a")
-    strategy.fail = [KeyboardInterrupt()]  # no Exception: escapes the fetch's handling
+    push("a", "b")
+    # The first thread's own fetch is held back; a second thread comes free meanwhile,
+    # so the next fetch is the feeder's, and it raises.
+    strategy.gate = threading.Event()
+    d.start()
+    got: list = []
+    first = take(d, got)
+    wait_for(lambda: strategy.calls)
+    second = take(d, got)
+    time.sleep(0.1)
+    # The held fetch goes through; the next (no Exception: escapes the fetch's handling)
+    # raises.
+    strategy.fail = [None, KeyboardInterrupt()]
     with caplog.at_level(logging.ERROR, logger="cogworker_django"):
-        d.start()
-        got: list = []
-        take(d, got).join(5)
-    assert got[0] is not None  # the thread that was waiting still got its job
+        strategy.gate.set()
+        first.join(5)
+        second.join(5)
+    assert len(got) == 2 and None not in got  # the thread that was waiting got its job
     assert any("the feeder failed" in r.getMessage() for r in caplog.records)
 
 
