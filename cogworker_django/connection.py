@@ -348,6 +348,15 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def parser_name() -> str:
+    """Which reply parser redis-py uses by default in this process: "hiredis" (its C
+    parser, a dependency: docs/performance.md) or "python" (no wheel for this platform,
+    or hiredis not importable). For the worker's start line."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    return "hiredis" if HIREDIS_AVAILABLE else "python"
+
+
 def describe_target() -> str:
     """Where we talk to, for log lines and system checks (password masked)."""
     s = conf.get()

@@ -185,7 +185,7 @@ class Launcher:
         # Logged before the first job can start, so no job's output comes before it.
         log.info(
             "cogworker %s started: identity=%s pid=%d concurrency=%d async_concurrency=%s "
-            "queues=%s fetch=%s redis=%s prefix=%s",
+            "queues=%s fetch=%s redis=%s parser=%s prefix=%s",
             __version__,
             self.identity,
             os.getpid(),
@@ -194,6 +194,7 @@ class Launcher:
             ",".join(f"{q.name}:{q.weight}" for q in self.queues),
             mode,
             connection.describe_target(),
+            connection.parser_name(),
             s.PREFIX,
         )
         self.manager.start()
