@@ -1,0 +1,85 @@
+"""A processor thread's own fetch (worker/dispatch.py) under real faults, with a real
+worker: the fetch ran in Redis but its reply is held back on the way (a real proxy,
+helpers.ReplyCutter) while the process is SIGKILLed, or while TERM arrives.
+
+One thread, two jobs queued before the worker starts: the thread's first fetch (the
+boot's) takes the first job; when that job is done the queues are not known to be
+empty and no fetch is out, so the next fetch, which acks the first job and takes the
+second, is the thread's own, not the feeder's. That reply is the one held back."""
+
+from __future__ import annotations
+
+import signal
+
+from testapp import jobs as tj
+
+from ..helpers import ReplyCutter, wait_until
+
+SECOND = "own-fetch-second"
+
+
+def runs(client, prefix) -> dict[str, int]:
+    return {k: int(v) for k, v in client.hgetall(f"{prefix}:test:runs").items()}
+
+
+def _held_at_the_second_fetch(worker, server, prefix, settings):
+    client = server.client()
+    tj.record.enqueue_many([("own-fetch-first",), (SECOND,)])
+    proxy = ReplyCutter(server)
+    proxy.hold(SECOND.encode())
+    w = worker(redis_url=proxy.url, settings={"CONCURRENCY": 1, **settings})
+    assert proxy.held.wait(10), "no fetch took the second job"
+    (ident,) = client.smembers(f"{prefix}:processes")
+    # The first job ran; the fetch that acked it and took the second ran in Redis.
+    assert runs(client, prefix) == {"own-fetch-first": 1}
+    listed = client.lrange(f"{prefix}:inprogress:{ident}", 0, -1)
+    assert len(listed) == 1 and SECOND in listed[0]
+    assert client.llen(f"{prefix}:queue:default") == 0
+    return w, proxy, ident, client
+
+
+def test_a_sigkill_while_a_threads_own_fetch_is_out_loses_nothing(
+    worker, redis_server, configure, prefix
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    settings = {"ORPHAN_THRESHOLD": 3}
+    w, proxy, ident, client = _held_at_the_second_fetch(worker, server, prefix, settings)
+    try:
+        w.kill()  # SIGKILL with the reply on its way: nothing cleaned up
+    finally:
+        proxy.release()
+        proxy.close()
+    # The job it took is on the dead process's list: another worker recovers and runs it,
+    # once.
+    survivor = worker(redis_url=server.url, settings=settings)
+    wait_until(lambda: runs(client, prefix).get(SECOND) == 1, 30, message="recovered")
+    survivor.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=10)
+    assert runs(client, prefix) == {"own-fetch-first": 1, SECOND: 1}
+    wait_until(
+        lambda: not client.exists(f"{prefix}:inprogress:{ident}"), 10, message="list gone"
+    )
+    assert survivor.stop() == 0
+    assert runs(client, prefix) == {"own-fetch-first": 1, SECOND: 1}
+
+
+def test_term_while_a_threads_own_fetch_is_out_requeues_what_it_took(
+    worker, redis_server, configure, prefix
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    w, proxy, ident, client = _held_at_the_second_fetch(worker, server, prefix, {})
+    try:
+        w.signal(signal.SIGTERM)
+        w.wait_for_log("SIGTERM received: stopping")
+        proxy.release()
+        assert w.wait(20) == 0
+    finally:
+        proxy.close()
+    # Fetched after the stop began: not run, back on its queue; the first job's ack went
+    # with that fetch.
+    assert "requeued 1 job(s) unfinished at shutdown" in w.log(), w.log()
+    assert runs(client, prefix) == {"own-fetch-first": 1}
+    queued = client.lrange(f"{prefix}:queue:default", 0, -1)
+    assert len(queued) == 1 and SECOND in queued[0]
+    assert not client.exists(f"{prefix}:inprogress:{ident}")
