@@ -56,9 +56,7 @@ def test_a_sigkill_while_a_threads_own_fetch_is_out_loses_nothing(
     wait_until(lambda: runs(client, prefix).get(SECOND) == 1, 30, message="recovered")
     survivor.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=10)
     assert runs(client, prefix) == {"own-fetch-first": 1, SECOND: 1}
-    wait_until(
-        lambda: not client.exists(f"{prefix}:inprogress:{ident}"), 10, message="list gone"
-    )
+    wait_until(lambda: not client.exists(f"{prefix}:inprogress:{ident}"), 10, message="list gone")
     assert survivor.stop() == 0
     assert runs(client, prefix) == {"own-fetch-first": 1, SECOND: 1}
 

@@ -1,8 +1,9 @@
-"""20,000 jobs drained by two worker processes: each ran exactly once, and every
-in-progress list is empty at the end."""
+"""20,000 jobs drained by two worker processes: each ran exactly once, every in-progress
+list is empty at the end, and the run history holds every run, once."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from testapp import jobs as tj
@@ -14,8 +15,9 @@ N = 20_000
 
 def test_20000_jobs_two_processes_each_exactly_once(worker, r, prefix):
     tokens = [f"d{i}" for i in range(N)]
+    jids: list[str] = []
     for i in range(0, N, 5000):
-        tj.record_where.enqueue_many([(t,) for t in tokens[i : i + 5000]])
+        jids += tj.record_where.enqueue_many([(t,) for t in tokens[i : i + 5000]])
     assert r.llen(f"{prefix}:queue:default") == N
     started = time.monotonic()
     workers = [worker(settings={"CONCURRENCY": 8}) for _ in range(2)]
@@ -47,4 +49,11 @@ def test_20000_jobs_two_processes_each_exactly_once(worker, r, prefix):
     assert processed == N
     assert not r.keys(f"{prefix}:inprogress:*")
     assert r.llen(f"{prefix}:queue:default") == 0
+    # History complete after the drain (the last runs flushed at each worker's exit): one
+    # success per job, from the two processes.
+    recorded = [json.loads(f["run"]) for _, f in r.xrange(f"{prefix}:history")]
+    assert len(recorded) == N
+    assert sorted(run["jid"] for run in recorded) == sorted(jids)
+    assert {run["status"] for run in recorded} == {"success"}
+    assert len({run["worker"] for run in recorded}) == 2
     print(f"\n{N} jobs drained by 2 processes in {took:.1f}s ({N / took:.0f} jobs/s)")
