@@ -45,6 +45,23 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return best
 
 
+def longest_stretch_below(intervals: list[tuple[float, float]], slots: int) -> float:
+    """The longest time during which fewer than ``slots`` of ``intervals`` were running
+    and that ended with a start (a slot left idle while a job waited: the tail, when
+    nothing is left to start, does not count)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    longest, running, below_since = 0.0, 0, None
+    for t, step in events:
+        if step > 0 and below_since is not None:
+            longest = max(longest, t - below_since)
+        running += step
+        if running >= slots:
+            below_since = None
+        elif below_since is None:
+            below_since = t
+    return longest
+
+
 def test_concurrency_2_across_two_processes_of_four_threads(worker, r, prefix):
     tj.limited_pair.enqueue_many([(1.0, f"c{i}") for i in range(8)])
     settings = {"CONCURRENCY": 4, "LIMITS": LIMITS}
@@ -252,7 +269,11 @@ PRODUCTION_POLL = {"POLL_INTERVAL": 5.0, "FETCH_IDLE_MAX_INTERVAL": 1.0}
 
 def test_waiting_jobs_use_a_concurrency_limit_fully(worker, r, prefix):
     """20 one-second jobs under a limit of 2 across two workers: the jobs' own stamps
-    show the 2 slots busy >= 90% of the time from the first start to the last end."""
+    show no slot left idle for anything near a poll (a parked job moved back only by the
+    poller would leave one idle for up to POLL_INTERVAL, 5 s), and the 2 slots busy
+    >= 80% of the time from the first start to the last end (>= 90% on an idle machine;
+    a loaded one, the suite on 4 workers, spreads the starts: the code before the
+    thread's own fetch gave 0.83 - 0.89 there too)."""
     assert conf._validate({}).POLL_INTERVAL == PRODUCTION_POLL["POLL_INTERVAL"]
     tj.limited_pair.enqueue_many([(1.0, f"u{i}") for i in range(20)])
     settings = {"CONCURRENCY": 5, "LIMITS": LIMITS, **PRODUCTION_POLL}
@@ -263,7 +284,9 @@ def test_waiting_jobs_use_a_concurrency_limit_fully(worker, r, prefix):
     busy = sum(end - start for start, end in intervals)
     span = max(end for _, end in intervals) - min(start for start, _ in intervals)
     utilisation = busy / (2 * span)
-    assert utilisation >= 0.9, (utilisation, span, sorted(intervals))
+    idle = longest_stretch_below(intervals, 2)
+    assert idle < 2.0, (idle, sorted(intervals))  # a poll would leave up to 5 s
+    assert utilisation >= 0.8, (utilisation, span, sorted(intervals))
     assert set(runs(r, prefix).values()) == {1}
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
     assert a.stop() == 0 and b.stop() == 0
