@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -278,6 +279,9 @@ class Held:
         self._client: Any = None
         self._pool: Any = None
         self._conn: Any = None
+        # (monotonic) When the connection in use, or the last one, was taken from the
+        # pool (checked by it then); None while the client routes each command itself.
+        self.opened_at: float | None = None
 
     def _current(self) -> Any:
         """The process's client now (and its pool, None for a cluster client)."""
@@ -288,6 +292,7 @@ class Held:
                 None if cluster.is_cluster(client) else getattr(client, "connection_pool", None)
             )
             self._client = client
+            self.opened_at = None
         return client
 
     def execute_command(self, *args: Any) -> Any:
@@ -297,6 +302,7 @@ class Held:
         conn = self._conn
         if conn is None:
             conn = self._conn = self._pool.get_connection()
+            self.opened_at = time.monotonic()
         try:
             conn.send_command(*args)
             return conn.read_response()

@@ -1,30 +1,33 @@
 """Reliable fetch's job source: the thread that comes free fetches its next job itself,
 for every other thread free at that moment too, several jobs and every pending ack per
-round trip; a feeder thread fetches whenever no processor thread does.
+round trip; a feeder thread fetches for the threads that find no fetch to send.
 
-A processor thread that comes free hands in the job it finished (to ack). If no fetch is
-out and the queues were not found empty lately, it takes the fetch role itself: in one
-round trip (lua/fetch.lua) it acks every finished job handed in so far and moves one job
-for itself and one for each thread then waiting into this process's in-progress list;
-it runs the first and puts the others on the ready queue. If a fetch is already out (or
-the queues ran dry, or Redis is away), it waits on the ready queue, and the feeder, told
-when the fetch role comes free, sends the next fetch with the acks of every thread that
-came free meanwhile and asks for their jobs: under load a round trip carries as many
-jobs as threads came free during the last one.
+A processor thread that comes free hands in the job it finished (to ack). If fewer than
+``FETCHES_OUT`` fetches are out and the queues were not found empty lately, it sends a
+fetch itself, on a free connection of the dispatcher's: in one round trip
+(lua/fetch.lua) it acks every finished job handed in so far and moves one job for itself
+and one for each thread waiting that no fetch out has asked for into this process's
+in-progress list; it runs the first and puts the others on the ready queue. If every
+fetch is out (or the queues ran dry, or Redis is away), it waits on the ready queue, and
+the feeder, told when a fetch comes back, sends the next one with the acks of every
+thread that came free meanwhile and asks for their jobs: under load a round trip carries
+as many jobs as threads came free while the others were out.
 
 Why this shape (docs/performance.md "The run layer"):
 
-- A thread that finds the fetch role free gets its job with no hand-off at all: no
-  wake-up of another thread and none of its own (each wake-up is a switch of the
-  interpreter lock, and with a hundred threads these convoy). With jobs that wait on the
-  network, threads come free one at a time, and most fetch for themselves.
+- A thread that sends its own fetch gets its job with no hand-off at all: no wake-up of
+  another thread and none of its own (each wake-up is a switch of the interpreter lock,
+  and with a hundred threads these convoy). A second fetch out lets a thread that comes
+  free during a fetch (nearly always, with a hundred threads, as a round trip waits for
+  the interpreter lock behind them) send its own instead of waiting to be woken.
 - Jobs are fetched only for threads that are free at the moment the fetch is sent, so no
   job waits behind a slow one: the ready queue never holds more jobs than there are
   threads waiting for one.
-- One fetch in flight, on one connection (``connection.Held``, whoever holds the role):
+- At most ``FETCHES_OUT`` fetches out, each on its own connection (``connection.Held``):
   an ack leaves with the fetch it was handed in before, or the next, sent as soon as
-  the one in flight returns, so the window in which a crash can re-run a finished job
-  stays about one fetch round trip. At shutdown the acks still waiting are flushed
+  one out returns, so the window in which a crash can re-run a finished job stays
+  about one fetch round trip. Each fetch asks only for jobs no fetch out has asked
+  for (``_coming``), so two never fetch for the same free thread. At shutdown the acks still waiting are flushed
   (:meth:`Dispatcher.flush`) before the hand-over.
 - When the queues run dry the feeder alone polls, with a backoff (from
   ``IDLE_FIRST_PAUSE`` up to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent
@@ -40,9 +43,9 @@ The dispatcher owns the record's side of acks: a finished job handed in stays *r
 in the record until the fetch carrying its ack returns (then it is settled), or, if that
 fetch fails, is left *pending* for the heartbeat to ack.
 
-Its state (the acks, the threads waiting, the event loop's free slots, who holds the
-fetch role, the backoffs) is kept under one lock, held only to read and change it, never
-across a round trip.
+Its state (the acks, the threads waiting, the jobs asked for by the fetches out, the free
+connections, the event loop's free slots, the backoffs) is kept under one lock, held only
+to read and change it, never across a round trip.
 """
 
 from __future__ import annotations
@@ -70,9 +73,24 @@ ERROR_MAX_PAUSE = 2.0
 # job queued behind plain ones waits to be found while the threads are all busy. Long
 # enough that a plain load (no async job coming) rarely takes a job it can't start.
 PROBE_PAUSE = 5.0
+# Fetches out at once, each on a connection of its own: a thread that comes free while
+# one is out sends the second for itself instead of waiting to be woken. Two measured
+# about 10% more jobs/s than one with a hundred threads that wait, and within the
+# spread of single runs with ten (docs/performance.md "The run layer").
+FETCHES_OUT = 2
 # A feeder loop that raised (a bug, never an outage: those are caught and reported)
 # starts again after this pause; its state (threads waiting, acks) is kept.
 RESTART_PAUSE = 1.0
+
+
+def _since(link: Any, began: float) -> float:
+    """When a failed fetch's attempt began, for the outage report: no later than when
+    its connection was taken. With two connections, one can still hold a socket from
+    before an outage the other has already seen end; its failure on first use after
+    that is not a second outage (errors.report drops an attempt older than the last
+    recovery). A real one is reported by the next attempt, on a fresh connection."""
+    opened = getattr(link, "opened_at", None)
+    return began if opened is None else min(began, opened)
 
 
 class BatchFetch(Protocol):
@@ -98,7 +116,7 @@ class Dispatcher:
         self.concurrency = concurrency
         self._lock = threading.Lock()
         # Fetched for waiting threads, not yet taken (a C queue: no Python-level lock or
-        # condition per job), and the feeder's wake-ups (the fetch role came free with
+        # condition per job), and the feeder's wake-ups (a fetch came back with
         # work to do, an ack to send, a nudge).
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
@@ -108,14 +126,16 @@ class Dispatcher:
         # Under the lock:
         self._wanting = 0  # threads free with no job on its way (waiting or fetching)
         self._acks: list[Work] = []  # finished jobs to ack with the next fetch
-        self._fetching = False  # the fetch role is held (one fetch in flight at most)
+        self._coming = 0  # jobs asked for by the fetches out (for threads and the loop)
         self._not_before = 0.0  # (monotonic) the queues ran dry: only the feeder polls
         self._idle_pause = IDLE_FIRST_PAUSE
         self._error_until = 0.0  # (monotonic) Redis was away: no fetch before this
         self._error_pause = IDLE_FIRST_PAUSE
         self._nudged = False  # (nudge: fetch now, the idle pause is over)
         self._thread: threading.Thread | None = None
-        self._link = connection.Held()  # the fetch role's connection
+        # One connection per fetch out; the free ones (under the lock).
+        self._links = [connection.Held() for _ in range(FETCHES_OUT)]
+        self._free_links = list(self._links)
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
         # turn of the loop hands in the slots that came free as an aio.Freed (with the
@@ -143,7 +163,7 @@ class Dispatcher:
 
     def next(self, conn: Any, done: Work | None) -> Work | None:
         """Hand in ``done`` (a finished job to ack) and get the next job: fetched by this
-        thread when the fetch role is free, else waited for; None once the process is
+        thread when a connection is free, else waited for; None once the process is
         quiet (the caller leaves its loop)."""
         control = self.control
         with self._lock:
@@ -152,19 +172,20 @@ class Dispatcher:
             self._wanting += 1
             now = time.monotonic()
             own = (
-                not self._fetching
+                bool(self._free_links)
                 and now >= self._not_before
                 and now >= self._error_until
                 and not control.quiet.is_set()
             )
             if own:
-                self._fetching = True
+                link = self._free_links.pop()
                 acks, self._acks = self._acks, []
                 wanted = self._wanted()
-            elif not self._fetching:
+                self._coming += wanted
+            elif self._free_links:
                 self._wake.put(None)  # the feeder's to fetch (an ack goes at once)
         if own:
-            work = self._own_fetch(acks, wanted)
+            work = self._own_fetch(link, acks, wanted)
             if work is not None:
                 return work
         return self._wait()
@@ -182,29 +203,30 @@ class Dispatcher:
             return work
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
-    def _own_fetch(self, acks: list[Work], wanted: int) -> Work | None:
-        """This thread holds the fetch role: one round trip for it and every thread
-        waiting; its own job, or None (it then waits like the others)."""
+    def _own_fetch(self, link: Any, acks: list[Work], wanted: int) -> Work | None:
+        """This thread sends a fetch on ``link``: one round trip for it and the threads
+        waiting that no fetch out asked for; its own job, or None (it then waits like
+        the others)."""
         began = time.monotonic()
         try:
-            works = self._round_trip(acks, wanted)
+            works = self._round_trip(link, acks, wanted)
         except Exception as exc:  # noqa: BLE001 - Redis away: the feeder backs off and retries
-            errors.report("Fetch", exc, began=began)
+            errors.report("Fetch", exc, began=_since(link, began))
             with self._lock:
                 self._failed()
-                self._fetching = False
+                self._done_with(link, wanted)
             self._wake.put(None)
             return None
         except BaseException:  # not an outage: the thread leaves (its pool replaces it)
             with self._lock:
                 self._wanting -= 1
-                self._fetching = False
+                self._done_with(link, wanted)
             self._wake.put(None)
             raise
         with self._lock:
             self.own_fetches += 1
+            self._done_with(link, wanted)
             plain = self._hand_out(works, wanted, keep=1)
-            self._fetching = False
             more = self._acks or self._wanted()
         if more:
             self._wake.put(None)  # threads came free during the fetch: the feeder's turn
@@ -276,9 +298,9 @@ class Dispatcher:
         processor thread's) was out when this was called (what it took after the
         hand-over needs a second pass)."""
         thread = self._thread
+        was_fetching = len(self._free_links) < FETCHES_OUT
         if thread is None:
-            return self._fetching
-        was_fetching = self._fetching
+            return was_fetching
         self._wake.put(None)
         thread.join(timeout)
         return was_fetching or thread.is_alive()
@@ -290,42 +312,43 @@ class Dispatcher:
                     self._feed()
                 except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
                     log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
-                    with self._lock:
-                        self._fetching = False  # (a role it held dies with the loop)
                     self.control.stopping.wait(RESTART_PAUSE)
         finally:
-            self._link.close()
+            for link in self._links:
+                link.close()
 
     def _feed(self) -> None:
         control = self.control
         while not control.stopping.is_set():
-            until = self._claim()
-            if until is not None:
-                self._pause(until)
+            claimed = self._claim()
+            if not isinstance(claimed, tuple):
+                self._pause(claimed)
                 continue
-            with self._lock:
-                acks, self._acks = self._acks, []
-                wanted = self._wanted()
+            link, acks, wanted = claimed
             began = time.monotonic()
             try:
-                works = self._round_trip(acks, wanted)
+                works = self._round_trip(link, acks, wanted)
             except Exception as exc:  # noqa: BLE001 - Redis away: back off, report once
-                errors.report("Fetch", exc, began=began)
+                errors.report("Fetch", exc, began=_since(link, began))
                 with self._lock:
                     self._failed()
-                    self._fetching = False
+                    self._done_with(link, wanted)
                 continue
+            except BaseException:
+                with self._lock:
+                    self._done_with(link, wanted)  # (the loop restarts without it)
+                raise
             with self._lock:
+                self._done_with(link, wanted)
                 self._hand_out(works, wanted, keep=0)
-                self._fetching = False
 
-    def _claim(self) -> float | None:
-        """Take the fetch role when there is something to send now (None); else when to
-        look again (monotonic)."""
+    def _claim(self) -> tuple[Any, list[Work], int] | float:
+        """A connection, the acks and the jobs to ask for, when there is something to send
+        now; else when to look again (monotonic)."""
         with self._lock:
             now = time.monotonic()
-            if self._fetching:
-                return now + WAIT_SLICE  # a processor thread's fetch: it wakes the feeder
+            if not self._free_links:
+                return now + WAIT_SLICE  # every fetch out: the first back wakes the feeder
             if now < self._error_until:
                 return self._error_until  # Redis was away: not before the pause is over
             if self._nudged:  # jobs were just queued: the idle pause is over
@@ -333,8 +356,9 @@ class Dispatcher:
                 self._not_before, self._idle_pause = 0.0, IDLE_FIRST_PAUSE
             wanted = self._wanted()
             if self._acks or (wanted and now >= self._not_before):
-                self._fetching = True
-                return None
+                acks, self._acks = self._acks, []
+                self._coming += wanted
+                return self._free_links.pop(), acks, wanted
             if wanted:
                 return self._not_before  # the queues ran dry: poll after the pause
             return now + WAIT_SLICE  # every thread is busy: wait for one
@@ -364,6 +388,10 @@ class Dispatcher:
         (none once quiet)."""
         if self.control.quiet.is_set():
             return 0
+        return max(0, self._wanted_all() - self._coming)
+
+    def _wanted_all(self) -> int:
+        """(Under the lock.) Jobs wanted, before those the fetches out asked for."""
         threads = min(self._wanting, self.concurrency)
         if self.aio is None:
             return threads
@@ -383,11 +411,11 @@ class Dispatcher:
             return max(0, min(self.concurrency + threads, self._aio_free))
         return max(0, threads)
 
-    def _round_trip(self, acks: list[Work], wanted: int) -> list[Work]:
-        """One fetch, by whoever holds the role: every ack given, and up to ``wanted``
+    def _round_trip(self, link: Any, acks: list[Work], wanted: int) -> list[Work]:
+        """One fetch on ``link``: every ack given, and up to ``wanted``
         jobs. A failure leaves the acks pending in the record (the heartbeat's to retry)."""
         try:
-            works = self.strategy.fetch_many(self._link, [a.raw for a in acks], wanted)
+            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted)
         except BaseException:
             for work in acks:
                 self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
@@ -398,6 +426,12 @@ class Dispatcher:
             self.record.finished(work)
         self.acks_sent += len(acks)
         return works
+
+    def _done_with(self, link: Any, wanted: int) -> None:
+        """(Under the lock.) A fetch came back (or failed): its connection is free, and
+        the jobs it asked for are no longer on their way."""
+        self._free_links.append(link)
+        self._coming -= wanted
 
     def _hand_out(self, works: list[Work], wanted: int, keep: int) -> Work | None:
         """(Under the lock.) What a fetch brought: async jobs to the event loop, plain

@@ -15,7 +15,7 @@ import pytest
 
 from cogworker_django import conf, connection, keys, payload
 from cogworker_django.conf import QueueSpec
-from cogworker_django.worker.dispatch import Dispatcher
+from cogworker_django.worker.dispatch import FETCHES_OUT, Dispatcher
 from cogworker_django.worker.fetch import ReliableFetch
 from cogworker_django.worker.record import ACK, Control, Record
 
@@ -24,23 +24,25 @@ IDENTITY = "dispatch-test:1:abcd"
 
 class Counting(ReliableFetch):
     """The real strategy, counting its round trips (and what each carried); ``gate``
-    holds a fetch back until set, ``fail`` raises instead of the next fetches (None: that
-    one goes through)."""
+    holds a fetch back until set, ``fail`` raises instead of the next fetches,
+    ``fail_call`` instead of the fetch of that number (counted as they are sent)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.calls: list[tuple[int, int]] = []  # (acks, wanted)
         self.gate: threading.Event | None = None
         self.fail: list[BaseException] = []
+        self.fail_call: dict[int, BaseException] = {}  # call number (from 1) -> raise
 
     def fetch_many(self, conn, acks, count):
         self.calls.append((len(acks), count))
+        number = len(self.calls)
         if self.gate is not None:
             self.gate.wait(5)
+        if number in self.fail_call:
+            raise self.fail_call.pop(number)
         if self.fail:
-            exc = self.fail.pop(0)
-            if exc is not None:
-                raise exc
+            raise self.fail.pop(0)
         return super().fetch_many(conn, acks, count)
 
 
@@ -90,25 +92,30 @@ def listed(r) -> list[str]:
     )
 
 
-def test_threads_that_come_free_during_a_fetch_share_the_next_one(parts, r):
+def test_threads_that_come_free_during_fetches_share_the_next_one(parts, r):
     strategy, _record, _control, d = parts
+    assert FETCHES_OUT == 2
     push(*"abcdef")
     strategy.gate = threading.Event()
     d.start()
     got: list = []
     first = take(d, got)
-    wait_for(lambda: strategy.calls)
-    # Three more threads come free while the first one's fetch is under way.
-    others = [take(d, got) for _ in range(3)]
+    wait_for(lambda: len(strategy.calls) == 1)
+    # A second thread comes free while the first one's fetch is out: it sends the
+    # second fetch for itself. Two more come free while both are out: they wait.
+    second = take(d, got)
+    wait_for(lambda: len(strategy.calls) == 2)
+    others = [take(d, got) for _ in range(2)]
     time.sleep(0.2)
-    assert strategy.calls == [(0, 1)]  # one fetch in flight: nobody fetches beside it
+    assert strategy.calls == [(0, 1), (0, 1)]  # two fetches out: nobody sends a third
     strategy.gate.set()
-    for t in (first, *others):
+    for t in (first, second, *others):
         t.join(5)
-    # The first fetch (the first thread's own) wanted one job; the next, the feeder's,
-    # sent as soon as it returned, one for each of the threads that came free meanwhile.
-    assert strategy.calls == [(0, 1), (0, 3)]
-    assert d.own_fetches == 1 and d.fetches == 2
+    # The first two fetches (the threads' own) wanted one job each; the next, the
+    # feeder's, sent as soon as one returned, one for each thread that came free while
+    # both were out (never one for a thread another fetch out already asked for).
+    assert strategy.calls == [(0, 1), (0, 1), (0, 2)]
+    assert d.own_fetches == 2 and d.fetches == 3
     assert len(got) == 4 and all(w is not None for w in got)
     assert sorted(jid_of(w) for w in got) == listed(r)
     assert d.known() == set()  # every job fetched was taken
@@ -142,7 +149,7 @@ def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
     strategy.fail = [KeyboardInterrupt()]
     with pytest.raises(KeyboardInterrupt):
         d.next(None, None)
-    assert d._fetching is False and d._wanting == 0  # noqa: SLF001
+    assert len(d._free_links) == FETCHES_OUT and d._coming == d._wanting == 0  # noqa: SLF001
     got: list = []
     take(d, got).join(5)
     assert got[0] is not None and strategy.calls == [(0, 1), (0, 1)]
@@ -203,25 +210,28 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     d.start()
     got: list = []
     take(d, got).join(5)
-    # Two threads come free (the first fetches for itself, the second waits), and the
-    # process stops while that fetch is out.
+    # Three threads come free (the first two send a fetch each for themselves, the third
+    # waits), and the process stops while those fetches are out.
     strategy.gate = threading.Event()
-    fetching = take(d, got)
-    wait_for(lambda: len(strategy.calls) == 2)
+    fetching = []
+    for n in (2, 3):
+        fetching.append(take(d, got))
+        wait_for(lambda n=n: len(strategy.calls) == n)
     waiting = take(d, got)
     control.stopping.set()
     control.quiet.set()
     waiting.join(2)
     assert got[1:] == [None]  # the waiting thread leaves with nothing
-    assert d.join(0.1) is True  # a fetch is out: a second pass is due
+    assert d.join(0.1) is True  # fetches are out: a second pass is due
     strategy.gate.set()
-    fetching.join(2)
-    assert got[1:] == [None, None]  # nor does the fetching thread take what came
+    for t in fetching:
+        t.join(2)
+    assert got[1:] == [None, None, None]  # nor do the fetching threads take what came
     wait_for(lambda: not d._thread.is_alive())  # noqa: SLF001
-    # What that fetch took (one job per thread free when it went out) is listed and
-    # known, never handed out: the hand-over's.
-    held = strategy.calls[-1][1]
-    assert held >= 1 and len(d.known()) == held
+    # What those fetches took (one job per thread free when each went out) is listed
+    # and known, never handed out: the hand-over's.
+    held = sum(wanted for _acks, wanted in strategy.calls[1:])
+    assert held == 2 and len(d.known()) == held
     assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 1 + held
     assert d.next(None, None) is None
 
@@ -251,24 +261,25 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r,
 
 def test_a_feeder_that_raises_is_restarted_with_its_state(parts, r, caplog):
     strategy, record, _control, d = parts
-    push("a", "b")
-    # The first thread's own fetch is held back; a second thread comes free meanwhile,
-    # so the next fetch is the feeder's, and it raises.
+    push("a", "b", "c")
+    # Two threads' own fetches are held back; a third thread comes free meanwhile, so
+    # the next fetch is the feeder's, and it raises (no Exception: escapes the fetch's
+    # handling).
     strategy.gate = threading.Event()
+    strategy.fail_call = {3: KeyboardInterrupt()}
     d.start()
     got: list = []
-    first = take(d, got)
-    wait_for(lambda: strategy.calls)
-    second = take(d, got)
+    threads = []
+    for n in (1, 2):
+        threads.append(take(d, got))
+        wait_for(lambda n=n: len(strategy.calls) == n)
+    threads.append(take(d, got))
     time.sleep(0.1)
-    # The held fetch goes through; the next (no Exception: escapes the fetch's handling)
-    # raises.
-    strategy.fail = [None, KeyboardInterrupt()]
     with caplog.at_level(logging.ERROR, logger="cogworker_django"):
         strategy.gate.set()
-        first.join(5)
-        second.join(5)
-    assert len(got) == 2 and None not in got  # the thread that was waiting got its job
+        for t in threads:
+            t.join(5)
+    assert len(got) == 3 and None not in got  # the thread that was waiting got its job
     assert any("the feeder failed" in r.getMessage() for r in caplog.records)
 
 
