@@ -3,7 +3,8 @@ for every other thread free at that moment too, several jobs and every pending a
 round trip; a feeder thread fetches for the threads that find no fetch to send.
 
 A processor thread that comes free hands in the job it finished (to ack). If fewer than
-``FETCHES_OUT`` fetches are out and the queues were not found empty lately, it sends a
+``fetches_out`` fetches are out (two with ``SECOND_FETCH_FROM`` threads or more, else
+one) and the queues were not found empty lately, it sends a
 fetch itself, on a free connection of the dispatcher's: in one round trip
 (lua/fetch.lua) it acks every finished job handed in so far and moves one job for itself
 and one for each thread waiting that no fetch out has asked for into this process's
@@ -23,7 +24,7 @@ Why this shape (docs/performance.md "The run layer"):
 - Jobs are fetched only for threads that are free at the moment the fetch is sent, so no
   job waits behind a slow one: the ready queue never holds more jobs than there are
   threads waiting for one.
-- At most ``FETCHES_OUT`` fetches out, each on its own connection (``connection.Held``):
+- At most ``fetches_out`` fetches out, each on its own connection (``connection.Held``):
   an ack leaves with the fetch it was handed in before, or the next, sent as soon as
   one out returns, so the window in which a crash can re-run a finished job stays
   about one fetch round trip. Each fetch asks only for jobs no fetch out has asked
@@ -73,11 +74,14 @@ ERROR_MAX_PAUSE = 2.0
 # job queued behind plain ones waits to be found while the threads are all busy. Long
 # enough that a plain load (no async job coming) rarely takes a job it can't start.
 PROBE_PAUSE = 5.0
-# Fetches out at once, each on a connection of its own: a thread that comes free while
-# one is out sends the second for itself instead of waiting to be woken. Two measured
-# about 10% more jobs/s than one with a hundred threads that wait, and within the
-# spread of single runs with ten (docs/performance.md "The run layer").
+# Fetches out at once, each on a connection of its own: with many threads a thread that
+# comes free while one is out sends the second for itself instead of waiting to be
+# woken. Measured (docs/performance.md "The run layer"): two gave about 10% more jobs/s
+# than one with a hundred threads that wait, and about 10% fewer with ten threads on
+# INCR jobs, where one fetch already serves several threads and a second one only
+# splits them. So two from SECOND_FETCH_FROM threads on, else one.
 FETCHES_OUT = 2
+SECOND_FETCH_FROM = 50
 # A feeder loop that raised (a bug, never an outage: those are caught and reported)
 # starts again after this pause; its state (threads waiting, acks) is kept.
 RESTART_PAUSE = 1.0
@@ -108,12 +112,20 @@ class Dispatcher:
     :meth:`flush`)."""
 
     def __init__(
-        self, strategy: BatchFetch, record: Record, control: Control, concurrency: int
+        self,
+        strategy: BatchFetch,
+        record: Record,
+        control: Control,
+        concurrency: int,
+        fetches_out: int | None = None,
     ) -> None:
         self.strategy = strategy
         self.record = record
         self.control = control
         self.concurrency = concurrency
+        if fetches_out is None:
+            fetches_out = FETCHES_OUT if concurrency >= SECOND_FETCH_FROM else 1
+        self.fetches_out = fetches_out
         self._lock = threading.Lock()
         # Fetched for waiting threads, not yet taken (a C queue: no Python-level lock or
         # condition per job), and the feeder's wake-ups (a fetch came back with
@@ -134,7 +146,7 @@ class Dispatcher:
         self._nudged = False  # (nudge: fetch now, the idle pause is over)
         self._thread: threading.Thread | None = None
         # One connection per fetch out; the free ones (under the lock).
-        self._links = [connection.Held() for _ in range(FETCHES_OUT)]
+        self._links = [connection.Held() for _ in range(fetches_out)]
         self._free_links = list(self._links)
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
@@ -298,7 +310,7 @@ class Dispatcher:
         processor thread's) was out when this was called (what it took after the
         hand-over needs a second pass)."""
         thread = self._thread
-        was_fetching = len(self._free_links) < FETCHES_OUT
+        was_fetching = len(self._free_links) < self.fetches_out
         if thread is None:
             return was_fetching
         self._wake.put(None)

@@ -15,7 +15,7 @@ import pytest
 
 from cogworker_django import conf, connection, keys, payload
 from cogworker_django.conf import QueueSpec
-from cogworker_django.worker.dispatch import FETCHES_OUT, Dispatcher
+from cogworker_django.worker.dispatch import FETCHES_OUT, SECOND_FETCH_FROM, Dispatcher
 from cogworker_django.worker.fetch import ReliableFetch
 from cogworker_django.worker.record import ACK, Control, Record
 
@@ -50,7 +50,9 @@ class Counting(ReliableFetch):
 def parts():
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
     record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    d = Dispatcher(strategy, record, control, 4)
+    # Two fetches out, as with SECOND_FETCH_FROM threads or more (four threads would get
+    # one: test_one_fetch_out_below_second_fetch_from).
+    d = Dispatcher(strategy, record, control, 4, fetches_out=2)
     yield strategy, record, control, d
     control.quiet.set()
     control.stopping.set()
@@ -121,6 +123,35 @@ def test_threads_that_come_free_during_fetches_share_the_next_one(parts, r):
     assert d.known() == set()  # every job fetched was taken
 
 
+def test_one_fetch_out_below_second_fetch_from(r):
+    """Fewer threads than SECOND_FETCH_FROM: one fetch out; a thread that comes free
+    while it is out waits, and the feeder's next fetch serves it."""
+    assert FETCHES_OUT == 2
+    strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
+    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    assert Dispatcher(strategy, record, control, SECOND_FETCH_FROM).fetches_out == 2
+    d = Dispatcher(strategy, record, control, SECOND_FETCH_FROM - 1)
+    assert d.fetches_out == 1
+    push(*"abc")
+    strategy.gate = threading.Event()
+    d.start()
+    try:
+        got: list = []
+        first = take(d, got)
+        wait_for(lambda: len(strategy.calls) == 1)
+        others = [take(d, got) for _ in range(2)]
+        time.sleep(0.2)
+        assert strategy.calls == [(0, 1)]  # one fetch out: nobody sends a second
+        strategy.gate.set()
+        for t in (first, *others):
+            t.join(5)
+        assert strategy.calls == [(0, 1), (0, 2)] and None not in got
+    finally:
+        control.quiet.set()
+        control.stopping.set()
+        d.join(5)
+
+
 def test_a_thread_that_finds_the_fetch_role_free_fetches_for_itself(parts, r):
     strategy, record, _control, d = parts
     push(*"abc")
@@ -149,7 +180,7 @@ def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
     strategy.fail = [KeyboardInterrupt()]
     with pytest.raises(KeyboardInterrupt):
         d.next(None, None)
-    assert len(d._free_links) == FETCHES_OUT and d._coming == d._wanting == 0  # noqa: SLF001
+    assert len(d._free_links) == 2 and d._coming == d._wanting == 0  # noqa: SLF001
     got: list = []
     take(d, got).join(5)
     assert got[0] is not None and strategy.calls == [(0, 1), (0, 1)]
