@@ -93,7 +93,7 @@ def _since(link: Any, began: float) -> float:
     before an outage the other has already seen end; its failure on first use after
     that is not a second outage (errors.report drops an attempt older than the last
     recovery). A real one is reported by the next attempt, on a fresh connection."""
-    opened = getattr(link, "opened_at", None)
+    opened = link.opened_at
     return began if opened is None else min(began, opened)
 
 

@@ -80,6 +80,12 @@ def wait_for(condition, seconds: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def ran(record: Record, work) -> None:
+    """``work`` ran and succeeded: in the record, its ack left to the next fetch."""
+    record.started(work)
+    record.settle_later(work.raw, ACK)
+
+
 def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
     """A processor thread's ask: hand in ``done``, wait for the next job."""
     t = threading.Thread(target=lambda: got.append(d.next(None, done)), daemon=True)
@@ -162,8 +168,7 @@ def test_a_thread_that_finds_the_fetch_role_free_fetches_for_itself(parts, r):
         work = d.next(None, done)
         assert work is not None
         mine.append(jid_of(work))
-        record.started(work)
-        record.settle_later(work.raw, ACK)
+        ran(record, work)
         done = work
     assert strategy.calls == [(0, 1), (1, 1), (1, 1)]
     assert d.own_fetches == 3 and d.fetches == 3
@@ -207,8 +212,7 @@ def test_acks_ride_with_the_next_fetch_and_settle_the_record(parts, r):
     got: list = []
     take(d, got).join(5)
     first = got[0]
-    record.started(first)
-    record.settle_later(first.raw, ACK)
+    ran(record, first)
     take(d, got, done=first).join(5)  # hands in the finished job
     assert strategy.calls == [(0, 1), (1, 1)]
     assert listed(r) == [jid_of(got[1])]
@@ -222,8 +226,7 @@ def test_an_ack_goes_at_once_while_the_queues_are_empty(parts, r):
     got: list = []
     take(d, got).join(5)
     work = got[0]
-    record.started(work)
-    record.settle_later(work.raw, ACK)
+    ran(record, work)
     # The queue is empty now and the feeder polls it with a growing pause; an ack
     # handed in meanwhile does not wait for the pause.
     time.sleep(0.5)
@@ -274,8 +277,7 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r,
     got: list = []
     take(d, got).join(5)
     work = got[0]
-    record.started(work)
-    record.settle_later(work.raw, ACK)
+    ran(record, work)
     import redis
 
     strategy.fail = [redis.ConnectionError("Connection refused")]
@@ -325,8 +327,7 @@ def test_give_back_and_flush(parts, r):
     control.stopping.set()
     control.quiet.set()
     assert d.join(5) is False
-    record.started(a)
-    record.settle_later(a.raw, ACK)
+    ran(record, a)
     assert d.next(None, a) is None  # handed in after the feeder's last fetch
     d.flush(connection.get_client())
     assert strategy.calls[-1] == (1, 0)

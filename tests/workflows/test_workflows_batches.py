@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import Batch, BatchFinished, BatchNotFound, api, keys, payload
+from cogworker_django import Batch, BatchFinished, BatchNotFound, api, client, keys, payload
 from cogworker_django.middleware import Reschedule
 from cogworker_django.workflows import store
 from cogworker_django.workflows.middleware import BatchMiddleware
@@ -79,6 +79,30 @@ def test_a_batch_key_of_the_wrong_type_refuses_the_push_whole(r, prefix):
             tj.wf_member.enqueue("a")
         assert queued(r) == []  # nothing pushed that is not counted
         r.delete(keys.batch_pending(batch.bid))
+
+
+def test_a_bulk_push_refused_for_one_batch_pushes_and_counts_the_rest(r, prefix):
+    """One bulk push of members of two batches and a job of none, one batch's key of
+    the wrong type: a BulkPushError names exactly the job not pushed; the job of no
+    batch and the other batch's member are queued, and that member is counted."""
+    ok, bad = Batch(), Batch()
+    with ok:
+        tj.wf_member.enqueue("ok-0")
+    with bad:
+        tj.wf_member.enqueue("bad-0")
+    r.delete(keys.queue("default"))
+    r.delete(keys.batch_pending(bad.bid))
+    r.set(keys.batch_pending(bad.bid), "oops")
+    jobs = [
+        tj.wf_member.s("ok-1").build(bid=ok.bid),
+        payload.build("testapp.jobs.record", ["plain"], queue="default"),
+        tj.wf_member.s("bad-1").build(bid=bad.bid),
+    ]
+    with pytest.raises(client.BulkPushError, match="WRONGTYPE") as refused:
+        client.push_many(jobs)
+    assert refused.value.results == [jobs[0]["jid"], jobs[1]["jid"], None]
+    assert sorted(j["jid"] for j in queued(r)) == sorted([jobs[0]["jid"], jobs[1]["jid"]])
+    assert len(pending(r, ok.bid)) == 2
 
 
 def test_success_is_recorded_once_per_jid_and_fires_each_callback_once(r, prefix):
