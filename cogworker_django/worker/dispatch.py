@@ -132,6 +132,7 @@ class Dispatcher:
         # work to do, an ack to send, a nudge).
         self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._freed: queue.SimpleQueue[Any] = queue.SimpleQueue()  # the loop's (hand_in)
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
         # Plain dict operations, atomic under the interpreter lock.
         self._fetched: dict[int, Work] = {}
@@ -245,11 +246,23 @@ class Dispatcher:
         return plain
 
     def hand_in(self, freed: Any) -> None:
-        """The event loop's side: slots came free (an aio.Freed, with the jobs to ack)."""
-        with self._lock:
+        """The event loop's side: slots came free (an aio.Freed, with the jobs to ack).
+        Never waits: the loop that every async job shares doesn't take the dispatcher's
+        lock (its holder may itself be waiting for the interpreter lock behind a hundred
+        threads); the feeder, woken, takes the slots and acks in (:meth:`_take_freed`)."""
+        self._freed.put(freed)
+        self._wake.put(None)
+
+    def _take_freed(self) -> None:
+        """(Under the lock.) What the event loop handed in so far."""
+        get = self._freed.get_nowait
+        while True:
+            try:
+                freed = get()
+            except queue.Empty:
+                return
             self._aio_free += freed.slots
             self._acks.extend(freed.works)
-        self._wake.put(None)
 
     def release(self, conn: Any, done: Work) -> None:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
@@ -287,6 +300,7 @@ class Dispatcher:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
         failure; the hand-over then drops them from the list, as pending acks)."""
         with self._lock:
+            self._take_freed()
             acks, self._acks = self._acks, []
         if not acks:
             return
@@ -358,6 +372,7 @@ class Dispatcher:
         """A connection, the acks and the jobs to ask for, when there is something to send
         now; else when to look again (monotonic)."""
         with self._lock:
+            self._take_freed()
             now = time.monotonic()
             if not self._free_links:
                 return now + WAIT_SLICE  # every fetch out: the first back wakes the feeder

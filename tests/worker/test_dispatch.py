@@ -316,6 +316,28 @@ def test_a_feeder_that_raises_is_restarted_with_its_state(parts, r, caplog):
     assert any("the feeder failed" in r.getMessage() for r in caplog.records)
 
 
+def test_the_event_loops_hand_in_never_waits_for_the_dispatchers_lock(parts, r):
+    """The loop every async job shares hands in freed slots while a thread holds the
+    dispatcher's lock: it returns at once, and the feeder's next fetch carries the ack."""
+    from cogworker_django.worker.aio import Freed
+
+    strategy, record, control, d = parts
+    push("a")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    work = got[0]
+    ran(record, work)
+    with d._lock:  # noqa: SLF001 - a processor thread in the middle of its bookkeeping
+        loop = threading.Thread(target=d.hand_in, args=(Freed(1, [work]),), daemon=True)
+        loop.start()
+        loop.join(5)
+        assert not loop.is_alive()
+    wait_for(lambda: record.pending() == {})
+    assert (1, 0) in strategy.calls  # the ack, alone (no thread wants a job)
+    assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
+
+
 def test_give_back_and_flush(parts, r):
     strategy, record, control, d = parts
     push("a", "b")
