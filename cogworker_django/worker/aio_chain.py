@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections
 
 if TYPE_CHECKING:
-    from .aio import AsyncSide
+    from .aio_side import Side
 
 
 async def run(
@@ -36,7 +36,7 @@ async def run(
     job: dict[str, Any],
     queue: str,
     perform: Callable[[], Awaitable[Any]],
-    side: AsyncSide,
+    side: Side,
 ) -> Any:
     """``perform()`` through ``links``, outermost first."""
     n = len(links)
@@ -58,7 +58,7 @@ async def _on_helper(
     job: dict[str, Any],
     queue: str,
     rest: Callable[[], Coroutine[Any, Any, Any]],
-    side: AsyncSide,
+    side: Side,
 ) -> Any:
     loop = side.loop
 
@@ -75,7 +75,7 @@ async def _on_helper(
     return await in_helper(side, around)
 
 
-async def in_helper(side: AsyncSide, fn: Callable[..., Any], *args: Any) -> Any:
+async def in_helper(side: Side, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on a helper thread, in a copy of the calling task's context (the
     run's: taskcontext.py), awaited without blocking the loop."""
     context = contextvars.copy_context()

@@ -36,7 +36,7 @@ from .record import ACK, Work
 from .timeouts import Watched
 
 if TYPE_CHECKING:
-    from .aio import AsyncSide
+    from .aio_side import Side
 
 log = logging.getLogger("cogworker_django")
 
@@ -46,7 +46,7 @@ class AsyncRun(Settler):
     index = -1
     thread = None
 
-    def __init__(self, side: AsyncSide, work: Work, job: dict[str, Any], name: str) -> None:
+    def __init__(self, side: Side, work: Work, job: dict[str, Any], name: str) -> None:
         self.side = side
         self.work = work
         self.job = job

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors, telemetry
 
 if TYPE_CHECKING:
-    from .aio import AsyncSide
+    from .aio_side import Side
 
 log = logging.getLogger("cogworker_django")
 
@@ -42,7 +42,7 @@ LAG_WINDOW = 10.0
 
 
 class LoopWatch:
-    def __init__(self, side: AsyncSide) -> None:
+    def __init__(self, side: Side) -> None:
         self.side = side
         self.lag = 0.0  # the last tick's lateness
         self.worst_lag = 0.0  # since the start (for tests and the performance notes)

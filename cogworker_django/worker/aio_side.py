@@ -1,0 +1,24 @@
+"""What a run, the middleware chain's async side and the loop watch need of the loop's
+owner (:class:`worker.aio.AsyncSide`), as a protocol: they are built by it and call back
+into it, so naming the class itself would tie the four modules in a circle."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from .record import Record, WorkBoard
+
+
+class Side(Protocol):
+    loop: asyncio.AbstractEventLoop
+    executor: ThreadPoolExecutor
+    record: Record
+    strategy: Any
+    board: WorkBoard
+    watchdog: Any
+    chain: Any
+    runs: dict[int, Any]  # running now, by slot (the loop thread's)
+
+    def free_threadsafe(self, run: Any) -> None: ...
