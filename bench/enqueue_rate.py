@@ -38,7 +38,7 @@ def main() -> None:
     django.setup()
     from testapp.jobs import noop
 
-    from cogworker_django import connection, keys
+    from cogworker_django.store import connection, keys
 
     client = connection.get_client()
     try:
@@ -61,8 +61,7 @@ def main() -> None:
             client.delete(key)
     print(f"enqueue_many: {args.bulk} jobs in {bulk:.3f}s = {args.bulk / bulk:,.0f} jobs/s")
     print(
-        f"  with 2 args: {args.bulk} jobs in {bulk_args:.3f}s = "
-        f"{args.bulk / bulk_args:,.0f} jobs/s"
+        f"  with 2 args: {args.bulk} jobs in {bulk_args:.3f}s = {args.bulk / bulk_args:,.0f} jobs/s"
     )
     print(f"enqueue:      {args.single} jobs in {single:.3f}s = {args.single / single:,.0f} jobs/s")
 

@@ -17,7 +17,10 @@ import api``).
 
 __version__ = "0.1.0"
 
-from .client import BulkPushError  # noqa: E402
+from . import _moved  # noqa: E402
+
+_moved.install(__name__)  # the old paths of modules moved into folders (_moved.py)
+
 from .controls import (  # noqa: E402
     JobCancelled,
     JobTimeout,
@@ -26,10 +29,11 @@ from .controls import (  # noqa: E402
     check_cancelled,
     limit,
 )
-from .errors import CogworkerError  # noqa: E402
-from .jobs import BadArguments, NotRegistered, call, current_job, job  # noqa: E402
-from .middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
+from .core.client import BulkPushError  # noqa: E402
+from .core.jobs import BadArguments, NotRegistered, call, current_job, job  # noqa: E402
+from .core.middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
 from .periodic.slots import CronError  # noqa: E402
+from .store.errors import CogworkerError  # noqa: E402
 from .workflows import (  # noqa: E402
     Batch,
     BatchFinished,

@@ -1,7 +1,7 @@
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from .commandline import running_management_command
+from .core.commandline import running_management_command
 
 
 class CogworkerConfig(AppConfig):
@@ -37,7 +37,7 @@ def _listen_for_departing_tasks() -> None:
         import django.tasks  # noqa: F401
     except ImportError:
         return
-    from . import departures
+    from .core import departures
     from .djtasks import lifecycle
 
     departures.add_listener(lifecycle.departed)
@@ -47,7 +47,7 @@ def _listen_for_departing_batch_members() -> None:
     """A batch member that leaves without a run (dead as a poison job, deleted or killed
     by an operator) counts as failed in its batch, in every process that can make one
     leave."""
-    from . import departures
+    from .core import departures
     from .workflows import middleware
 
     departures.add_listener(middleware.departed)

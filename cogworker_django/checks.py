@@ -16,7 +16,8 @@ from typing import Any
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
-from . import cluster, conf, connection, errors
+from . import conf
+from .store import cluster, connection, errors
 
 # The tag of the checks that talk to Redis: `manage.py check --deploy --tag cogworker_redis`.
 REDIS_TAG = "cogworker_redis"
@@ -44,7 +45,7 @@ PERIODIC_STOPS = ("check", "cogworker")
 @checks.register("cogworker")
 def check_periodic(app_configs=None, **kwargs):
     """Every COGWORKER_PERIODIC entry (its job must be a registered @job)."""
-    from .commandline import management_command
+    from .core.commandline import management_command
     from .periodic import entries
 
     found = entries.check_messages()
@@ -72,7 +73,7 @@ def check_job_modules(app_configs=None, **kwargs):
     loaded first, so jobs defined in views (or imported by them) are seen."""
     if _settings_or_none() is None:
         return []
-    from . import jobs
+    from .core import jobs
 
     try:
         jobs.import_job_modules()
@@ -117,7 +118,7 @@ def check_job_queues(app_configs=None, **kwargs):
     s = _settings_or_none()
     if s is None:
         return []
-    from . import jobs
+    from .core import jobs
 
     try:
         jobs.import_job_modules()

@@ -440,7 +440,7 @@ def retry_backoff() -> Any:
     try:
         hook = import_string(path)
     except Exception as exc:  # noqa: BLE001 - any import failure is the message
-        from .errors import describe
+        from .store.errors import describe
 
         raise bad(f"can't be imported: {describe(exc)}") from None
     if not callable(hook):

@@ -11,7 +11,7 @@ wants ``Authorization: Bearer <token>``: 401 without it, 403 with another token 
 in constant time). Redis away answers 503, so the scrape's ``up`` is 0.
 
 Each worker serves its own process metrics (``manage.py cogworker --metrics-port``):
-see ``cogworker_django.telemetry``. ``prometheus_client`` comes with the ``metrics``
+see ``cogworker_django.observe.telemetry``. ``prometheus_client`` comes with the ``metrics``
 extra (``pip install 'cogworker-django[metrics]'``); it is imported on first use.
 """
 
@@ -27,7 +27,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from . import conf, errors
+from . import conf
+from .store import errors
 
 NEEDS = "the metrics need prometheus_client: pip install 'cogworker-django[metrics]'"
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from . import testrun
+from .core import testrun
 
 INI_OPTION = "cogworker_redis"
 MARKER = "cogworker_redis"

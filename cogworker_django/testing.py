@@ -17,8 +17,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from . import client, jobs, payload, recording
-from .recording import recorded
+from .core import client, jobs, payload, recording
+from .core.recording import recorded
 from .workflows import local as workflows_local
 
 __all__ = ["clear", "drain", "fake", "inline", "perform_one", "recorded"]

@@ -1,7 +1,7 @@
 """MkDocs hook: links from docs/ to the rest of the repository.
 
 The pages link to files outside docs/ (``../tests/worker/test_worker_runs.py``,
-``../cogworker_django/lua/...``), which MkDocs cannot check and would report as missing
+``../cogworker_django/store/lua/...``), which MkDocs cannot check and would report as missing
 documentation files. For each such link this hook
 
 - fails the build when the target does not exist in the repository (every broken link

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from cogworker_django import homes, keys, payload
+from cogworker_django.core import payload
+from cogworker_django.store import homes, keys
 
 
 def make_job(func: str = "testapp.jobs.record", *args, queue: str = "default", **extra) -> dict:

@@ -14,7 +14,10 @@ import pytest
 import redis
 from django.test import override_settings
 
-from cogworker_django import connection, errors, locks, stats, testing
+from cogworker_django import testing
+from cogworker_django.core import locks
+from cogworker_django.observe import stats
+from cogworker_django.store import connection, errors
 
 from . import cluster_support
 from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker

@@ -48,7 +48,7 @@ def after_boot_key_guard(r: redis.Redis, prefix: str) -> None:
     can break keys that it must then leave broken. The pass runs after the poller's first
     poll: wait for two polls, each moving a due job (``record`` of "poll1", "poll2") that
     then runs. Tests counting runs count these two."""
-    from cogworker_django import payload
+    from cogworker_django.core import payload
 
     for token in ("poll1", "poll2"):
         due = payload.build("testapp.jobs.record", [token], queue="default")
@@ -61,7 +61,7 @@ def forked_child_gets_its_own_client() -> bool:
     when the child's client was not the parent's object and answered; the parent's own
     client must still be the cached one afterwards (--processes forks workers: a child
     must never share its parent's sockets)."""
-    from cogworker_django import connection
+    from cogworker_django.store import connection
 
     parent = connection.get_client()
     assert parent.ping()

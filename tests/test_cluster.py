@@ -10,8 +10,9 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.crc import key_slot
 from testapp import jobs as tj
 
-from cogworker_django import checks, cluster, conf, connection, errors, keys
+from cogworker_django import checks, conf
 from cogworker_django.api.server import RedisServer
+from cogworker_django.store import cluster, connection, errors, keys
 
 from .helpers import (
     MAIN_REDIS_URL,

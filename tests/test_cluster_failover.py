@@ -18,7 +18,7 @@ import redis
 from redis.crc import key_slot
 from testapp import jobs as tj
 
-from cogworker_django import connection, errors, keys
+from cogworker_django.store import connection, errors, keys
 
 from .cluster_support import LocalCluster
 from .helpers import MAIN_REDIS_URL, wait_until

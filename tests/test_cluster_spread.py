@@ -9,8 +9,11 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import api, connection, homes, keyguard, keys, payload
+from cogworker_django import api
 from cogworker_django.conf import QueueSpec
+from cogworker_django.core import payload
+from cogworker_django.store import connection, homes, keys
+from cogworker_django.worker import keyguard
 from cogworker_django.worker.fetch import ReliableFetch
 
 from .helpers import wait_until
@@ -316,7 +319,7 @@ def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(worker
     shortened: the envelope is written as of 61 s ago) and leaves a younger one alone."""
     import json
 
-    from cogworker_django import outbox
+    from cogworker_django.store import outbox
 
     qs = three_masters()
     old = json.loads(

@@ -12,7 +12,9 @@ import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import Batch, chain, connection, keys, outbox, payload, scripts
+from cogworker_django import Batch, chain
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys, outbox, scripts
 from cogworker_django.workflows import store
 from cogworker_django.workflows.middleware import BatchMiddleware
 

@@ -8,7 +8,7 @@ import decimal
 
 import pytest
 
-from cogworker_django import codec
+from cogworker_django.store import codec
 
 
 def test_raw_payload_bytes_round_trip():

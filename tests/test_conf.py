@@ -185,7 +185,7 @@ def test_redis_options_that_keep_retries_off_are_accepted(options):
 
 
 def test_min_socket_timeout_is_longer_than_a_blocking_fetch():
-    from cogworker_django import connection
+    from cogworker_django.store import connection
 
     assert conf.min_socket_timeout() > connection.FETCH_BLOCK_SECONDS
     assert connection.DEFAULT_SOCKET_TIMEOUT >= conf.min_socket_timeout()

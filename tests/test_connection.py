@@ -12,7 +12,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys
+from cogworker_django.store import connection, keys
 
 from .helpers import MAIN_REDIS_URL, forked_child_gets_its_own_client, free_port
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from cogworker_django import connection, scripts
+from cogworker_django.store import connection, scripts
 
 
 def conn_ids(client) -> set[int]:

@@ -7,7 +7,10 @@ import logging
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import api, departures, keys
+from cogworker_django import api
+from cogworker_django.core import departures
+from cogworker_django.core.departures import JobLeft
+from cogworker_django.store import keys
 
 
 def test_a_deleted_unique_job_releases_its_lock(r):
@@ -53,4 +56,5 @@ def test_a_deleted_scheduled_task_has_a_failed_result(r):
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path == "cogworker_django.departures.JobLeft"
+    assert result.errors[-1].exception_class is JobLeft  # the path imports
     assert "deleted from schedule by an operator" in result.errors[-1].traceback

@@ -6,7 +6,7 @@ import time
 import pytest
 import redis.exceptions as rx
 
-from cogworker_django import errors
+from cogworker_django.store import errors
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import json
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import BadArguments, keys, testing
+from cogworker_django import BadArguments, testing
+from cogworker_django.store import keys
 
 from .api_support import make_job, push
 from .helpers import wait_until
@@ -73,7 +74,7 @@ def test_a_payload_the_function_cannot_take_goes_to_dead_without_a_retry(worker,
     (dead,) = wait_until(lambda: _dead(r), 15, message="in dead")
     assert dead["jid"] == job["jid"]
     assert dead["retry_count"] == 1
-    assert dead["error_class"] == "cogworker_django.jobs.BadArguments"
+    assert dead["error_class"] == "cogworker_django.core.jobs.BadArguments"
     assert "does not take these arguments: too many positional arguments" in (dead["error_message"])
     assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     assert w.stop() == 0

@@ -11,7 +11,9 @@ import textwrap
 
 import pytest
 
-from cogworker_django import checks, jobs, keys
+from cogworker_django import checks
+from cogworker_django.core import jobs
+from cogworker_django.store import keys
 
 from .api_support import make_job, push
 from .helpers import run_command, wait_until

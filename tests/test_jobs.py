@@ -11,7 +11,9 @@ import redis
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import call, client, jobs, keys, middleware, payload
+from cogworker_django import call
+from cogworker_django.core import client, jobs, middleware, payload
+from cogworker_django.store import keys
 
 from .helpers import free_port
 

@@ -7,8 +7,10 @@ import logging
 
 import pytest
 
-from cogworker_django import keyguard, keys, stats
 from cogworker_django.api import quarantine as quarantine_api
+from cogworker_django.observe import stats
+from cogworker_django.store import keys
+from cogworker_django.worker import keyguard
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.spread]

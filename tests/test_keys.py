@@ -7,7 +7,7 @@ import sys
 from django.test import override_settings
 from testapp import jobs as tj
 
-from cogworker_django import keys
+from cogworker_django.store import keys
 
 from .helpers import MAIN_REDIS_URL, ROOT
 

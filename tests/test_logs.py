@@ -9,7 +9,8 @@ import logging
 from opentelemetry import trace
 from testapp import jobs as tj
 
-from cogworker_django import jobs, logs
+from cogworker_django.core import jobs
+from cogworker_django.observe import logs
 
 
 def _record(msg: str = "hello %s", *args, **kw) -> logging.LogRecord:

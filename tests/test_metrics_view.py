@@ -11,8 +11,9 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from testapp import jobs as tj
 
-from cogworker_django import keys, metrics
+from cogworker_django import metrics
 from cogworker_django.api import snapshot
+from cogworker_django.store import keys
 
 from .api_support import add_to, make_job, push
 from .helpers import wait_until

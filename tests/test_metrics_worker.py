@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from testapp import jobs as tj
 
-from cogworker_django import telemetry
+from cogworker_django.observe import telemetry
 
 from .helpers import free_port, run_command, wait_until
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cogworker_django import payload
+from cogworker_django.core import payload
 
 
 def test_build_has_every_field():

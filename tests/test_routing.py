@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from cogworker_django import client, connection, keys, payload, priority
 from cogworker_django.api.jobs import DeadSet, RetrySet, ScheduledSet
+from cogworker_django.core import client, payload, priority
+from cogworker_django.store import connection, keys
 from cogworker_django.worker import poller
 
 PRIORITIES = [0, 7, -3]

@@ -11,7 +11,7 @@ from .helpers import wait_until
 
 
 def runs(r) -> dict[str, int]:
-    from cogworker_django import keys
+    from cogworker_django.store import keys
 
     return {k: int(v) for k, v in r.hgetall(f"{keys.prefix()}:test:runs").items()}
 

@@ -4,7 +4,7 @@ from importlib import resources
 
 import pytest
 
-from cogworker_django import connection, scripts
+from cogworker_django.store import connection, scripts
 
 
 def lua_files():

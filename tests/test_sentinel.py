@@ -15,7 +15,7 @@ import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys
+from cogworker_django.store import connection, keys
 
 from .helpers import free_port, wait_until
 from .worker.test_faults_outage import outage_lines

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from cogworker_django import signatures
+from cogworker_django.core import signatures
 
 
 def f_none(): ...

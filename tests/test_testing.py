@@ -3,7 +3,8 @@
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, testing
+from cogworker_django import testing
+from cogworker_django.store import keys
 
 
 def test_fake_records_instead_of_pushing(r, prefix):

@@ -15,7 +15,8 @@ import textwrap
 
 import pytest
 
-from cogworker_django import client, testing, testrun
+from cogworker_django import testing
+from cogworker_django.core import client, testrun
 
 from .helpers import MAIN_REDIS_URL
 

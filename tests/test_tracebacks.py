@@ -9,7 +9,7 @@ import os
 
 from testapp import jobs as tj
 
-from cogworker_django import payload
+from cogworker_django.core import payload
 
 from .helpers import wait_until
 

@@ -15,7 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from testapp import jobs as tj
 
-from cogworker_django import keys, testing, tracing
+from cogworker_django import testing
+from cogworker_django.observe import tracing
+from cogworker_django.store import keys
 
 from .helpers import wait_until
 

@@ -7,7 +7,9 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django import api, keys, payload
+from cogworker_django import api
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 
 from .unique_helpers import lock_of
 

@@ -9,7 +9,8 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django import keys, payload, unique
+from cogworker_django.core import payload, unique
+from cogworker_django.store import keys
 
 from .helpers import wait_until
 from .unique_helpers import lock_of, stop_keeping_data

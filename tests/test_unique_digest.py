@@ -6,7 +6,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from testapp import jobs as tj
 
-from cogworker_django import conf, keys, unique
+from cogworker_django import conf
+from cogworker_django.core import unique
+from cogworker_django.store import keys
 
 UE = tj.record.using(unique="until_executed")
 

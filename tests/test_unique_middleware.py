@@ -6,8 +6,9 @@ import json
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, locks, unique
-from cogworker_django.middleware import Reschedule
+from cogworker_django.core import locks, unique
+from cogworker_django.core.middleware import Reschedule
+from cogworker_django.store import keys
 
 from .unique_helpers import lock_of
 

@@ -10,7 +10,8 @@ import redis
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import keys, locks
+from cogworker_django.core import locks
+from cogworker_django.store import keys
 
 from .unique_helpers import lock_of, queued, stop_keeping_data
 

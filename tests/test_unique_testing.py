@@ -3,7 +3,8 @@
 
 from testapp import jobs as tj
 
-from cogworker_django import keys, testing
+from cogworker_django import testing
+from cogworker_django.store import keys
 
 UE = tj.record.using(unique="until_executed")
 US = tj.record.using(unique="until_started")

@@ -7,7 +7,7 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys
+from cogworker_django.store import keys
 
 from .helpers import wait_until
 from .unique_helpers import lock_of

@@ -11,10 +11,11 @@ import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import client, keys
 from cogworker_django.api import Queue
+from cogworker_django.core import client
 from cogworker_django.periodic import entries
 from cogworker_django.periodic.ticker import Ticker
+from cogworker_django.store import keys
 
 from .admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 

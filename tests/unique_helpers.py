@@ -9,7 +9,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from testapp import jobs as tj
 
-from cogworker_django import keys, unique
+from cogworker_django.core import unique
+from cogworker_django.store import keys
 
 
 def lock_of(*args, queue: str = "default", func: str = tj.record.path, **kwargs) -> str:

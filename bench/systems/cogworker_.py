@@ -22,7 +22,7 @@ NAME = "cogworker"
 PREFIX = "bench"
 FETCH_MODES = ["reliable", "basic"]
 
-# Key names of docs/internals.md's data model (built in the package by cogworker_django.keys).
+# Key names of docs/internals.md's data model (built in the package by cogworker_django.store.keys).
 _QUEUE_KEY = f"{PREFIX}:queue:{QUEUE}"
 _INPROGRESS_PATTERN = f"{PREFIX}:inprogress:*"  # does not match "bench:inprogress_ids"
 
@@ -116,7 +116,7 @@ def enqueue(n: int, spec: RunSpec) -> float:
 def _connect() -> None:
     """Open the package's Redis connection before the clock starts, as for every peer."""
     try:
-        from cogworker_django.connection import get_client
+        from cogworker_django.store.connection import get_client
     except ImportError:  # the module layout changed: the lazy connect is then timed (~1 ms)
         return
     get_client().ping()

@@ -20,7 +20,8 @@ from django.urls import path, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from .. import checks, connection, errors
+from .. import checks
+from ..store import connection, errors
 
 TEMPLATES = "cogworker_django/admin/"
 

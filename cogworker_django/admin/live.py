@@ -20,8 +20,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from .. import conf, errors
+from .. import conf
 from ..api import History, Stats
+from ..store import errors
 from ..templatetags.cogworker_admin import percent, seconds, when
 from . import chart
 

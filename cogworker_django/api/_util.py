@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from .. import codec, connection
+from ..store import codec, connection
 
 
 def client() -> Any:

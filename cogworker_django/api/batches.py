@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
-from .. import keys
+from ..store import keys
 from ..workflows.status import BatchRecord, Failure
 from ._util import client, text
 

@@ -16,9 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, departures, homes, keys, locks, payload, priority
+from .. import conf
 from ..controls import limits
 from ..controls.spec import LimitSpec
+from ..core import departures, locks, payload, priority
+from ..store import homes, keys
 from ._util import as_datetime, client, text
 from .find import clean_jid
 from .jobs import JobSet, Outcome, RetrySet, ScheduledSet

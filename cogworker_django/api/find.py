@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from .. import errors, homes, keys
+from ..store import errors, homes, keys
 from ._util import as_bytes, client, text
 from .history import History, Run
 from .jobs import DeadSet, RetrySet, ScheduledSet

@@ -18,8 +18,8 @@ from typing import Any
 
 import redis
 
-from .. import connection, errors, keys, scripts
 from ..history import dumps
+from ..store import connection, errors, keys, scripts
 from ._util import as_datetime, epoch, text
 
 # "timeout", "cancelled" and "expired" come from the job controls (a timeout is a

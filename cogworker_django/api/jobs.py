@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from .. import conf, departures, homes, keys, locks, payload, priority, scripts
+from .. import conf
+from ..core import departures, locks, payload, priority
+from ..store import homes, keys, scripts
 from . import search as scanning
 from ._util import as_bytes, client
 from .records import JobRecord, parse_entry_key

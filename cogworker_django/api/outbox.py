@@ -37,7 +37,7 @@ class Outbox:
             try:
                 size, age = relay.outbox_size(alias)
             except Exception as exc:  # noqa: BLE001 - one database down hides no other
-                from ..errors import describe
+                from ..store.errors import describe
 
                 found.append(OutboxInfo(alias, 0, None, describe(exc)))
                 continue

@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import client, connection, errors, keys, locks
+from ..core import client, locks
 from ..periodic import entries as entries_mod
 from ..periodic import running_lock
+from ..store import connection, errors, keys
 from ._util import as_datetime, text
 
 

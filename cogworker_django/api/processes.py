@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import conf, errors, homes, keys
+from .. import conf
+from ..store import errors, homes, keys
 from ._util import as_datetime, client, epoch, text
 from .records import JobRecord
 

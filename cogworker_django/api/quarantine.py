@@ -1,4 +1,4 @@
-"""``Quarantine``: keys of the wrong type the key guard (``cogworker_django.keyguard``)
+"""``Quarantine``: keys of the wrong type the key guard (``cogworker_django.worker.keyguard``)
 moved aside: listed, previewed within bounds, deleted."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 import redis
 
-from .. import connection, keyguard, keys
+from ..store import connection, keys
+from ..worker import keyguard
 from ._util import as_datetime, epoch, text
 
 # Bounds on what preview() reads and returns, whatever the size of the copy.

@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import conf, departures, homes, keys, locks, payload
+from .. import conf
+from ..core import departures, locks, payload
+from ..store import homes, keys
 from ._util import as_bytes, client, epoch, text
 from .jobs import Outcome
 from .records import JobRecord

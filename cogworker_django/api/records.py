@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .. import codec, payload
+from ..core import payload
+from ..store import codec
 from ._util import as_datetime, text
 
 # Lists show arguments cut to this many characters.

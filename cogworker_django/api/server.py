@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from .. import cluster, keys
+from ..store import cluster, keys
 from ._util import client, text
 
 

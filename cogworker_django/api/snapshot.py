@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from .. import keys
+from ..store import keys
 from ._util import client
 from .jobs import DeadSet, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from .. import keys
+from ..store import keys
 from ._util import client, text
 from .jobs import DeadSet, RetrySet, ScheduledSet
 from .processes import AwaitingRecovery, ProcessRecord, ProcessSet

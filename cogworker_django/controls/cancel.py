@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .. import errors, keys
+from ..store import errors, keys
 from .errors import JobCancelled
 from .runtime import cancelled
 

@@ -6,7 +6,7 @@ history (history/recorder.py reads it) instead of "failed".
 
 from __future__ import annotations
 
-from ..errors import CogworkerError
+from ..store.errors import CogworkerError
 from . import runtime
 
 

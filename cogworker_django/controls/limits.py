@@ -44,8 +44,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import codec, conf, connection, errors, keys, scripts
-from ..middleware import Reschedule
+from .. import conf
+from ..core.middleware import Reschedule
+from ..store import codec, connection, errors, keys, scripts
 from . import runtime
 from .errors import JobCancelled, OverLimit
 from .spec import LimitSpec
@@ -325,7 +326,7 @@ def limit(name: str, wait: float | None = None) -> Iterator[None]:
         raise ValueError(
             f"limit({name!r}): wait must be a number of seconds >= 0, or None, got {wait!r}: {why}"
         )
-    from .. import jobs
+    from ..core import jobs
 
     deadline = None if wait is None else time.monotonic() + wait
     while True:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from .. import taskcontext
+from ..core import taskcontext
 
 
 class RunState:

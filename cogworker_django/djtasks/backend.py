@@ -25,7 +25,8 @@ from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_enqueued
 
-from .. import client, conf, jobs, payload
+from .. import conf
+from ..core import client, jobs, payload
 from ..workflows import context as workflow
 from . import KIND, resolve, results, runner, store
 

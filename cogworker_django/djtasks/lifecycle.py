@@ -31,8 +31,8 @@ from django.tasks import Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 
-from .. import jobs, locks, middleware, unique
-from ..errors import describe
+from ..core import jobs, locks, middleware, unique
+from ..store.errors import describe
 from ..worker import failures
 from . import resolve, results, store, worker_setup
 

@@ -32,7 +32,7 @@ from typing import Any
 from django.apps import apps
 from django.tasks import Task, task_backends
 
-from ..errors import describe
+from ..store.errors import describe
 from . import store
 
 

@@ -10,8 +10,9 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from .. import connection, keys, payload
-from ..errors import safe_str
+from ..core import payload
+from ..store import connection, keys
+from ..store.errors import safe_str
 from . import resolve, store
 from .store import from_iso
 

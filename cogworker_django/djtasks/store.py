@@ -34,7 +34,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from .. import conf, connection, errors, keys, priority, scripts
+from .. import conf
+from ..core import priority
+from ..store import connection, errors, keys, scripts
 
 log = logging.getLogger("cogworker_django")
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from .. import errors
 from ..api import outbox as outbox_api
+from ..store import errors
 from . import relay
 
 log = logging.getLogger("cogworker_django")

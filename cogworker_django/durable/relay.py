@@ -34,9 +34,10 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from .. import connection, errors, homes, keys, locks, payload, priority, scripts
-from ..unique import PUSH_LOCKED, lock_key
-from ..unique import _push_ttl as push_ttl
+from ..core import locks, payload, priority
+from ..core.unique import PUSH_LOCKED, lock_key
+from ..core.unique import _push_ttl as push_ttl
+from ..store import connection, errors, homes, keys, scripts
 from ..workflows import store
 from ..workflows.signatures import BatchFinished, BatchNotFound
 from .entry import CLOSE, TABLE, OutboxEntry

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import router, transaction
 
-from .. import client, middleware, payload
+from ..core import client, middleware, payload
 from . import relay
 from .entry import CLOSE, JOB, OutboxEntry
 

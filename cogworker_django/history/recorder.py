@@ -32,10 +32,12 @@ import time
 from collections import deque
 from typing import Any
 
-from .. import conf, errors, locks, payload
-from ..codec import CompactJSON, json_string
-from ..errors import CogworkerError
-from ..middleware import Reschedule
+from .. import conf
+from ..core import locks, payload
+from ..core.middleware import Reschedule
+from ..store import errors
+from ..store.codec import CompactJSON, json_string
+from ..store.errors import CogworkerError
 
 log = logging.getLogger("cogworker_django")
 

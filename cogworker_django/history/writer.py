@@ -14,7 +14,8 @@ import threading
 
 import redis
 
-from .. import conf, connection, errors, keys, scripts
+from .. import conf
+from ..store import connection, errors, keys, scripts
 from .recorder import (
     BACKOFF_FIRST,
     BACKOFF_MAX,

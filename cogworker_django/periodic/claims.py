@@ -32,7 +32,8 @@ import threading
 import time
 from typing import Any
 
-from .. import client, connection, errors, keys, outbox, payload, priority, scripts
+from ..core import client, payload, priority
+from ..store import connection, errors, keys, outbox, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -70,7 +71,7 @@ def names(value: Any, jid: str) -> bool:
 
 
 class ClaimedPush:
-    """The final write of one claimed slot's job, for :func:`cogworker_django.client.push`
+    """The final write of one claimed slot's job, for :func:`cogworker_django.core.client.push`
     (client.FinalWrite): ``plain`` pushes and removes the record in one step
     (lua/periodic_push.lua); a unique job's lock script does the same with
     :meth:`claim`'s KEYS/ARGV; ``other`` marks the record before any other path.

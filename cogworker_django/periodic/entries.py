@@ -17,7 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .. import conf, jobs, payload
+from .. import conf
+from ..core import jobs, payload
 from .slots import Cron, CronError
 
 FIELDS = ("cron", "job", "args", "kwargs", "queue", "unique", "timezone")

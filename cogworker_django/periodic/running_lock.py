@@ -32,9 +32,11 @@ import logging
 import math
 from typing import Any
 
-from .. import conf, errors, keys, locks, payload, scripts
-from ..middleware import Reschedule, ServerMiddleware
-from ..unique import is_last_attempt
+from .. import conf
+from ..core import locks, payload
+from ..core.middleware import Reschedule, ServerMiddleware
+from ..core.unique import is_last_attempt
+from ..store import errors, keys, scripts
 
 log = logging.getLogger("cogworker_django")
 

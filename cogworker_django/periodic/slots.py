@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from ..errors import CogworkerError
+from ..store.errors import CogworkerError
 
 # The aliases users know from crontab(5); expanded here because croniter treats some
 # of them differently depending on other options.

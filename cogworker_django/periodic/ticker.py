@@ -43,7 +43,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, connection, errors, keys, locks, scripts
+from .. import conf
+from ..core import locks
+from ..store import connection, errors, keys, scripts
 from . import claims, running_lock
 from .entries import Entry
 

@@ -37,8 +37,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .. import errors, jobs, payload
-from ..codec import wire
+from ..core import jobs, payload
+from ..store import errors
+from ..store.codec import wire
 from .aio_run import AsyncRun, note_connections
 from .loopwatch import LoopWatch
 from .record import Control, Record, Work, WorkBoard

@@ -25,11 +25,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import conf, departures, errors, jobs, keys, locks, middleware, payload, stats
-from .. import connection as redis_connection
+from .. import conf
 from ..controls import expiry, options, runtime
 from ..controls.errors import JobCancelled
-from ..taskcontext import TaskRun, current
+from ..core import departures, jobs, locks, middleware, payload
+from ..core.taskcontext import TaskRun, current
+from ..observe import stats
+from ..store import connection as redis_connection
+from ..store import errors, keys
 from . import aio_chain, failures
 from .processor import Dropped, Settler
 from .record import ACK, Work

@@ -57,7 +57,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from .. import connection, errors
+from ..store import connection, errors
 from .record import ACK, Control, Record, Work
 
 log = logging.getLogger("cogworker_django")

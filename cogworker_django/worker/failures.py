@@ -20,8 +20,10 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from .. import codec, conf, errors, jobs, middleware, payload
-from ..codec import wire
+from .. import conf
+from ..core import jobs, middleware, payload
+from ..store import codec, errors
+from ..store.codec import wire
 from .record import Filing, Work
 
 log = logging.getLogger("cogworker_django")

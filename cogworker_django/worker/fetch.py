@@ -29,9 +29,11 @@ from typing import Any
 
 import redis
 
-from .. import conf, connection, errors, homes, keys, payload, priority, scripts
-from ..codec import raw_text, wire
+from .. import conf
 from ..conf import QueueSpec
+from ..core import payload, priority
+from ..store import connection, errors, homes, keys, scripts
+from ..store.codec import raw_text, wire
 from .record import ACK, Filing, Record, Work
 
 log = logging.getLogger("cogworker_django")

@@ -39,7 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .. import __version__, conf, connection, errors, keys, locks, stats
+from .. import __version__, conf
+from ..core import locks
+from ..observe import stats
+from ..store import connection, errors, keys
 from .fetch import FetchStrategy
 from .record import Record
 from .settlement import settle_pending

@@ -25,8 +25,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .. import __version__, conf, connection, errors, locks, stats
+from .. import __version__, conf
 from ..conf import QueueSpec
+from ..core import locks
+from ..observe import stats
+from ..store import connection, errors
 from . import fetch
 from . import plugins as plugin_list
 from .heartbeat import Heartbeat

@@ -27,8 +27,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .. import codec, conf, connection, errors, keys, payload, scripts
+from .. import conf
 from ..controls import limits
+from ..core import payload
+from ..store import codec, connection, errors, keys, scripts
 from .fetch import text
 from .poller import move_scheduled
 

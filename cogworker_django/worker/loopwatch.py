@@ -18,7 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from .. import errors, telemetry
+from ..observe import telemetry
+from ..store import errors
 
 if TYPE_CHECKING:
     from .aio_side import Side

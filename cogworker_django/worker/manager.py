@@ -23,9 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import conf, connection, errors, middleware
+from .. import conf
 from ..controls import limits
 from ..controls.errors import JobTimeout
+from ..core import middleware
+from ..store import connection, errors
 from .fetch import FetchStrategy
 from .processor import Processor, RunChain
 from .record import Control, Record, WorkBoard

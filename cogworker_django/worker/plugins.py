@@ -31,12 +31,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import conf, history, keyguard, runlog, telemetry, unique
+from .. import conf, history
 from ..conf import QueueSpec
 from ..controls import cancel, limits, options
+from ..core import unique
 from ..durable import chore
+from ..observe import runlog, telemetry
 from ..periodic import entries, running_lock, ticker
 from ..workflows.middleware import BatchMiddleware
+from . import keyguard
 from .heartbeat import Beat
 
 Timer = tuple[str, float, Callable[[Any], Any]]
@@ -155,7 +158,7 @@ class Controls(Plugin):
         self._leases = limits.LeaseRefresher()
 
     def validate(self) -> None:
-        from .. import jobs
+        from ..core import jobs
 
         # Every registered job's limiters exist in COGWORKER["LIMITS"] (a job module
         # imported before the settings were configured was not checked then).

@@ -18,18 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import (
-    conf,
-    connection,
-    departures,
-    errors,
-    homes,
-    keys,
-    outbox,
-    payload,
-    priority,
-    scripts,
-)
+from .. import conf
+from ..core import departures, payload, priority
+from ..store import connection, errors, homes, keys, outbox, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery
 from .unsettled import file_unsettled

@@ -32,22 +32,13 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from .. import (
-    connection,
-    departures,
-    errors,
-    history,
-    jobs,
-    keys,
-    locks,
-    middleware,
-    payload,
-    stats,
-    telemetry,
-)
-from ..codec import wire
+from .. import history
 from ..controls import expiry, limits
 from ..controls.errors import JobCancelled, JobExpired
+from ..core import departures, jobs, locks, middleware, payload
+from ..observe import stats, telemetry
+from ..store import connection, errors, keys
+from ..store.codec import wire
 from . import failures
 from .dispatch import ERROR_MAX_PAUSE, IDLE_FIRST_PAUSE
 from .record import ACK, Control, Filing, Record, Work, WorkBoard

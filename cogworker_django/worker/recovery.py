@@ -41,10 +41,11 @@ from typing import Any
 
 import redis
 
-from .. import codec, conf, errors, homes, keys
-from ..codec import raw_text as text
+from .. import conf
 from ..controls import limits
 from ..periodic import claims
+from ..store import codec, errors, homes, keys
+from ..store.codec import raw_text as text
 from .heartbeat import redis_seconds
 from .requeue import requeue_from_list
 

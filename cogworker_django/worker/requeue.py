@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .. import conf, departures, homes, keys, payload, priority, scripts
-from ..codec import wire
+from .. import conf
+from ..core import departures, payload, priority
+from ..store import homes, keys, scripts
+from ..store.codec import wire
 from . import failures
 
 log = logging.getLogger("cogworker_django")

@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from .. import connection, errors
+from ..store import connection, errors
 from .fetch import FetchStrategy
 from .record import ACK, Record
 

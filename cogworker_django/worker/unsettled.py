@@ -17,7 +17,8 @@ import math
 import time
 from typing import Any
 
-from .. import errors, homes, keys, payload, scripts
+from ..core import payload
+from ..store import errors, homes, keys, scripts
 from .fetch import text, wire
 from .record import Filing
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import client, jobs, payload
+from ..core import client, jobs, payload
 from . import local, store
 from .context import Block, active, blocks_here, set_blocks
 from .signatures import Signature, WorkflowError, signature

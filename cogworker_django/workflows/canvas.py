@@ -12,7 +12,7 @@ once, in one round trip, and its ``then`` is the batch's on_success.
 
 from __future__ import annotations
 
-from .. import client
+from ..core import client
 from . import context
 from .batch import Batch
 from .signatures import Signature, WorkflowError, signature

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import client, errors, payload
+from ..core import client, payload
+from ..store import errors
 from . import context
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 from .status import BatchRecord, Failure

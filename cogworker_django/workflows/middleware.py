@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import connection, errors, keys, middleware, payload, unique
+from ..core import middleware, payload, unique
+from ..store import connection, errors, keys
 from . import store
 from .signatures import Signature, WorkflowError
 

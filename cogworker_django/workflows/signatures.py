@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import payload
-from ..errors import CogworkerError
+from ..core import payload
+from ..store.errors import CogworkerError
 
 
 class WorkflowError(CogworkerError):
@@ -133,7 +133,7 @@ class Signature:
         """Enqueue it now, as ``job.enqueue(*args, **kwargs)`` would; returns the jid."""
         if self.enqueuer is not None:
             return self.enqueuer.enqueue(*self.args, **self.kwargs)
-        from .. import client
+        from ..core import client
 
         return client.push(self.build())
 

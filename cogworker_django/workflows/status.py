@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .. import codec
+from ..store import codec
 from .signatures import Signature
 
 STATES = ("open", "running", "complete", "stopped", "succeeded")

@@ -26,7 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import conf, connection, errors, homes, keys, outbox, payload, priority, scripts
+from .. import conf
+from ..core import payload, priority
+from ..store import connection, errors, homes, keys, outbox, scripts
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 
 log = logging.getLogger("cogworker_django")

@@ -14,7 +14,8 @@ import time
 
 import redis.asyncio
 
-from cogworker_django import check_cancelled, current_job, job, keys
+from cogworker_django import check_cancelled, current_job, job
+from cogworker_django.store import keys
 
 # A pool of a few connections that a thousand coroutines share (as a user's would).
 client = redis.asyncio.Redis(

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from cogworker_django import connection, keys
+from cogworker_django.store import connection, keys
 
 
 def kill_flag_key() -> str:

@@ -10,7 +10,8 @@ import signal
 import threading
 import time
 
-from cogworker_django import connection, current_job, job, keys
+from cogworker_django import current_job, job
+from cogworker_django.store import connection, keys
 
 
 def runs_key() -> str:
@@ -173,7 +174,7 @@ def crash_processor_thread(token=None):
     thread (as a bug in it would), so the processor thread dies and must be replaced."""
     import threading
 
-    from cogworker_django import stats
+    from cogworker_django.observe import stats
 
     _count(token)
     thread = threading.current_thread()

@@ -3,7 +3,7 @@ leaves a mark in Redis (``<prefix>:test:imported``) that the tests look for."""
 
 from django.tasks import task
 
-from cogworker_django import connection, keys
+from cogworker_django.store import connection, keys
 
 connection.get_client().set(f"{keys.prefix()}:test:imported", "yes")
 

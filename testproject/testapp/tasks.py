@@ -14,7 +14,7 @@ from django.dispatch import receiver
 from django.tasks import task
 from django.tasks.signals import task_finished, task_started
 
-from cogworker_django import connection, keys
+from cogworker_django.store import connection, keys
 from cogworker_django.tasks_backend import CogworkerBackend
 
 

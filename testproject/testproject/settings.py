@@ -207,8 +207,8 @@ if os.environ.get("TESTPROJECT_JSON_LOGS") == "1":
     LOGGING = {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"job": {"()": "cogworker_django.logs.JobContextFilter"}},
-        "formatters": {"json": {"()": "cogworker_django.logs.JSONFormatter"}},
+        "filters": {"job": {"()": "cogworker_django.observe.logs.JobContextFilter"}},
+        "formatters": {"json": {"()": "cogworker_django.observe.logs.JSONFormatter"}},
         "handlers": {
             "console": {"class": "logging.StreamHandler", "filters": ["job"], "formatter": "json"},
         },

@@ -7,9 +7,9 @@ import time
 import pytest
 from django.utils.html import escape
 
-from cogworker_django import keys
 from cogworker_django.api import DeadSet, RetrySet, ScheduledSet
 from cogworker_django.api import quarantine as quarantine_api
+from cogworker_django.store import keys
 
 from ..admin_support import fast_passwords_fixture, messages_of, post, url  # noqa: F401 - autouse fixture
 from ..api_support import add_to, make_job, push, unique_job
@@ -161,7 +161,7 @@ def test_quiet_and_stop_reach_a_subscriber(admin_client, r):
 
 
 def test_quarantine_delete(admin_client, r):
-    from cogworker_django import keyguard
+    from cogworker_django.worker import keyguard
 
     r.set(keys.retry(keys.home_of("default")), "wrong type")
     keyguard.check()

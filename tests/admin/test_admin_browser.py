@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import Batch, history, keyguard, keys
+from cogworker_django import Batch, history
 from cogworker_django.api import DeadSet, ProcessSet
 from cogworker_django.api import history as api_history
 from cogworker_django.controls import limits
+from cogworker_django.store import keys
+from cogworker_django.worker import keyguard
 from cogworker_django.workflows.middleware import BatchMiddleware
 
 from ..admin_support import (  # noqa: F401 - fixtures

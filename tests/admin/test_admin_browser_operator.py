@@ -11,8 +11,9 @@ import os
 
 import pytest
 
-from cogworker_django import keys, payload
 from cogworker_django.api import DeadSet, Queue
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 
 from ..admin_support import PAGES, fast_passwords_fixture  # noqa: F401 - autouse fixture
 from ..api_support import add_to, make_job, push

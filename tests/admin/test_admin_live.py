@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from cogworker_django import history, keys
+from cogworker_django import history
 from cogworker_django.api import history as api_history
+from cogworker_django.store import keys
 
 from ..admin_support import (  # noqa: F401 - fixtures
     fast_passwords_fixture,

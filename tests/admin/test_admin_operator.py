@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from cogworker_django import keys
 from cogworker_django.api import DeadSet, Queue
+from cogworker_django.store import keys
 
 from ..admin_support import (  # noqa: F401 - autouse fixture
     fast_passwords_fixture,

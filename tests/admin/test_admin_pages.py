@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from cogworker_django import keys
 from cogworker_django.api import DeadSet
 from cogworker_django.api import quarantine as quarantine_api
+from cogworker_django.store import keys
 
 from ..admin_support import PAGES, fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 from ..api_support import add_to, make_job, push
@@ -263,7 +263,7 @@ def _raise(exc):
 
 
 def test_quarantine_page_and_preview(admin_client, r):
-    from cogworker_django import keyguard
+    from cogworker_django.worker import keyguard
 
     r.set(keys.dead(keys.home_of("default")), XSS)
     assert keyguard.check()

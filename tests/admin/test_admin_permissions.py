@@ -7,8 +7,8 @@ import time
 import pytest
 from django.test import Client
 
-from cogworker_django import keys
 from cogworker_django.api import DeadSet
+from cogworker_django.store import keys
 
 from ..admin_support import PAGES, fast_passwords_fixture, post, staff_client_fixture, url  # noqa: F401
 from ..api_support import add_to, make_job, push

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from cogworker_django import Batch, keys
+from cogworker_django import Batch
+from cogworker_django.store import keys
 
 from ..admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 from ..api_support import add_to, make_job

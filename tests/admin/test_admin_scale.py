@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from cogworker_django import connection, keys
 from cogworker_django.api import DeadSet
 from cogworker_django.api.search import FIND_BUDGET, SEARCH_BUDGET
+from cogworker_django.store import connection, keys
 
 from ..admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 

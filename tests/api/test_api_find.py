@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cogworker_django import history, keys, payload
+from cogworker_django import history
 from cogworker_django.api import Outcome, Queue, find_job
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 
 from ..api_support import add_to, make_job, push, unique_job
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from cogworker_django import keys
 from cogworker_django.api import DeadSet, Outcome, RetrySet, ScheduledSet
 from cogworker_django.api.jobs import requeue_route
+from cogworker_django.store import keys
 
 from ..api_support import add_to, make_job, unique_job
 
@@ -179,7 +179,7 @@ def test_delete_all_releases_locks_in_batches(r):
 
 
 def test_actions_retry_deferred_lock_releases_first(r):
-    from cogworker_django import locks
+    from cogworker_django.core import locks
 
     r.set(keys.unique("deferred", keys.home_of("default")), "owner")
     locks.deferred.add(keys.unique("deferred", keys.home_of("default")), "owner")

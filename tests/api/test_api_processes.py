@@ -7,8 +7,8 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys
 from cogworker_django.api import AwaitingRecovery, ProcessSet, Workers
+from cogworker_django.store import keys
 
 from ..helpers import wait_until
 

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from cogworker_django import keys
 from cogworker_django.api import Queue
+from cogworker_django.store import keys
 
 from ..api_support import make_job, push, unique_job
 
@@ -87,8 +87,9 @@ def test_clear_keeps_a_paused_queue_listed(r):
 def test_size_and_clear_count_prioritised_tasks(r):
     """django.tasks with a priority wait in P:pqueue:<q> beside the list: the queue's
     size includes them and clearing the queue removes them."""
-    from cogworker_django import client, keys, payload
     from cogworker_django.api import Queue
+    from cogworker_django.core import client, payload
+    from cogworker_django.store import keys
 
     client.push(payload.build("testapp.jobs.record", ("plain",), {}, queue="prio"))
     client.push(payload.build("testapp.jobs.record", ("high",), {}, queue="prio", priority=5))

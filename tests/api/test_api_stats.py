@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from cogworker_django import keys
 from cogworker_django.api import Stats
+from cogworker_django.store import keys
 
 from ..api_support import add_to, make_job, push
 

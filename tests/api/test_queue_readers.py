@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from cogworker_django import checks, jobs, keys
+from cogworker_django import checks
 from cogworker_django.api import Queue
 from cogworker_django.api.queues import read_window
+from cogworker_django.core import jobs
+from cogworker_django.store import keys
 
 from ..admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 from ..api_support import make_job, push

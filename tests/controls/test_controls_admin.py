@@ -9,9 +9,11 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import api, keys, payload
+from cogworker_django import api
 from cogworker_django.api import RetrySet, ScheduledSet
 from cogworker_django.controls import limits
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 
 from ..admin_support import (  # noqa: F401 - fixtures
     fast_passwords_fixture,

@@ -12,7 +12,8 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import api, payload
+from cogworker_django import api
+from cogworker_django.core import payload
 
 from ..helpers import wait_until
 
@@ -128,7 +129,7 @@ def test_cancelling_a_queued_task_fails_its_result(r, prefix):
 
 
 def test_cancel_a_job_waiting_with_a_priority(r, prefix):
-    from cogworker_django import client
+    from cogworker_django.core import client
 
     job = payload.build("testapp.jobs.noop", [], queue="default", priority=5)
     client.push(job)

@@ -190,7 +190,8 @@ def test_the_settlement_is_claimed_once_between_a_run_and_the_watchdog():
 
 
 def test_timeouts_and_cancels_have_their_own_metric_outcomes():
-    from cogworker_django import JobCancelled, telemetry
+    from cogworker_django import JobCancelled
+    from cogworker_django.observe import telemetry
     from cogworker_django.worker import processor  # registers them, as in every worker
 
     assert processor.Dropped

@@ -23,8 +23,9 @@ from django.tasks.signals import task_enqueued  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
-from cogworker_django import keys, testing  # noqa: E402
+from cogworker_django import testing  # noqa: E402
 from cogworker_django.djtasks import store  # noqa: E402
+from cogworker_django.store import keys  # noqa: E402
 from cogworker_django.tasks_backend import CogworkerBackend  # noqa: E402
 
 from ..helpers import free_port  # noqa: E402

@@ -10,7 +10,7 @@ pytest.importorskip("django.tasks")
 from django.tasks import TaskResultStatus  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
-from cogworker_django import keys  # noqa: E402
+from cogworker_django.store import keys  # noqa: E402
 
 from ..helpers import wait_until  # noqa: E402
 from .test_tasks_worker import finished  # noqa: E402

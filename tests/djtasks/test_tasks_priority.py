@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from cogworker_django import client, keys, payload, priority, scripts
 from cogworker_django.conf import QueueSpec
-from cogworker_django.connection import get_client
+from cogworker_django.core import client, payload, priority
+from cogworker_django.store import keys, scripts
+from cogworker_django.store.connection import get_client
 from cogworker_django.worker import fetch, poller
 
 from ..helpers import wait_until

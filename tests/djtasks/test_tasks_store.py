@@ -13,8 +13,9 @@ pytest.importorskip("django.tasks")
 from django.tasks import TaskResultStatus  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
-from cogworker_django import keys, payload  # noqa: E402
+from cogworker_django.core import payload  # noqa: E402
 from cogworker_django.djtasks import lifecycle, store  # noqa: E402
+from cogworker_django.store import keys  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +113,7 @@ def test_an_unrunnable_task_is_failed_without_a_run():
     assert data["status"] == "FAILED" and data["worker_ids"] == []
     assert "started_at" not in data and "finished_at" in data
     assert [e["exception_class_path"] for e in data["errors"]] == [
-        "cogworker_django.jobs.NotRegistered"
+        "cogworker_django.core.jobs.NotRegistered"
     ]
 
 

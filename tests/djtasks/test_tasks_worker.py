@@ -11,10 +11,13 @@ pytest.importorskip("django.tasks")
 from asgiref.sync import async_to_sync  # noqa: E402
 from django.tasks import TaskResultStatus  # noqa: E402
 from django.tasks.exceptions import TaskResultDoesNotExist  # noqa: E402
+from django.utils.module_loading import import_string  # noqa: E402
 from testapp import tasks as tt  # noqa: E402
 
-from cogworker_django import client, keys, payload  # noqa: E402
+from cogworker_django import NotRegistered  # noqa: E402
+from cogworker_django.core import client, payload  # noqa: E402
 from cogworker_django.djtasks import store  # noqa: E402
+from cogworker_django.store import keys  # noqa: E402
 
 from ..helpers import wait_until  # noqa: E402
 
@@ -197,6 +200,7 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(worker, r):
         assert data["status"] == "FAILED", data
         error = json.loads(data["errors"])[0]
         assert error["exception_class_path"] == "cogworker_django.jobs.NotRegistered"
+        assert import_string(error["exception_class_path"]) is NotRegistered
         assert why in error["traceback"]
         assert json.loads(data["worker_ids"]) == []  # it never ran
 

@@ -11,9 +11,9 @@ import pytest
 from django.db import connections, transaction
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys
 from cogworker_django.durable import relay
 from cogworker_django.models import OutboxEntry
+from cogworker_django.store import connection, keys
 
 from .. import durable_support
 

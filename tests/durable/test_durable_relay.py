@@ -16,10 +16,11 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 from testapp import jobs as tj
 
-from cogworker_django import Batch, api, connection, keys
+from cogworker_django import Batch, api
 from cogworker_django.durable import relay
 from cogworker_django.durable.entry import CLOSE
 from cogworker_django.models import OutboxEntry
+from cogworker_django.store import connection, keys
 
 from .. import durable_support
 

@@ -9,8 +9,8 @@ import django
 import pytest
 from django.db import transaction
 
-from cogworker_django import keys
 from cogworker_django.models import OutboxEntry
+from cogworker_django.store import keys
 
 pytestmark = [
     pytest.mark.skipif(django.VERSION < (6, 0), reason="django.tasks arrived in Django 6.0"),

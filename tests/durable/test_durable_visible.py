@@ -10,11 +10,12 @@ import pytest
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import connection, metrics
+from cogworker_django import metrics
 from cogworker_django.api import Outbox
 from cogworker_django.api.snapshot import Snapshot
 from cogworker_django.durable import chore
 from cogworker_django.models import OutboxEntry
+from cogworker_django.store import connection
 
 from .. import durable_support
 from ..admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture

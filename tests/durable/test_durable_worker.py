@@ -198,8 +198,8 @@ def test_a_database_lost_during_the_relay_is_said_once_and_its_rows_pushed_once_
     import pytest
     from django.db import connections
 
-    from cogworker_django import connection
     from cogworker_django.durable import chore, relay
+    from cogworker_django.store import connection
 
     if db_alias != "durable_pg":
         pytest.skip("a server to lose: PostgreSQL")

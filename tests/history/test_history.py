@@ -9,9 +9,11 @@ import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import client, history, keys, payload, scripts
+from cogworker_django import history
 from cogworker_django.api import history as history_api
-from cogworker_django.middleware import Reschedule
+from cogworker_django.core import client, payload
+from cogworker_django.core.middleware import Reschedule
+from cogworker_django.store import keys, scripts
 
 from ..helpers import free_port, wait_until
 

@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from cogworker_django import history, keys
+from cogworker_django import history
 from cogworker_django.api import History
 from cogworker_django.api import history as api_history
+from cogworker_django.store import keys
 
 
 @pytest.fixture(autouse=True)

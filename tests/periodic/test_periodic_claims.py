@@ -14,9 +14,11 @@ import pytest
 import redis as redis_lib
 from testapp import jobs as tj  # registers the jobs the entries name
 
-from cogworker_django import conf, connection, keyguard, keys, outbox, scripts
+from cogworker_django import conf
 from cogworker_django.periodic import claims, ticker
 from cogworker_django.periodic.ticker import Ticker
+from cogworker_django.store import connection, keys, outbox, scripts
+from cogworker_django.worker import keyguard
 from cogworker_django.worker.fetch import BasicFetch
 from cogworker_django.worker.recovery import OrphanRecovery
 

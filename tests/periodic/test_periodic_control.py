@@ -9,8 +9,8 @@ import time
 import pytest
 from django.test import override_settings
 
-from cogworker_django import keys
 from cogworker_django.api import periodic as control
+from cogworker_django.store import keys
 
 ENTRIES = {
     "report": {"cron": "0 3 * * *", "job": "testapp.jobs.periodic_tick", "timezone": "Asia/Tokyo"},

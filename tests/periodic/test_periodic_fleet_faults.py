@@ -171,7 +171,7 @@ def test_a_hanging_client_middleware_holds_up_only_the_recovered_claim(
     """Recovering a dead claimer's slot runs the client middleware (user code); one
     that hangs holds up that push on its own thread, never the poller that recovery
     runs on: scheduled jobs keep moving, and the slot is pushed once the hang ends."""
-    from cogworker_django import payload
+    from cogworker_django.core import payload
 
     server = redis_server()
     configure(REDIS_URL=server.url)

@@ -11,11 +11,12 @@ import pytest
 import redis
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
 
-from cogworker_django import connection, keys, locks, payload
 from cogworker_django.conf import QueueSpec
-from cogworker_django.middleware import Reschedule
+from cogworker_django.core import locks, payload
+from cogworker_django.core.middleware import Reschedule
 from cogworker_django.periodic import entries, running_lock
 from cogworker_django.periodic.running_lock import LockRefresher, RunningLockMiddleware
+from cogworker_django.store import connection, keys
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 

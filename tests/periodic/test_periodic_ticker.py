@@ -11,9 +11,9 @@ import time
 
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
 
-from cogworker_django import keys
 from cogworker_django.periodic import entries, ticker
 from cogworker_django.periodic.ticker import Ticker
+from cogworker_django.store import keys
 
 from ..helpers import wait_until
 

@@ -13,8 +13,10 @@ import time
 
 import pytest
 
-from cogworker_django import conf, connection, keys, payload
+from cogworker_django import conf
 from cogworker_django.conf import QueueSpec
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys
 from cogworker_django.worker.dispatch import FETCHES_OUT, SECOND_FETCH_FROM, Dispatcher
 from cogworker_django.worker.fetch import ReliableFetch
 from cogworker_django.worker.record import ACK, Control, Record

@@ -8,7 +8,8 @@ import time
 import redis.exceptions as rx
 from testapp import jobs as tj
 
-from cogworker_django import errors, keys, payload
+from cogworker_django.core import payload
+from cogworker_django.store import errors, keys
 
 from ..helpers import after_boot_key_guard, wait_until
 

@@ -14,7 +14,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from cogworker_django import errors
+from cogworker_django.store import errors
 
 from ..helpers import wait_until
 

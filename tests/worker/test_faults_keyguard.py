@@ -17,7 +17,9 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keyguard, keys, stats
+from cogworker_django.observe import stats
+from cogworker_django.store import keys
+from cogworker_django.worker import keyguard
 
 from ..helpers import RedisServer, Worker, wait_until
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys
+from cogworker_django.store import keys
 
 from ..helpers import FAST_SETTINGS, wait_until
 

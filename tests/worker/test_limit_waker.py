@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from cogworker_django import api, keys, payload
+from cogworker_django import api
 from cogworker_django.controls import limits
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 from cogworker_django.worker.limit_waker import LimitWaker
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spread]

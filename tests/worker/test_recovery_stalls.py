@@ -17,7 +17,9 @@ import time
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import conf, connection, keys, payload
+from cogworker_django import conf
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys
 from cogworker_django.worker.heartbeat import Clearance, stall_gap
 from cogworker_django.worker.recovery import OrphanRecovery, redis_now
 

@@ -14,7 +14,8 @@ import pytest
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import conf, scripts
+from cogworker_django import conf
+from cogworker_django.store import scripts
 from cogworker_django.worker.launcher import choose_fetch_mode
 
 from ..helpers import wait_until

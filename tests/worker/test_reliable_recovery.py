@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys, payload
 from cogworker_django.conf import QueueSpec
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys
 from cogworker_django.worker.fetch import ReliableFetch
 from cogworker_django.worker.heartbeat import Heartbeat
 from cogworker_django.worker.manager import Manager

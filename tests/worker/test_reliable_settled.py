@@ -12,7 +12,7 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django import keys
+from cogworker_django.store import keys
 
 from ..helpers import FAST_SETTINGS, ReplyCutter, wait_until
 from .test_reliable_fetch import Monitor

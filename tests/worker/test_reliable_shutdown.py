@@ -12,8 +12,9 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django import connection, keys, payload, scripts
 from cogworker_django.conf import QueueSpec
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys, scripts
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 from cogworker_django.worker.record import ACK, Filing

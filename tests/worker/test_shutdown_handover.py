@@ -15,7 +15,9 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import conf, keys, payload
+from cogworker_django import conf
+from cogworker_django.core import payload
+from cogworker_django.store import keys
 from cogworker_django.worker.fetch import ReliableFetch, Work
 from cogworker_django.worker.manager import Manager
 from cogworker_django.worker.record import Record

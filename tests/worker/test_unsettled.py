@@ -9,7 +9,8 @@ import re
 import time
 from pathlib import Path
 
-from cogworker_django import connection, keys, payload
+from cogworker_django.core import payload
+from cogworker_django.store import connection, keys
 from cogworker_django.worker.record import Filing
 from cogworker_django.worker.unsettled import file_unsettled
 

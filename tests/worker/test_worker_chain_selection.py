@@ -8,13 +8,13 @@ import logging
 
 import pytest
 
-from cogworker_django import middleware, payload, unique
 from cogworker_django.controls.limits import LimitsMiddleware
+from cogworker_django.core import middleware, payload, unique
 from cogworker_django.djtasks.middleware import TaskResultMiddleware
 from cogworker_django.history import HistoryMiddleware
+from cogworker_django.observe.runlog import RunLogMiddleware
+from cogworker_django.observe.telemetry import TelemetryMiddleware
 from cogworker_django.periodic.running_lock import RunningLockMiddleware
-from cogworker_django.runlog import RunLogMiddleware
-from cogworker_django.telemetry import TelemetryMiddleware
 from cogworker_django.worker import plugins
 from cogworker_django.worker.processor import RunChain
 from cogworker_django.workflows.middleware import BatchMiddleware

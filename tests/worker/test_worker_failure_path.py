@@ -16,7 +16,8 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, locks, payload
+from cogworker_django.core import locks, payload
+from cogworker_django.store import keys
 from cogworker_django.worker import failures
 
 from ..helpers import wait_until

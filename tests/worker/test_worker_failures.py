@@ -8,7 +8,7 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import payload
+from cogworker_django.core import payload
 from cogworker_django.worker import failures
 
 from ..helpers import wait_until

@@ -13,10 +13,11 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys, locks, payload
+from cogworker_django.core import locks, payload
 from cogworker_django.periodic import entries
 from cogworker_django.periodic.running_lock import RunningLockMiddleware
 from cogworker_django.periodic.ticker import BACKOFF_FIRST, Ticker
+from cogworker_django.store import keys
 
 from ..helpers import wait_until
 

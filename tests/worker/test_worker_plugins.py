@@ -10,14 +10,14 @@ import threading
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import keys
 from cogworker_django.controls.limits import LimitsMiddleware
+from cogworker_django.core.unique import UniqueMiddleware
 from cogworker_django.djtasks.middleware import TaskResultMiddleware
 from cogworker_django.history import HistoryMiddleware
+from cogworker_django.observe.runlog import RunLogMiddleware
+from cogworker_django.observe.telemetry import TelemetryMiddleware
 from cogworker_django.periodic.running_lock import RunningLockMiddleware
-from cogworker_django.runlog import RunLogMiddleware
-from cogworker_django.telemetry import TelemetryMiddleware
-from cogworker_django.unique import UniqueMiddleware
+from cogworker_django.store import keys
 from cogworker_django.worker import plugins
 from cogworker_django.worker.heartbeat import Beat
 from cogworker_django.worker.inprocess import InProcessWorker
@@ -200,7 +200,7 @@ def test_stop_hands_back_a_job_still_running():
         jid = tj.wait_at_gate.enqueue(token)
         w.run_until(lambda: tj.entered[token].is_set())
         w.stop()
-        from cogworker_django import connection
+        from cogworker_django.store import connection
 
         queued = connection.get_client().lrange(keys.queue("default"), 0, -1)
         assert len(queued) == 1 and jid in str(queued[0])  # back on its queue, not lost

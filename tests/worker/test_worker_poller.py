@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import time
 
-from cogworker_django import connection, payload
+from cogworker_django.core import payload
+from cogworker_django.store import connection
 from cogworker_django.worker import poller
 
 

@@ -13,8 +13,8 @@ from collections import Counter
 import redis
 from testapp import jobs as tj
 
-from cogworker_django import stats
 from cogworker_django.conf import QueueSpec
+from cogworker_django.observe import stats
 from cogworker_django.worker.fetch import weighted_order
 
 from ..helpers import MAIN_REDIS_URL, wait_until

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import Batch, chain, keys
+from cogworker_django import Batch, chain
+from cogworker_django.store import keys
 from cogworker_django.workflows.middleware import BatchMiddleware
 
 from ..admin_support import fast_passwords_fixture, staff_client_fixture, url  # noqa: F401

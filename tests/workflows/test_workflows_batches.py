@@ -10,8 +10,10 @@ import pytest
 from django.db import transaction
 from testapp import jobs as tj
 
-from cogworker_django import Batch, BatchFinished, BatchNotFound, api, client, keys, payload
-from cogworker_django.middleware import Reschedule
+from cogworker_django import Batch, BatchFinished, BatchNotFound, api
+from cogworker_django.core import client, payload
+from cogworker_django.core.middleware import Reschedule
+from cogworker_django.store import keys
 from cogworker_django.workflows import store
 from cogworker_django.workflows.middleware import BatchMiddleware
 
@@ -261,7 +263,7 @@ def test_a_member_that_leaves_without_a_run_counts_as_failed(r, prefix):
 
 
 def test_the_key_guard_knows_the_keys_of_recent_batches(r, prefix):
-    from cogworker_django import keyguard
+    from cogworker_django.worker import keyguard
 
     with Batch() as b:
         tj.wf_member.enqueue("a")

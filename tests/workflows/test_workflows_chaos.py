@@ -20,7 +20,8 @@ from collections import defaultdict
 
 from testapp import jobs as tj
 
-from cogworker_django import Batch, api, keys
+from cogworker_django import Batch, api
+from cogworker_django.store import keys
 
 from ..helpers import wait_until
 

@@ -19,7 +19,7 @@ def _no_redis_writes(r, prefix):
 def trace_entries():
     import json
 
-    from cogworker_django import connection
+    from cogworker_django.store import connection
 
     raw = connection.get_client().lrange(tj.wf_trace_key(), 0, -1)
     return [(e["kind"], e.get("args")) for e in map(json.loads, raw)]

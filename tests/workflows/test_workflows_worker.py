@@ -9,7 +9,8 @@ import json
 
 from testapp import jobs as tj
 
-from cogworker_django import Batch, api, chain, connection, group, keys
+from cogworker_django import Batch, api, chain, group
+from cogworker_django.store import connection, keys
 from cogworker_django.workflows.middleware import BatchMiddleware
 
 from ..helpers import wait_until

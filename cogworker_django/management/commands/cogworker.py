@@ -18,8 +18,10 @@ from django.core import checks as dj_checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from cogworker_django import checks, conf, connection, errors, jobs
+from cogworker_django import checks, conf
+from cogworker_django.core import jobs
 from cogworker_django.periodic import entries
+from cogworker_django.store import connection, errors
 
 log = logging.getLogger("cogworker_django")
 LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -183,7 +185,7 @@ class Command(BaseCommand):
             return None
         try:
             conf.check_metrics_port(port, key="--metrics-port")
-            from cogworker_django import telemetry
+            from cogworker_django.observe import telemetry
 
             telemetry.prometheus()
         except ImproperlyConfigured as exc:
@@ -220,7 +222,7 @@ def serving_metrics(start, metrics: tuple[int, str]):
 
 
 def run_one(kwargs: dict, metrics: tuple[int, str] | None = None) -> int:
-    from cogworker_django import telemetry
+    from cogworker_django.observe import telemetry
     from cogworker_django.worker.launcher import Launcher
 
     exporter = None
@@ -240,7 +242,7 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     """Fork ``count`` workers and supervise them: signals are passed on, and a child that
     dies unexpectedly is replaced (its in-progress jobs are recovered as orphans). With
     ``metrics``, this process serves every child's metrics through the one port."""
-    from cogworker_django import telemetry
+    from cogworker_django.observe import telemetry
 
     children: dict[int, int] = {}
     stopping = False

@@ -23,15 +23,16 @@ from django.core.signals import setting_changed
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import cluster, codec, conf, errors, keys
+from .. import conf
 
 # The timeouts (defined in conf, which validates settings against them).
-from .conf import (
+from ..conf import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_SOCKET_TIMEOUT,
     FETCH_BLOCK_SECONDS,
     SOCKET_TIMEOUT_MARGIN,
 )
+from . import cluster, codec, errors, keys
 
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
@@ -403,4 +404,4 @@ def _on_setting_changed(*, setting: str, **_kwargs: Any) -> None:
         reset()
 
 
-setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.connection")
+setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.store.connection")

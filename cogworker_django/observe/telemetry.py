@@ -41,9 +41,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from . import conf, errors, locks, payload, scripts
-from .controls.errors import JobCancelled, JobTimeout
-from .middleware import Reschedule
+from .. import conf
+from ..controls.errors import JobCancelled, JobTimeout
+from ..core import locks, payload
+from ..core.middleware import Reschedule
+from ..store import errors, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -127,7 +129,7 @@ def failed_outcome(job: dict[str, Any], exc: BaseException) -> str:
 
 
 def prometheus() -> Any:
-    from .metrics import prometheus as needs_prometheus
+    from ..metrics import prometheus as needs_prometheus
 
     return needs_prometheus()
 
@@ -353,7 +355,7 @@ def wsgi_app(registry: Any, token: str | None) -> Callable:
     """/metrics of ``registry``, behind the bearer ``token`` when one is set."""
     from prometheus_client import make_wsgi_app
 
-    from .metrics import authorization_problem
+    from ..metrics import authorization_problem
 
     serve = make_wsgi_app(registry)
 

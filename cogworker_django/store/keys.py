@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from . import conf
+from .. import conf
 
 
 def prefix() -> str:

@@ -37,8 +37,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from . import conf
-from .errors import CogworkerError
+from .. import conf
+from ..store.errors import CogworkerError
 
 
 class ClientMiddleware:
@@ -61,7 +61,7 @@ def _load(paths: tuple[str, ...]) -> tuple[Callable[..., Any], ...]:
 
 
 # Put first in the client chain by COGWORKER["OTEL"] (tracing.py).
-TRACE_CONTEXT_MIDDLEWARE = "cogworker_django.tracing.TraceContextMiddleware"
+TRACE_CONTEXT_MIDDLEWARE = "cogworker_django.observe.tracing.TraceContextMiddleware"
 
 
 def client_middleware() -> tuple[Callable[..., Any], ...]:

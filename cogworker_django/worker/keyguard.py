@@ -36,7 +36,9 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from . import codec, conf, connection, errors, homes, keys, scripts, stats
+from .. import conf
+from ..observe import stats
+from ..store import codec, connection, errors, homes, keys, scripts
 
 log = logging.getLogger("cogworker_django")
 

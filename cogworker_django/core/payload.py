@@ -27,9 +27,9 @@ import traceback as tb
 from collections.abc import Iterable
 from typing import Any
 
-from . import conf
-from .codec import CompactJSON, json_string
-from .errors import CogworkerError, safe_str
+from .. import conf
+from ..store.codec import CompactJSON, json_string
+from ..store.errors import CogworkerError, safe_str
 
 DEFAULT_MAX_RETRIES = 25
 UNPARSEABLE = "(unparseable)"

@@ -32,7 +32,8 @@ from typing import Any
 
 import redis
 
-from . import errors, keys, payload, scripts
+from ..core import payload
+from . import errors, keys, scripts
 from .codec import raw_text, wire
 
 log = logging.getLogger("cogworker_django")

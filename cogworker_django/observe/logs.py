@@ -32,7 +32,7 @@ class JobContextFilter(logging.Filter):
     each record; never drops one."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from .jobs import current_job
+        from ..core.jobs import current_job
 
         job = current_job()
         if job:

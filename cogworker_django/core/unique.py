@@ -17,7 +17,9 @@ import math
 import time
 from typing import Any
 
-from . import conf, connection, errors, homes, keys, locks, payload, priority, scripts
+from .. import conf
+from ..store import connection, errors, homes, keys, scripts
+from . import locks, payload, priority
 from .middleware import Reschedule
 
 # Modes whose lock is taken by the push script (the others take none at push).

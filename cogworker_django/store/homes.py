@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from . import conf, errors, keys
+from .. import conf
+from . import errors, keys
 from .codec import raw_text
 
 

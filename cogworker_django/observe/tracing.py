@@ -10,7 +10,7 @@ span here is a no-op.
   the application set) into the payload field :data:`FIELD`; outside a trace the payload
   is left as it is (no root span per enqueue).
 - Run: :func:`consumer_span`, used by the worker's built-in telemetry middleware
-  (``cogworker_django.telemetry``), starts a CONSUMER span ``process <queue>`` whose
+  (``cogworker_django.observe.telemetry``), starts a CONSUMER span ``process <queue>`` whose
   parent is the context found in the payload, with the messaging semantic conventions'
   attributes (``messaging.system`` = ``cogworker``, ``messaging.destination.name``,
   ``messaging.message.id`` = the jid, ``messaging.operation.type`` = ``process``) and
@@ -27,8 +27,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import __version__, conf
-from .middleware import ClientMiddleware
+from .. import __version__, conf
+from ..core.middleware import ClientMiddleware
 
 # The payload field carrying the trace context: {"traceparent": "...", ...}.
 FIELD = "trace_context"

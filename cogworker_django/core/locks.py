@@ -19,7 +19,8 @@ from typing import Any
 
 import redis
 
-from . import codec, connection, errors, scripts, taskcontext
+from ..store import codec, connection, errors, scripts
+from . import taskcontext
 
 log = logging.getLogger("cogworker_django")
 
@@ -172,7 +173,7 @@ def job_locks(job: dict) -> list[str]:
     ``while_executing`` left behind by a run whose worker died) and the running lock of an
     ``until_executed`` periodic entry. Every write to them is owner-checked, so naming a
     lock the job does not hold (any more) is harmless."""
-    from . import homes, keys
+    from ..store import homes, keys
 
     found = []
     digest = job.get("unique_digest")
@@ -201,7 +202,8 @@ def extend_job_locks(job: dict, wait: float) -> None:
     """On a retried failure: keep the job's locks for the ``wait`` until the retry plus
     each lock's own lifetime while queued (the unique lock's ``unique_for``; the periodic
     running lock's queued TTL, ``UNIQUE_LOCK_TTL``)."""
-    from . import conf, homes, keys
+    from .. import conf
+    from ..store import homes, keys
 
     jid = job.get("jid")
     if not isinstance(jid, str):

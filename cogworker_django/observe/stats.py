@@ -13,7 +13,7 @@ import time
 
 import redis
 
-from . import keys
+from ..store import keys
 
 # Per-day counters are kept this long (the dashboard shows 30 days).
 DAY_KEY_TTL = 180 * 86400

@@ -27,8 +27,9 @@ from typing import Any
 
 from django.db import transaction
 
-from . import client, conf, middleware, payload, recording, signatures, taskcontext
-from .errors import CogworkerError
+from .. import conf
+from ..store.errors import CogworkerError
+from . import client, middleware, payload, recording, signatures, taskcontext
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
 _OPTION_NAMES = (
@@ -181,7 +182,7 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
     durable = opts.get("durable")
     if durable is not None and not isinstance(durable, bool):
         raise ValueError(f"{where}: durable must be True or False, got {durable!r}")
-    from .controls import options as controls
+    from ..controls import options as controls
 
     controls.check_options(where, opts)
 
@@ -244,7 +245,7 @@ class _Lazy:
 
     def controls(self) -> Any:
         if self._controls is None:
-            from .controls import options
+            from ..controls import options
 
             self._controls = options
         return self._controls
@@ -258,14 +259,14 @@ class _Lazy:
 
     def workflow(self) -> Any:
         if self._workflow is None:
-            from .workflows import context  # (workflows imports client)
+            from ..workflows import context  # (workflows imports client)
 
             self._workflow = context
         return self._workflow
 
     def durable(self) -> Any:
         if self._durable is None:
-            from .durable import writer  # (imports client and the model)
+            from ..durable import writer  # (imports client and the model)
 
             self._durable = writer
         return self._durable
@@ -432,7 +433,7 @@ class _Enqueuer:
     def s(self, *args: Any, **kwargs: Any) -> Any:
         """A signature (workflows.Signature): this job with these arguments, checked now,
         not yet enqueued; what batch callbacks, chain steps and group members are made of."""
-        from .workflows.signatures import Signature
+        from ..workflows.signatures import Signature
 
         return Signature(self._fn.path, args, kwargs, self._opts, enqueuer=self)
 
@@ -603,7 +604,7 @@ def import_job_modules() -> list[str]:
     import importlib
     import logging
 
-    from . import errors
+    from ..store import errors
 
     imported = []
     for dotted, required in job_module_names():

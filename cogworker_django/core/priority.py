@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import errors, keys, payload
+from ..store import errors, keys
+from . import payload
 
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100

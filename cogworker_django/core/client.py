@@ -21,8 +21,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from . import conf, connection, errors, keys, middleware, payload, priority, testrun
-from .errors import CogworkerError
+from .. import conf
+from ..store import connection, errors, keys
+from ..store.errors import CogworkerError
+from . import middleware, payload, priority, testrun
 
 log = logging.getLogger("cogworker_django")
 

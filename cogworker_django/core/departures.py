@@ -11,7 +11,15 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from . import errors, locks
+from ..store import errors
+from . import locks
+
+
+class JobLeft(errors.CogworkerError):
+    """What a django.tasks result names as its last error when its task left without a
+    run that settled it (its ``exception_class_path``, kept as
+    ``cogworker_django.departures.JobLeft``: the path results already in Redis hold)."""
+
 
 # f(job, reason): called for every departing job; registered at startup (apps.py).
 listeners: list[Callable[[dict[str, Any], str], None]] = []
