@@ -39,7 +39,7 @@ def test_the_scan_finds_the_citations() -> None:
     # Guards the test itself: a pattern that matched nothing would pass vacuously.
     cited = _cited()
     assert len(cited) >= 10
-    assert any(w.startswith("cogworker_django/lua/") for ws in cited.values() for w in ws)
+    assert any(w.startswith("cogworker_django/store/lua/") for ws in cited.values() for w in ws)
 
 
 def test_every_cited_rule_has_a_heading_in_internals_md() -> None:
@@ -61,7 +61,7 @@ def test_every_lua_script_is_in_the_data_model_section() -> None:
     start = doc.index("\n## Redis data model")
     end = doc.find("\n## ", start + 1)
     section = doc[start : end if end != -1 else len(doc)]
-    scripts = sorted(p.name for p in (PACKAGE / "lua").glob("*.lua"))
+    scripts = sorted(p.name for p in (PACKAGE / "store" / "lua").glob("*.lua"))
     assert scripts
     missing = [name for name in scripts if name not in section]
     assert not missing, f"Lua scripts not described in docs/internals.md's data model: {missing}"

@@ -10,14 +10,14 @@ from cogworker_django.store import connection, scripts
 def lua_files():
     return sorted(
         p.name
-        for p in resources.files("cogworker_django").joinpath("lua").iterdir()
+        for p in resources.files("cogworker_django.store").joinpath("lua").iterdir()
         if p.name.endswith(".lua")
     )
 
 
 @pytest.mark.parametrize("name", lua_files())
 def test_every_script_has_a_header_naming_keys_and_argv(name):
-    source = resources.files("cogworker_django").joinpath("lua", name).read_text()
+    source = resources.files("cogworker_django.store").joinpath("lua", name).read_text()
     header = [line for line in source.splitlines() if line.startswith("--")]
     assert source.startswith("--"), f"{name} must open with its header"
     assert any("KEYS" in line for line in header) and any("ARGV" in line for line in header)

@@ -20,7 +20,7 @@ import enum
 import hashlib
 import heapq
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -80,12 +80,12 @@ class JobSet:
         key: str = getattr(keys, self.name)(home)
         return key
 
-    def _homes(self, conn: Any) -> list[str]:
+    def _homes(self, conn: Any) -> list[homes.Home]:
         return homes.all_homes(conn)
 
     def _record(self, raw: Any, score: Any, home: str) -> JobRecord:
         record = JobRecord.from_raw(raw, float(score), self.name)
-        return replace(record, home=home) if keys.spread() else record
+        return replace(record, home=home)
 
     def key_of(self, record: JobRecord) -> str:
         """The set ``record`` was read from (its job's home when it says none)."""
@@ -161,7 +161,7 @@ class JobSet:
             )
             for record in page.records:
                 if record.jid == jid:
-                    return replace(record, home=home) if keys.spread() else record
+                    return replace(record, home=home)
         return None
 
     def _scan(self, pattern: str, cursor: int, count: int, budget: int) -> scanning.SearchPage:
@@ -223,7 +223,7 @@ class JobSet:
         moved = scripts.run(
             "requeue_due",
             client(),
-            [key, where.key, *_listing()],
+            [key, where.key, *_listing(key)],
             [record.raw, where.value, record.queue, where.score_arg],
         )
         return Outcome.DONE if moved else Outcome.GONE
@@ -250,7 +250,7 @@ class JobSet:
             self._retry_home(conn, home, batch, until, result)
         return result
 
-    def _bound(self, conn: Any, every: list[str]) -> float | None:
+    def _bound(self, conn: Any, every: Sequence[str]) -> float | None:
         """The highest score in any home's set now (None when every one is empty): a bulk
         action stops there, so entries added meanwhile are left alone."""
         lasts = [s for s in (_last_score(conn, self.key_in(h)) for h in every) if s is not None]
@@ -277,7 +277,7 @@ class JobSet:
                     result.invalid += 1
                     offset += 1
                     continue
-                targets = [key, where.key, *_listing()]
+                targets = [key, where.key, *_listing(key)]
                 pipe.evalsha(
                     script.sha,
                     len(targets),
@@ -325,9 +325,10 @@ class JobSet:
         return result
 
 
-def _listing() -> list[str]:
-    """KEYS[3] of lua/requeue_due.lua: P:queues, in another slot with a home per queue."""
-    return homes.listing_keys()
+def _listing(key: str) -> list[str]:
+    """KEYS[3] of lua/requeue_due.lua moving from ``key``: P:queues, unless it is in
+    another slot than ``key``'s home."""
+    return homes.Home(keys.home_part(key)).listing_keys()
 
 
 def _same_home(key: str, target: str) -> bool:
@@ -363,7 +364,7 @@ class RetrySet(JobSet):
         moved = scripts.run(
             "requeue_due",
             conn,
-            [key, keys.dead(home), *_listing()],
+            [key, keys.dead(home), *_listing(key)],
             [record.raw, new, "", repr(time.time())],
         )
         if not moved:

@@ -178,7 +178,7 @@ class Queue:
         """Workers stop fetching from this queue (within one fetch) until resumed."""
         conn = client()
         conn.sadd(self.paused_key, self.name)
-        if keys.spread():  # listed, so that names() finds its home's paused set
+        if homes.Home.of_queue(self.name).lists_apart():  # so names() finds its paused set
             conn.sadd(keys.queues(), self.name)
 
     def resume(self) -> None:
@@ -223,7 +223,7 @@ class Queue:
     def _home_holds_jobs(self, conn: Any) -> bool:
         """With a home per queue the listing is how the admin and the poller find the
         queue's schedule, retry and dead sets: a queue whose sets hold jobs stays listed."""
-        if not keys.spread():
+        if not homes.Home.of_queue(self.name).lists_apart():
             return False
         pipe = conn.pipeline(transaction=False)
         for key, kind in keys.home_types(keys.home_of(self.name)).items():

@@ -50,7 +50,8 @@ class JobRecord:
     job: dict[str, Any] = field(repr=False)
     score: float | None = None
     source: str = ""  # "queue", "schedule", "retry", "dead" or "busy"
-    # The home (keys.py) of the set it was read from; "" when there is one home.
+    # The home (store/homes.py) of the set it was read from; "" for a record not read
+    # from a set.
     home: str = ""
 
     @classmethod

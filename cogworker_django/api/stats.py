@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from ..store import keys
+from ..store import homes, keys
 from ._util import client, text
 from .jobs import DeadSet, RetrySet, ScheduledSet
 from .processes import AwaitingRecovery, ProcessRecord, ProcessSet
@@ -89,13 +89,16 @@ class Stats:
         conn = client()
         pipe = conn.pipeline(transaction=False)
         pipe.mget([keys.stat("processed"), keys.stat("failed")])
-        if keys.spread():  # one set per home: summed by each set (api/jobs.py)
-            ((processed, failed),) = pipe.execute()
-            scheduled, retries, dead = (s().size() for s in (ScheduledSet, RetrySet, DeadSet))
-        else:
-            for s in (ScheduledSet, RetrySet, DeadSet):
-                pipe.zcard(s().key)
-            (processed, failed), scheduled, retries, dead = pipe.execute()
+        every = homes.all_homes(conn)  # one set per home, summed (api/jobs.py)
+        sets = (ScheduledSet(), RetrySet(), DeadSet())
+        for s in sets:
+            for home in every:
+                pipe.zcard(s.key_in(home))
+        (processed, failed), *sizes = pipe.execute()
+        n = len(every)
+        scheduled, retries, dead = (
+            sum(int(x) for x in sizes[i * n : (i + 1) * n]) for i in range(3)
+        )
         history = self.daily(days)
         return Overview(
             processed=_int(processed),

@@ -22,7 +22,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .. import conf
-from ..store import connection, errors, keys
+from ..store import connection, errors, homes, keys
 from ..store.errors import CogworkerError
 from . import middleware, payload, priority, testrun
 
@@ -226,7 +226,9 @@ def _final_write_carries(job: dict[str, Any], now: float) -> bool:
     queue a unique job's lock (its queue's home) and the claim record (the prefix's) are
     in two slots: no one script holds both, so the record is marked first
     (docs/cluster.md). A plain push goes through the outbox (periodic/claims.py)."""
-    unique_apart = keys.spread() and job.get("unique") in LOCKED_AT_PUSH
+    unique_apart = homes.Home.of_job(job).crosses(homes.Home.root()) and (
+        job.get("unique") in LOCKED_AT_PUSH
+    )
     return not (
         job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or unique_apart
     )
@@ -274,7 +276,7 @@ def _list_apart(queue: str) -> None:
     """With a home per queue, a push whose script could not list its queue (P:queues is
     in another slot) lists it here, best effort (a failure is reported, never raised:
     the job is in)."""
-    if not (keys.spread() and _needs_listing(queue)):
+    if not (homes.Home.of_queue(queue).lists_apart() and _needs_listing(queue)):
         return
     try:
         listed: Any = connection.get_client().sadd(keys.queues(), queue)
@@ -289,8 +291,9 @@ def _schedule(job: dict[str, Any]) -> None:
     conn = connection.get_client()
     queue = job["queue"]
     entry = {payload.encode(job): float(job["at"])}
-    key = keys.schedule(keys.home_of(queue))
-    if not (keys.spread() and _needs_listing(queue)):
+    home = homes.Home.of_queue(queue)
+    key = home.schedule()
+    if not (home.lists_apart() and _needs_listing(queue)):
         conn.zadd(key, entry)
     else:
         _write_and_list(conn, queue, lambda pipe: pipe.zadd(key, entry))
@@ -506,11 +509,11 @@ class _Bulk:
                 self._add_routed(i, job)
 
     def _add_scheduled(self, i: int, job: dict[str, Any]) -> None:
-        home = keys.home_of(job["queue"])
-        self.zsets.setdefault(keys.schedule(home), []).append(
+        home = homes.Home.of_queue(job["queue"])
+        self.zsets.setdefault(home.schedule(), []).append(
             (i, payload.encode(job), float(job["at"]))
         )
-        if keys.spread():
+        if home.lists_apart():
             self.queues.add(job["queue"])  # the poller finds a home by its queue
 
     def _add_built(self, i: int, queue: str, data: str) -> None:

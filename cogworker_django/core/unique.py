@@ -87,7 +87,7 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
         target, data, score = where.key, where.value, where.score_arg
     # P:queues is in the prefix's home: with a home per queue the push can't list the
     # queue (client.py lists it once per bulk call instead).
-    listing = homes.listing_keys()
+    listing = homes.Home.of_job(job).listing_keys()
     return (
         [lock, target, *listing],
         [job["jid"], _push_ttl(job, now), data, score, job["queue"]],

@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from ..core import client, payload, priority
-from ..store import connection, errors, keys, outbox, scripts
+from ..store import connection, errors, homes, keys, outbox, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -91,7 +91,7 @@ class ClaimedPush:
     def plain(self, queue: str, where: priority.Route) -> bool:
         self.reached = True
         target, value, score = where.key, where.value, where.score_arg
-        if keys.spread():
+        if homes.Home.of_queue(queue).crosses(homes.Home.root()):
             # The queue is in another slot than the record: the script writes the job to
             # the prefix's outbox with the record's removal, and the relay pushes it to
             # its queue exactly once (outbox.py; the poller relays it if this dies).

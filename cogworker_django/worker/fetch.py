@@ -134,11 +134,13 @@ class ReliableFetch(FetchStrategy):
 
     def __init__(self, identity: str, queues: tuple[QueueSpec, ...]) -> None:
         super().__init__(identity, queues)
-        self.spread = keys.spread()
         # One in-progress list per home this process reads (one off a cluster).
         self.groups = homes.group_by_home(q.name for q in queues)
         self.home = self.groups[0][0]
-        self.lists = {home: keys.inprogress(identity, home) for home, _ in self.groups}
+        self.lists: dict[str, str] = {h: h.inprogress(identity) for h, _ in self.groups}
+        # Lists outside the prefix's home: recovery finds them by the homes this
+        # process records at each beat (P:inprogress_homes:<id>).
+        self.apart = any(home.crosses(homes.Home.root()) for home, _ in self.groups)
         self.inprogress = self.lists[self.home]
         self._script = scripts.get("fetch")
         # With a home per queue: the home each fetched job came from, so its ack and its
@@ -168,7 +170,7 @@ class ReliableFetch(FetchStrategy):
         first asked first (with every ack, each to its home, in the same round trip),
         the next only for what the first could not give."""
         order = weighted_order(self.queues)
-        if not self.spread:
+        if len(self.groups) == 1:
             return self._take(conn, self.home, order, acks, count)
         acked: dict[str, list[str]] = {}
         for raw in acks:
@@ -221,7 +223,7 @@ class ReliableFetch(FetchStrategy):
         pipe.execute()
 
     def settle_keys(self, raw: str) -> tuple[str, str]:
-        if not self.spread:
+        if len(self.lists) == 1:  # every ack to the one list this process has
             return self.inprogress, self.home
         home = self._home_of.get(raw) or keys.home_of(queue_of(raw, self.fallback))
         if home not in self.lists:  # not a home this process reads: its first one
@@ -295,7 +297,7 @@ class ReliableFetch(FetchStrategy):
     def beat(self, pipe: Any) -> list[str]:
         pipe.sadd(keys.inprogress_ids(), self.identity)
         scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [self.identity])
-        if not self.spread:
+        if not self.apart:
             return ["in-progress registry", "last-beat stamp"]
         pipe.sadd(keys.inprogress_homes(self.identity), *self.lists)
         return ["in-progress registry", "last-beat stamp", "in-progress homes"]
@@ -339,7 +341,7 @@ class ReliableFetch(FetchStrategy):
             pipe.hdel(keys.last_beat(), self.identity)
             for name in self.lists.values():
                 pipe.delete(name)
-            if self.spread:
+            if self.apart:
                 pipe.delete(keys.inprogress_homes(self.identity))
             pipe.execute(raise_on_error=False)
 

@@ -103,9 +103,8 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
     home_list = list(
         dict.fromkeys([h for h, _ in homes.group_by_home([*every, *live])] + [keys.root()])
     )
-    if keys.spread():
-        for home in home_list:
-            types.update(keys.home_types(home))
+    for home in home_list:
+        types.update(homes.Home(home).key_types())
     for ident in process_ids:
         types[keys.process(ident)] = "hash"
         types[keys.work(ident)] = "hash"

@@ -40,7 +40,7 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
     listed: set[str] = set()
     for home in homes.all_homes(conn):
         moved += _enqueue_due_home(conn, home, now, listed)
-    if listed and keys.spread():
+    if listed:
         # The queue listing is in another slot than the moves (lua/requeue_due.lua).
         errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
     return moved
@@ -74,11 +74,10 @@ def move_scheduled(conn: Any, raw: str) -> int:
     """Move one job of the schedule to its queue now, whatever its score (a job waiting
     for a limiter that has room: controls/limits.py); 0 when it is no longer there."""
     job = payload.decode(wire(raw))
-    queue = job.get("queue")
-    home = keys.home_of(queue) if isinstance(queue, str) and queue else keys.root()
+    home = homes.Home.of_job(job)
     listed: set[str] = set()
     moved = _move(conn, home, keys.schedule(home), raw, listed)
-    if listed and keys.spread():
+    if listed:
         errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
     return moved
 
@@ -86,7 +85,7 @@ def move_scheduled(conn: Any, raw: str) -> int:
 def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     job = payload.decode(wire(raw))
     queue = job.get("queue")
-    listing = homes.listing_keys()  # lua/requeue_due.lua: one slot
+    listing = homes.Home(home).listing_keys()  # lua/requeue_due.lua: one slot
     why = ""
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         why = "the job has no queue"
@@ -117,8 +116,8 @@ def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
         [source, where.key, *listing],
         [wire(raw), where.value, queue, where.score_arg],
     )
-    if moved:
-        listed.add(queue)
+    if moved and not listing:
+        listed.add(queue)  # the script could not list it (another slot): listed apart
     return moved
 
 

@@ -37,7 +37,7 @@ def requeue_from_list(
     payload names no queue, or a queue of another home, goes to ``fallback_queue`` (a
     queue of ``home``: one script moves it, in one slot)."""
     source = keys.inprogress(identity, home)
-    listing = homes.listing_keys()  # lua/recover_job.lua: one slot
+    listing = homes.Home(home).listing_keys()  # lua/recover_job.lua: one slot
     max_orphanings = conf.get().MAX_ORPHANINGS
     moved = 0
     for raw in raws:

@@ -218,14 +218,15 @@ def push_counted(
     ``markers`` (durable members, durable/relay.py): each job's relay marker, set with
     its push; a job whose marker is there is skipped (pushed by an earlier relay)."""
     at_now = now()
-    spread = keys.spread()
+    batch_home = homes.Home.root()  # a batch's keys (keys.batch)
     targets: list[str] = []
     envelopes: list[str] = []
     args: list[Any] = [bid, repr(at_now), unfinished_ttl()]
     for job in jobs:
         key, value, score = _target(job, at_now)
-        scheduled = key == keys.schedule(homes.job_home(job))
-        if spread:
+        home = homes.Home.of_job(job)
+        scheduled = key == home.schedule()
+        if home.crosses(batch_home):
             # The queue's home is another slot: the job goes to the outbox (in the
             # batch's home), counted in the same step; the relay pushes it on. Its
             # queue is listed even when it is scheduled: the poller finds a schedule by
@@ -344,14 +345,13 @@ def update_counted(
     complete = callback_payload(found.on_complete if found else None, bid, "complete")
     success = callback_payload(found.on_success if found else None, bid, "success")
     placeholder = keys.batch(bid)
-    spread = keys.spread()
     envelopes: list[str] = []
 
     def parts(job: dict[str, Any] | None) -> tuple[str, list[str]]:
         if job is None:
             return placeholder, ["", "", ""]
         key, encoded = keys.queue(job["queue"]), payload.encode(job)
-        if spread:  # the queue's home is another slot: through the outbox (outbox.py)
+        if homes.Home.of_job(job).crosses(homes.Home.root()):  # through the outbox
             encoded = outbox.envelope(key, encoded, "", job["queue"])
             envelopes.append(encoded)
             key = keys.outbox()

@@ -14,7 +14,7 @@ from cogworker_django.store import connection, keys
 from cogworker_django.worker.record import Filing
 from cogworker_django.worker.unsettled import file_unsettled
 
-LUA = Path(__file__).resolve().parents[2] / "cogworker_django" / "lua"
+LUA = Path(__file__).resolve().parents[2] / "cogworker_django" / "store" / "lua"
 
 
 def entry(target: str, score, token: str) -> str:
