@@ -1,7 +1,12 @@
 """The ``COGWORKER`` and ``COGWORKER_PERIODIC`` settings.
 
-(Longer than the package's other modules on purpose: every setting is validated here,
-in one place, so each error names the key, the value and what is allowed the same way.)
+Each setting is declared once, as a field of :class:`Settings`: its type once settled,
+its default as a user writes it, and its check (or its range in :data:`NUMBERS`).
+``DEFAULTS``, the frozen ``Settings`` and the validation are derived from those
+declarations; a new setting is one line there.
+
+(Longer than 400 lines on purpose: every setting is validated here, in one place, so each
+error names the key, the value and what is allowed the same way.)
 
 Read lazily through :func:`get` on every use (never at import time), so
 ``override_settings`` works in tests; the validated result is cached until
@@ -11,6 +16,7 @@ Django's ``setting_changed`` signal says the settings moved. A bad value raises
 
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 import math
@@ -23,75 +29,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-
-# Defaults of API.md, plus the internal timings documented in docs/configuration.md
-# (tests shorten them; production rarely needs to).
-DEFAULTS: dict[str, Any] = {
-    "REDIS_URL": "redis://127.0.0.1:6379/0",
-    "REDIS_OPTIONS": {},
-    "CACHE_ALIAS": None,
-    "SENTINELS": None,
-    "SENTINEL_MASTER": None,
-    "SENTINEL_OPTIONS": {},
-    "PREFIX": "cogworker",
-    # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
-    "CLUSTER": False,
-    "CONCURRENCY": 10,
-    # async def jobs at once per process, on its event loop (besides the CONCURRENCY threads).
-    "ASYNC_CONCURRENCY": 100,
-    "QUEUES": ["default"],
-    "FETCH": "reliable",
-    "SHUTDOWN_TIMEOUT": 25,
-    "ORPHAN_THRESHOLD": 300,
-    "MAX_ORPHANINGS": 3,
-    "FETCH_IDLE_MAX_INTERVAL": 1.0,
-    "UNIQUE_LOCK_TTL": 86400,
-    # Seconds a while_executing job waits before trying again when another run holds its lock.
-    "UNIQUE_RESCHEDULE_DELAY": 5.0,
-    "PERIODIC_CATCH_UP": False,
-    "DEAD_MAX_JOBS": 10000,
-    "DEAD_TIMEOUT": 180 * 86400,
-    "HISTORY_MAX_RUNS": 100000,
-    "RESULT_TTL": 86400,
-    # Workflows: how long a batch stays in Redis once on_success has fired, and how long
-    # an unfinished one stays after its last activity.
-    "BATCH_TTL": 7 * 86400,
-    "BATCH_UNFINISHED_TTL": 30 * 86400,
-    # The largest job payload (JSON, in bytes) an enqueue accepts.
-    "MAX_PAYLOAD_BYTES": 1024 * 1024,
-    "ENQUEUE_ON_COMMIT": False,
-    # Every enqueue writes an outbox row in the caller's transaction (docs/jobs.md).
-    "ENQUEUE_DURABLE": False,
-    "MIDDLEWARE": {"client": [], "server": []},
-    "TESTING": None,
-    # Job controls (docs/controls.md): fleet-wide limiters by name, and the time limit of
-    # jobs that set none (None: no limit).
-    "LIMITS": {},
-    "DEFAULT_TIMEOUT": None,
-    # Internal timings (seconds). Documented; tests shorten them.
-    "HEARTBEAT_INTERVAL": 5.0,
-    "POLL_INTERVAL": 5.0,
-    "ORPHAN_CHECK_INTERVAL": 60.0,
-    "KEYGUARD_INTERVAL": 60.0,
-    "PERIODIC_TICK": 5.0,
-    # How long an until_executed periodic run's lock outlives its last heartbeat refresh.
-    "PERIODIC_ACTIVE_TTL": 60.0,
-    # After a timeout (or a cancel's interruption) is raised, how long a job stuck in a C
-    # call gets before its thread is abandoned and the job filed; and how long a
-    # cancelled job gets to notice cancelled() before the worker interrupts it.
-    "TIMEOUT_GRACE": 10.0,
-    "CANCEL_GRACE": 5.0,
-    "RETRY_BACKOFF": None,  # dotted path to f(retry_count) -> seconds; None = built-in formula
-    "HISTORY": True,
-    # Observability (docs/observability.md): the worker's /metrics port, the bearer token
-    # both metrics endpoints want, OpenTelemetry traces across enqueue and run.
-    "METRICS_PORT": None,
-    "METRICS_TOKEN": None,
-    "OTEL": False,
-    # More modules a worker imports at start for their @job functions, besides the jobs
-    # and tasks modules of installed apps (jobs.import_job_modules).
-    "JOB_MODULES": [],
-}
 
 FETCH_MODES = ("reliable", "basic")
 # None: "fake" in a test run, else Redis (testrun.py); "redis": Redis even in a test run.
@@ -106,72 +43,10 @@ class QueueSpec:
     weight: int
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The validated ``COGWORKER`` setting. Attribute names are the setting keys."""
-
-    REDIS_URL: str
-    REDIS_OPTIONS: dict
-    CACHE_ALIAS: str | None
-    SENTINELS: list | None
-    SENTINEL_MASTER: str | None
-    SENTINEL_OPTIONS: dict
-    PREFIX: str
-    CLUSTER: bool
-    CONCURRENCY: int
-    ASYNC_CONCURRENCY: int
-    QUEUES: tuple[QueueSpec, ...]
-    FETCH: str
-    SHUTDOWN_TIMEOUT: float
-    ORPHAN_THRESHOLD: float
-    MAX_ORPHANINGS: int
-    FETCH_IDLE_MAX_INTERVAL: float
-    UNIQUE_LOCK_TTL: int
-    UNIQUE_RESCHEDULE_DELAY: float
-    PERIODIC_CATCH_UP: bool
-    DEAD_MAX_JOBS: int
-    DEAD_TIMEOUT: float
-    HISTORY_MAX_RUNS: int
-    RESULT_TTL: int
-    BATCH_TTL: int
-    BATCH_UNFINISHED_TTL: int
-    MAX_PAYLOAD_BYTES: int
-    ENQUEUE_ON_COMMIT: bool
-    ENQUEUE_DURABLE: bool
-    MIDDLEWARE: dict
-    TESTING: str | None
-    LIMITS: dict
-    DEFAULT_TIMEOUT: float | None
-    TIMEOUT_GRACE: float
-    CANCEL_GRACE: float
-    HEARTBEAT_INTERVAL: float
-    POLL_INTERVAL: float
-    ORPHAN_CHECK_INTERVAL: float
-    KEYGUARD_INTERVAL: float
-    PERIODIC_TICK: float
-    PERIODIC_ACTIVE_TTL: float
-    RETRY_BACKOFF: str | None
-    HISTORY: bool
-    METRICS_PORT: int | None
-    METRICS_TOKEN: str | None
-    OTEL: bool
-    JOB_MODULES: tuple[str, ...]
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def queue_names(self) -> list[str]:
-        """Distinct queue names in configured order."""
-        return list(dict.fromkeys(q.name for q in self.QUEUES))
-
-
 def _bad(key: str, value: Any, allowed: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"COGWORKER[{key!r}] = {value!r} is invalid: {allowed}.")
 
 
-# Every number the package takes from its user, with its allowed range, in one table:
-# the settings, a limiter's fields, the job options and limit()'s wait. A number is
-# finite and in range; NaN (which every comparison lets through) and inf never are.
-# docs/configuration.md lists the same ranges.
 DAY = 86400
 YEAR = 365 * DAY
 
@@ -195,44 +70,6 @@ def _count(low: int, high: int, *, open: bool = True) -> Bound:
     """An integer > ``low`` (``open``: the default; ``_count(0, ...)`` is a positive
     count) or >= it, and <= ``high``."""
     return Bound(True, low, high, open)
-
-
-NUMBERS: dict[str, Bound] = {
-    # COGWORKER's keys
-    "CONCURRENCY": _count(0, 10_000),
-    "ASYNC_CONCURRENCY": _count(0, 100_000),
-    "SHUTDOWN_TIMEOUT": _seconds(0, DAY, open=False),
-    "ORPHAN_THRESHOLD": _seconds(0, 7 * DAY),
-    "MAX_ORPHANINGS": _count(0, 1_000),
-    "FETCH_IDLE_MAX_INTERVAL": _seconds(0, 60),
-    "UNIQUE_LOCK_TTL": _count(0, 10 * YEAR),
-    "UNIQUE_RESCHEDULE_DELAY": _seconds(0, DAY),
-    "DEAD_MAX_JOBS": _count(0, 10**9, open=False),
-    "DEAD_TIMEOUT": _seconds(0, 10 * YEAR),
-    "HISTORY_MAX_RUNS": _count(0, 10**9, open=False),
-    "RESULT_TTL": _count(0, 10 * YEAR),
-    "BATCH_TTL": _count(0, 10 * YEAR),
-    "BATCH_UNFINISHED_TTL": _count(0, 10 * YEAR),
-    "MAX_PAYLOAD_BYTES": _count(0, 512 * 1024 * 1024),  # Redis's largest string
-    "DEFAULT_TIMEOUT": _seconds(0, 10 * YEAR),  # or None
-    "TIMEOUT_GRACE": _seconds(0, DAY),
-    "CANCEL_GRACE": _seconds(0, DAY),
-    "HEARTBEAT_INTERVAL": _seconds(0, 3600),
-    "POLL_INTERVAL": _seconds(0, 3600),
-    "ORPHAN_CHECK_INTERVAL": _seconds(0, DAY),
-    "KEYGUARD_INTERVAL": _seconds(0, DAY),
-    "PERIODIC_TICK": _seconds(0, 3600),
-    "PERIODIC_ACTIVE_TTL": _seconds(0, 30 * DAY),
-    # a limiter's fields (LIMITS[name][field])
-    "concurrency": _count(0, 1_000_000),
-    "rate": _count(0, 1_000_000),
-    "per": _seconds(0, YEAR),
-    # job options (@job / using) where they are numbers, and limit(name, wait=...)
-    "timeout": _seconds(0, 10 * YEAR),
-    "expires_in": _seconds(0, 10 * YEAR),
-    "unique_for": _seconds(0, 10 * YEAR),
-    "wait": _seconds(0, 10 * YEAR, open=False),
-}
 
 
 def _shown(x: float) -> str:
@@ -472,14 +309,12 @@ def _with_suggestion(key: Any) -> str:
 URL_SCHEMES = ("redis", "rediss", "unix")
 
 
-def _check_cluster(v: dict) -> None:
+def _check_cluster(key: str, value: Any, v: dict) -> bool:
     """CLUSTER is a bool, and with it on: no Sentinel or cache alias (each names a client
     of its own kind), a TCP URL on database 0 (a cluster has no other), and a PREFIX whose
     braces, if any, are one well-formed hash tag (keys.root: the tag is the prefix)."""
-    if not isinstance(v["CLUSTER"], bool):
-        raise _bad("CLUSTER", v["CLUSTER"], "expected True or False")
-    if not v["CLUSTER"]:
-        return
+    if not _bool(key, value, v):
+        return False
     if v["SENTINELS"] is not None:
         raise ImproperlyConfigured(
             "COGWORKER['CLUSTER'] = True cannot be combined with COGWORKER['SENTINELS']: a "
@@ -518,41 +353,7 @@ def _check_cluster(v: dict) -> None:
             "with CLUSTER on, a PREFIX without braces may not contain '|' (it separates the "
             "prefix from the queue in each queue's hash tag)",
         )
-
-
-def _validate(user: Any) -> Settings:
-    user = _check_keys(user)
-    v = {**DEFAULTS, **user}
-    # In this order: a message names the first bad key as a reader meets them.
-    _check_redis(v)
-    sentinels = _check_sentinels(v["SENTINELS"], v["SENTINEL_MASTER"])
-    if not valid_name(v["PREFIX"]):
-        raise _bad("PREFIX", v["PREFIX"], "expected a non-empty string without whitespace")
-    _check_cluster(v)
-    queues = parse_queues(v["QUEUES"])
-    _check_behaviour(v)
-    mw = _check_middleware(v["MIDDLEWARE"])
-    if v["TESTING"] not in TESTING_MODES:
-        raise _bad("TESTING", v["TESTING"], 'expected None, "fake", "inline" or "redis"')
-    if v["RETRY_BACKOFF"] is not None and not isinstance(v["RETRY_BACKOFF"], str):
-        raise _bad("RETRY_BACKOFF", v["RETRY_BACKOFF"], "expected a dotted path or None")
-    _check_observability(v)
-    _check_job_modules(v["JOB_MODULES"])
-    from .controls import spec
-
-    limits = spec.parse_limits(v["LIMITS"], valid_name, number_problem, allowed)
-    spec.check_default_timeout(v["DEFAULT_TIMEOUT"], number_problem)
-
-    values = {f.name: v[f.name] for f in fields(Settings) if f.name in v}
-    values.update(
-        QUEUES=queues,
-        SENTINELS=sentinels,
-        LIMITS=limits,
-        JOB_MODULES=tuple(v["JOB_MODULES"]),
-        MIDDLEWARE={"client": list(mw.get("client", [])), "server": list(mw.get("server", []))},
-        raw=user,
-    )
-    return Settings(**values)
+    return True
 
 
 def _check_keys(user: Any) -> dict[str, Any]:
@@ -568,27 +369,6 @@ def _check_keys(user: Any) -> dict[str, Any]:
             f"allowed: {', '.join(sorted(DEFAULTS))}."
         )
     return user
-
-
-def _check_redis(v: dict[str, Any]) -> None:
-    """REDIS_URL, the client options and CACHE_ALIAS."""
-    if not isinstance(v["REDIS_URL"], str) or "://" not in v["REDIS_URL"]:
-        raise _bad("REDIS_URL", v["REDIS_URL"], "expected a URL such as redis://host:6379/0")
-    scheme = v["REDIS_URL"].partition("://")[0].lower()
-    if scheme not in URL_SCHEMES:
-        raise _bad(
-            "REDIS_URL",
-            v["REDIS_URL"],
-            f"the scheme {scheme + '://'!r} is not one Redis clients understand; expected "
-            + ", ".join(f"{s}://" for s in URL_SCHEMES),
-        )
-    for key in ("REDIS_OPTIONS", "SENTINEL_OPTIONS"):
-        if not isinstance(v[key], dict):
-            raise _bad(key, v[key], "expected a dict of redis client keyword arguments")
-    _check_redis_options(v["REDIS_OPTIONS"])
-    _check_url_query(v["REDIS_URL"])
-    if v["CACHE_ALIAS"] is not None and not isinstance(v["CACHE_ALIAS"], str):
-        raise _bad("CACHE_ALIAS", v["CACHE_ALIAS"], "expected the name of a CACHES entry or None")
 
 
 def _check_sentinels(sentinels: Any, master: Any) -> list[tuple[Any, ...]] | None:
@@ -613,19 +393,7 @@ def _check_sentinels(sentinels: Any, master: Any) -> list[tuple[Any, ...]] | Non
     return [tuple(s) for s in sentinels]
 
 
-def _check_behaviour(v: dict[str, Any]) -> None:
-    """FETCH, every number (NUMBERS) and every switch."""
-    if v["FETCH"] not in FETCH_MODES:
-        raise _bad("FETCH", v["FETCH"], f"expected one of {', '.join(FETCH_MODES)}")
-    for key in NUMBERS:
-        if key.isupper() and key != "DEFAULT_TIMEOUT":  # (spec.py: it may be None)
-            check_number(key, v[key])
-    for key in ("PERIODIC_CATCH_UP", "ENQUEUE_ON_COMMIT", "ENQUEUE_DURABLE", "HISTORY"):
-        if not isinstance(v[key], bool):
-            raise _bad(key, v[key], "expected True or False")
-
-
-def _check_middleware(mw: Any) -> dict[str, Any]:
+def _check_middleware(key: str, mw: Any, _v: dict) -> dict[str, Any]:
     if (
         not isinstance(mw, dict)
         or set(mw) - {"client", "server"}
@@ -635,10 +403,8 @@ def _check_middleware(mw: Any) -> dict[str, Any]:
             for k in ("client", "server")
         )
     ):
-        raise _bad(
-            "MIDDLEWARE", mw, 'expected {"client": [dotted paths], "server": [dotted paths]}'
-        )
-    return mw
+        raise _bad(key, mw, 'expected {"client": [dotted paths], "server": [dotted paths]}')
+    return {"client": list(mw.get("client", [])), "server": list(mw.get("server", []))}
 
 
 def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
@@ -653,41 +419,244 @@ def check_metrics_port(value: Any, key: str = "METRICS_PORT") -> int | None:
 _MODULE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
-def _check_job_modules(value: Any) -> None:
+def _check_job_modules(key: str, value: Any, _v: dict) -> tuple[str, ...]:
     """A list of dotted module paths (whether they import is the worker's and the
     checks' to say: an import here would run user code at settings time)."""
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(m, str) and _MODULE_PATH.fullmatch(m) for m in value
     ):
+        raise _bad(key, value, 'expected a list of dotted module paths, e.g. ["shop.emails"]')
+    return tuple(value)
+
+
+def _redis_url(key: str, url: Any, _v: dict) -> str:
+    if not isinstance(url, str) or "://" not in url:
+        raise _bad(key, url, "expected a URL such as redis://host:6379/0")
+    scheme = url.partition("://")[0].lower()
+    if scheme not in URL_SCHEMES:
         raise _bad(
-            "JOB_MODULES", value, 'expected a list of dotted module paths, e.g. ["shop.emails"]'
+            key,
+            url,
+            f"the scheme {scheme + '://'!r} is not one Redis clients understand; expected "
+            + ", ".join(f"{s}://" for s in URL_SCHEMES),
         )
+    _check_url_query(url)
+    return url
 
 
-def _check_observability(v: dict) -> None:
-    check_metrics_port(v["METRICS_PORT"])
-    token = v["METRICS_TOKEN"]
+def _metrics_token(key: str, token: Any, _v: dict) -> Any:
     if token is not None and (not valid_name(token)):
         raise _bad(
-            "METRICS_TOKEN",
+            key,
             "<hidden>" if isinstance(token, str) else token,
             "expected a non-empty string without whitespace (sent as "
             '"Authorization: Bearer <token>"), or None',
         )
-    if not isinstance(v["OTEL"], bool):
-        raise _bad("OTEL", v["OTEL"], "expected True or False")
-    if v["OTEL"]:
-        import importlib.util
+    return token
 
-        try:
-            found = importlib.util.find_spec("opentelemetry.trace") is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            raise ImproperlyConfigured(
-                "COGWORKER['OTEL'] = True needs the opentelemetry-api package: "
-                "pip install 'cogworker-django[otel]'."
-            )
+
+def _otel(key: str, value: Any, v: dict) -> bool:
+    if not _bool(key, value, v):
+        return False
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("opentelemetry.trace") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise ImproperlyConfigured(
+            "COGWORKER['OTEL'] = True needs the opentelemetry-api package: "
+            "pip install 'cogworker-django[otel]'."
+        )
+    return True
+
+
+# Each setting is declared once, below: its name, its type once settled, its default (as
+# a user would write it, API.md and docs/configuration.md) and its check. DEFAULTS, the
+# frozen Settings and the validation are all read from these declarations. Checks run in
+# the order the settings are declared, so an error names the first bad key a reader of
+# this list would meet.
+
+
+def setting(default: Any, check: Any = None, *, number: Bound | None = None) -> Any:
+    """One declared setting: ``check(key, value, values) -> settled value`` (raises
+    ``ImproperlyConfigured``; ``values`` is every setting, for the checks that look at
+    two), or ``number``: a range of :data:`NUMBERS`. A dict or list default is copied for
+    each use."""
+    meta = {"check": check, "number": number, "default": default}
+    if isinstance(default, dict | list):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _bool(key: str, value: Any, _v: dict) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(key, value, "expected True or False")
+    return value
+
+
+def _one_of(modes: tuple, allowed_text: str) -> Any:
+    def check(key: str, value: Any, _v: dict) -> Any:
+        if value not in modes:
+            raise _bad(key, value, allowed_text)
+        return value
+
+    return check
+
+
+def _client_options(key: str, value: Any, _v: dict) -> dict:
+    if not isinstance(value, dict):
+        raise _bad(key, value, "expected a dict of redis client keyword arguments")
+    if key == "REDIS_OPTIONS":
+        _check_redis_options(value)
+    return value
+
+
+def _optional_str(what: str) -> Any:
+    def check(key: str, value: Any, _v: dict) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise _bad(key, value, f"expected {what} or None")
+        return value
+
+    return check
+
+
+def _prefix(key: str, value: Any, _v: dict) -> str:
+    if not valid_name(value):
+        raise _bad(key, value, "expected a non-empty string without whitespace")
+    return str(value)
+
+
+def _limits(key: str, value: Any, _v: dict) -> dict:
+    from .controls import spec
+
+    return spec.parse_limits(value, valid_name, number_problem, allowed)
+
+
+def _default_timeout(key: str, value: Any, _v: dict) -> Any:
+    from .controls import spec
+
+    spec.check_default_timeout(value, number_problem)
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated ``COGWORKER`` setting. Attribute names are the setting keys; each
+    declaration gives the raw default and the check that settles a value."""
+
+    REDIS_URL: str = setting("redis://127.0.0.1:6379/0", _redis_url)
+    REDIS_OPTIONS: dict = setting({}, _client_options)
+    CACHE_ALIAS: str | None = setting(None, _optional_str("the name of a CACHES entry"))
+    SENTINELS: list | None = setting(
+        None, lambda k, s, v: _check_sentinels(s, v["SENTINEL_MASTER"])
+    )
+    SENTINEL_MASTER: str | None = setting(None)  # checked with SENTINELS
+    SENTINEL_OPTIONS: dict = setting({}, _client_options)
+    PREFIX: str = setting("cogworker", _prefix)
+    # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
+    CLUSTER: bool = setting(False, _check_cluster)
+    CONCURRENCY: int = setting(10, number=_count(0, 10_000))
+    # async def jobs at once per process, on its event loop (besides the CONCURRENCY threads).
+    ASYNC_CONCURRENCY: int = setting(100, number=_count(0, 100_000))
+    QUEUES: tuple[QueueSpec, ...] = setting(["default"], lambda k, s, v: parse_queues(s, k))
+    FETCH: str = setting("reliable", _one_of(FETCH_MODES, "expected one of reliable, basic"))
+    SHUTDOWN_TIMEOUT: float = setting(25, number=_seconds(0, DAY, open=False))
+    ORPHAN_THRESHOLD: float = setting(300, number=_seconds(0, 7 * DAY))
+    MAX_ORPHANINGS: int = setting(3, number=_count(0, 1_000))
+    FETCH_IDLE_MAX_INTERVAL: float = setting(1.0, number=_seconds(0, 60))
+    UNIQUE_LOCK_TTL: int = setting(86400, number=_count(0, 10 * YEAR))
+    # Seconds a while_executing job waits before trying again when another run holds its lock.
+    UNIQUE_RESCHEDULE_DELAY: float = setting(5.0, number=_seconds(0, DAY))
+    PERIODIC_CATCH_UP: bool = setting(False, _bool)
+    DEAD_MAX_JOBS: int = setting(10000, number=_count(0, 10**9, open=False))
+    DEAD_TIMEOUT: float = setting(180 * DAY, number=_seconds(0, 10 * YEAR))
+    HISTORY_MAX_RUNS: int = setting(100000, number=_count(0, 10**9, open=False))
+    RESULT_TTL: int = setting(DAY, number=_count(0, 10 * YEAR))
+    # Workflows: how long a batch stays in Redis once on_success has fired, and how long
+    # an unfinished one stays after its last activity.
+    BATCH_TTL: int = setting(7 * DAY, number=_count(0, 10 * YEAR))
+    BATCH_UNFINISHED_TTL: int = setting(30 * DAY, number=_count(0, 10 * YEAR))
+    # The largest job payload (JSON, in bytes) an enqueue accepts (Redis's largest string).
+    MAX_PAYLOAD_BYTES: int = setting(1024 * 1024, number=_count(0, 512 * 1024 * 1024))
+    ENQUEUE_ON_COMMIT: bool = setting(False, _bool)
+    # Every enqueue writes an outbox row in the caller's transaction (docs/jobs.md).
+    ENQUEUE_DURABLE: bool = setting(False, _bool)
+    MIDDLEWARE: dict = setting({"client": [], "server": []}, _check_middleware)
+    TESTING: str | None = setting(
+        None, _one_of(TESTING_MODES, 'expected None, "fake", "inline" or "redis"')
+    )
+    # Job controls (docs/controls.md): fleet-wide limiters by name, and the time limit of
+    # jobs that set none (None: no limit).
+    LIMITS: dict = setting({}, _limits)
+    DEFAULT_TIMEOUT: float | None = setting(None, _default_timeout, number=_seconds(0, 10 * YEAR))
+    # After a timeout (or a cancel's interruption) is raised, how long a job stuck in a C
+    # call gets before its thread is abandoned and the job filed; and how long a
+    # cancelled job gets to notice cancelled() before the worker interrupts it.
+    TIMEOUT_GRACE: float = setting(10.0, number=_seconds(0, DAY))
+    CANCEL_GRACE: float = setting(5.0, number=_seconds(0, DAY))
+    # Internal timings (seconds). Documented; tests shorten them.
+    HEARTBEAT_INTERVAL: float = setting(5.0, number=_seconds(0, 3600))
+    POLL_INTERVAL: float = setting(5.0, number=_seconds(0, 3600))
+    ORPHAN_CHECK_INTERVAL: float = setting(60.0, number=_seconds(0, DAY))
+    KEYGUARD_INTERVAL: float = setting(60.0, number=_seconds(0, DAY))
+    PERIODIC_TICK: float = setting(5.0, number=_seconds(0, 3600))
+    # How long an until_executed periodic run's lock outlives its last heartbeat refresh.
+    PERIODIC_ACTIVE_TTL: float = setting(60.0, number=_seconds(0, 30 * DAY))
+    # A dotted path to f(retry_count) -> seconds; None: the built-in formula.
+    RETRY_BACKOFF: str | None = setting(None, _optional_str("a dotted path"))
+    HISTORY: bool = setting(True, _bool)
+    # Observability (docs/observability.md): the worker's /metrics port, the bearer token
+    # both metrics endpoints want, OpenTelemetry traces across enqueue and run.
+    METRICS_PORT: int | None = setting(None, lambda k, p, v: check_metrics_port(p, k))
+    METRICS_TOKEN: str | None = setting(None, _metrics_token)
+    OTEL: bool = setting(False, _otel)
+    # More modules a worker imports at start for their @job functions, besides the jobs
+    # and tasks modules of installed apps (jobs.import_job_modules).
+    JOB_MODULES: tuple[str, ...] = setting([], _check_job_modules)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def queue_names(self) -> list[str]:
+        """Distinct queue names in configured order."""
+        return list(dict.fromkeys(q.name for q in self.QUEUES))
+
+
+DECLARED = tuple(f for f in fields(Settings) if f.name != "raw")
+DEFAULTS: dict[str, Any] = {f.name: f.metadata["default"] for f in DECLARED}
+
+# Every number the package takes from its user, with its allowed range, in one table:
+# the settings' (declared above), a limiter's fields, the job options and limit()'s wait.
+# A number is finite and in range; NaN (which every comparison lets through) and inf
+# never are. docs/configuration.md lists the same ranges.
+NUMBERS: dict[str, Bound] = {
+    **{f.name: f.metadata["number"] for f in DECLARED if f.metadata["number"]},
+    # a limiter's fields (LIMITS[name][field])
+    "concurrency": _count(0, 1_000_000),
+    "rate": _count(0, 1_000_000),
+    "per": _seconds(0, YEAR),
+    # job options (@job / using) where they are numbers, and limit(name, wait=...)
+    "timeout": _seconds(0, 10 * YEAR),
+    "expires_in": _seconds(0, 10 * YEAR),
+    "unique_for": _seconds(0, 10 * YEAR),
+    "wait": _seconds(0, 10 * YEAR, open=False),
+}
+
+
+def _validate(user: Any) -> Settings:
+    user = _check_keys(user)
+    v = {**DEFAULTS, **user}
+    values = {}
+    for f in DECLARED:
+        check, number = f.metadata["check"], f.metadata["number"]
+        if check is not None:
+            values[f.name] = check(f.name, v[f.name], v)
+        elif number is not None:
+            values[f.name] = check_number(f.name, v[f.name])
+        else:
+            values[f.name] = v[f.name]
+    return Settings(**values, raw=user)
 
 
 _lock = threading.Lock()

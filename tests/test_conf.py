@@ -243,3 +243,22 @@ def test_a_bad_retry_backoff_names_the_setting_and_the_problem(configure, path, 
     message = str(info.value)
     assert message.startswith(f"COGWORKER['RETRY_BACKOFF'] = {path!r} ")
     assert fragment in message
+
+
+def test_each_setting_is_declared_once_and_settles_its_default():
+    # The declarations (conf.Settings) are the one list: the defaults and the checks
+    # are read from them, and every default passes its own check.
+    names = [f.name for f in conf.DECLARED]
+    assert names == list(conf.DEFAULTS) and "raw" not in names
+    settled = conf._validate({})
+    assert all(hasattr(settled, n) for n in names)
+    assert settled.QUEUES == (conf.QueueSpec("default", 1),)
+    assert settled.MIDDLEWARE == {"client": [], "server": []}
+
+
+@pytest.mark.parametrize("key", [f.name for f in conf.DECLARED])
+def test_every_setting_refuses_a_value_of_no_kind_it_takes(key):
+    # A value no setting takes (an object) is refused by name, never let through.
+    extra = {"SENTINELS": [("h", 26379)]} if key == "SENTINEL_MASTER" else {}
+    with pytest.raises(ImproperlyConfigured, match=key):
+        conf._validate({**extra, key: object()})
