@@ -1,4 +1,4 @@
-"""The old import paths of the modules that moved into folders (0.2): ``cogworker_django.logs``
+"""The old import paths of the modules that moved into folders (after 0.1.0): ``cogworker_django.logs``
 is ``cogworker_django.observe.logs``, and so on down the table.
 
 Old paths outlive a move: settings name classes by dotted path (LOGGING's

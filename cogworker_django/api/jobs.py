@@ -1,5 +1,7 @@
 """The sorted sets of jobs: ``ScheduledSet``, ``RetrySet`` and ``DeadSet``.
 
+(Over 400 lines: the three sets share every read and action, over one home or many.)
+
 Members are raw payload JSON scored by epoch (run at, retry at, failed at). Reads are
 paginated by rank (ZRANGE with offsets: O(log n) at any depth) or searched with a
 bounded ZSCAN (search.py); nothing ever loads a whole set.

@@ -1,5 +1,8 @@
 """Pushing jobs: now (LPUSH), later (ZADD to the schedule), or many in one round trip.
 
+(Over 400 lines: every kind of push (single, bulk, plain, scheduled, a claimed slot's
+final write) and the listing they share are decided here, side by side.)
+
 Rule 1: the push is the one write that matters. It goes first; the ``P:queues``
 listing rides in the same non-transactional pipeline but its failure is only logged,
 never raised (a raised push is retried by its caller and queues the job twice). The

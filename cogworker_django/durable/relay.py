@@ -1,5 +1,8 @@
 """The relay: committed outbox rows to Redis, each pushed exactly once, then deleted.
 
+(Over 400 lines: a pass's steps share one database transaction and one round trip per
+batch; the SQLite turn and the markers' cleanup are parts of the same pass.)
+
 A pass, on one database, in one database transaction:
 
 1. read the oldest rows (at most :data:`BATCH`), holding them: ``SELECT ... FOR UPDATE

@@ -2,6 +2,9 @@
 periodic entries whose slot is due. No process is special: the claim script makes each
 slot fire once per fleet.
 
+(Over 400 lines: a tick's duties share one process's entries, claims and deferred
+rollbacks.)
+
 Duties, each tick:
 - retry this process's deferred lock releases first (a slot may be blocked only by a
   release an outage delayed), then its pending claim rollbacks (each before its entry

@@ -1,6 +1,9 @@
 """The Redis client: from ``REDIS_URL``, a django-redis cache alias, Sentinel, or a
 Redis Cluster (``CLUSTER``: ``cluster.LazyCluster``, built on its first command).
 
+(Over 400 lines: every way to reach Redis, and the held connection, share the timeout
+and retry rules.)
+
 One client (and so one connection pool) per process, rebuilt in a forked child.
 Every connection has connect and socket timeouts, so no call hangs forever, and
 redis-py's automatic retries are off (rule 11: a timed-out LMOVE, INCR or script

@@ -2,6 +2,10 @@
 for every other thread free at that moment too, several jobs and every pending ack per
 round trip; a feeder thread fetches for the threads that find no fetch to send.
 
+(Over 400 lines: every change of the state under the dispatcher's one lock (the threads'
+own fetches, the feeder's, the event loop's hand-in) is in this file, so its invariants
+are checked in one read.)
+
 A processor thread that comes free hands in the job it finished (to ack). If fewer than
 ``fetches_out`` fetches are out (two with ``SECOND_FETCH_FROM`` threads or more, else
 one) and the queues were not found empty lately, it sends a

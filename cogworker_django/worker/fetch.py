@@ -1,5 +1,8 @@
 """The fetch strategies: everything that differs by fetch mode, behind one interface.
 
+(Over 400 lines: both strategies and everything each owns, side by side, so that a
+difference of mode has one place.)
+
 ``ReliableFetch`` (default) moves a job atomically into this process's in-progress list,
 so a process that dies mid-job leaves it there for orphan recovery; acking finished jobs
 and fetching the next ones are one round trip, shared by the process's threads

@@ -1,5 +1,8 @@
 """One processor thread: take a job, run the server middleware chain and the job, settle.
 
+(Over 400 lines: a run's duties from the fetch to the settlement, in the order they
+happen; the async side reuses its Settler.)
+
 Duties:
 - ask the job source for the next job, handing in the one just finished (reliable fetch
   acks it with the next fetch of any thread: dispatch.py);

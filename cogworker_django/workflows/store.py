@@ -1,11 +1,14 @@
 """The Redis side of batches: the three scripts and what feeds them.
 
+(Over 400 lines: the callers of the three batch scripts, which build the same KEYS and
+ARGV shapes.)
+
 - ``lua/batch_open.lua``: create a batch, or reopen one, with a block token;
 - ``lua/batch_push.lua``: push members and count them in the same step;
 - ``lua/batch_update.lua``: one outcome (a member's success or failure, a block's end)
   and, when that outcome finishes the batch, its callbacks, in the same step.
 
-With a home per queue (keys.spread) a batch's keys and its jobs' queues are in
+With a home per queue a batch's keys (the prefix's home) and its jobs' queues are in
 different hash slots: the scripts then put each job in the outbox (a list in the
 batch's home) instead, in the same step, and the caller relays it to its queue right
 after (outbox.py; the poller relays what a caller that died in between left there).
