@@ -27,7 +27,7 @@ from django.dispatch import receiver
 from .. import conf
 from ..store import connection, errors, homes, keys
 from ..store.errors import CogworkerError
-from . import middleware, payload, priority, testrun
+from . import middleware, priority, route, testrun
 
 log = logging.getLogger("cogworker_django")
 
@@ -128,11 +128,6 @@ def _forget_listing(queue: str) -> None:
         _listed.pop((keys.prefix(), queue), None)
 
 
-def _is_scheduled(job: dict[str, Any], now: float) -> bool:
-    at = job.get("at")
-    return at is not None and float(at) > now
-
-
 class FinalWrite(Protocol):
     """The last step of a claimed periodic slot's push (periodic/claims.py: the job is
     pushed and its claim record removed in one script). ``plain(queue, where)`` writes an
@@ -189,10 +184,6 @@ def _member_pusher(which: str) -> Callable[..., Any]:
     return pusher
 
 
-# The unique modes whose lock is taken by the push itself (unique.push).
-LOCKED_AT_PUSH = ("until_executed", "until_started")
-
-
 def _push_one(
     job: dict[str, Any], final: FinalWrite | None = None, encoded: str | None = None
 ) -> str | None:
@@ -211,17 +202,18 @@ def _push_one(
     divert = active_sink()
     if divert is not None:
         return divert(job)
-    if job.get("unique") in LOCKED_AT_PUSH:
+    where = route.destination(job, now, encoded if final is None else None)
+    if where.kind == "unique":
         from . import unique
 
         pushed = unique.push(job, final)
         if pushed is not None:
-            _list_apart(job["queue"])
+            _list_apart(where.queue)
         return pushed
-    if _is_scheduled(job, now):
-        _schedule(job)
-        return job["jid"]
-    return _push_now(job, final, encoded, now)
+    if final is not None:  # the claimed slot's final write (a queue's list or zset)
+        return job["jid"] if final.plain(where.queue, where.route) else None
+    _write(connection.get_client(), where)
+    return job["jid"]
 
 
 def _final_write_carries(job: dict[str, Any], now: float) -> bool:
@@ -230,36 +222,28 @@ def _final_write_carries(job: dict[str, Any], now: float) -> bool:
     in two slots: no one script holds both, so the record is marked first
     (docs/cluster.md). A plain push goes through the outbox (periodic/claims.py)."""
     unique_apart = homes.Home.of_job(job).crosses(homes.Home.root()) and (
-        job.get("unique") in LOCKED_AT_PUSH
+        job.get("unique") in route.LOCKED_AT_PUSH
     )
     return not (
-        job.get("bid") or active_sink() is not None or _is_scheduled(job, now) or unique_apart
+        job.get("bid") or active_sink() is not None or route.is_scheduled(job, now) or unique_apart
     )
 
 
-def _push_now(
-    job: dict[str, Any], final: FinalWrite | None, encoded: str | None, now: float
-) -> str | None:
-    """An immediate push: the queue's list, or its priority zset (django.tasks
-    priorities, priority.py), or the claimed slot's final write."""
-    if encoded is None or "at" in job or final is not None:
-        job.pop("at", None)
-        job["enqueued_at"] = now
-        encoded = None
-    if final is not None:
-        return job["jid"] if final.plain(job["queue"], priority.route(job, now)) else None
-    conn = connection.get_client()
-    if priority.routes(job):
-        if encoded is not None:
-            job["enqueued_at"] = now
-        return priority.push(conn, job)
-    data = encoded if encoded is not None else payload.encode(job)
-    queue = job["queue"]
-    if not _needs_listing(queue):
-        conn.lpush(keys.queue(queue), data)
+def _write(conn: Any, where: route.Destination) -> None:
+    """The write of a single push (LPUSH to a list, ZADD to a zset), and the queue's
+    listing when the destination lists it and this process has not lately: one round
+    trip. The write's failure raises; the listing's is reported (rule 1)."""
+
+    def write(target: Any) -> None:
+        if where.score is None:
+            target.lpush(where.key, where.value)
+        else:
+            target.zadd(where.key, {where.value: where.score})
+
+    if where.listed and _needs_listing(where.queue):
+        _write_and_list(conn, where.queue, write)
     else:
-        _write_and_list(conn, queue, lambda pipe: pipe.lpush(keys.queue(queue), data))
-    return job["jid"]
+        write(conn)
 
 
 def _write_and_list(conn: Any, queue: str, write: Any) -> None:
@@ -286,20 +270,6 @@ def _list_apart(queue: str) -> None:
     except Exception as exc:  # noqa: BLE001 - reported by _check_listing
         listed = exc
     _check_listing(listed, queue)
-
-
-def _schedule(job: dict[str, Any]) -> None:
-    """A scheduled job into its queue's home's schedule. With a home per queue the queue
-    is listed too (the poller finds a home by its queue), in the same round trip."""
-    conn = connection.get_client()
-    queue = job["queue"]
-    entry = {payload.encode(job): float(job["at"])}
-    home = homes.Home.of_queue(queue)
-    key = home.schedule()
-    if not (home.lists_apart() and _needs_listing(queue)):
-        conn.zadd(key, entry)
-    else:
-        _write_and_list(conn, queue, lambda pipe: pipe.zadd(key, entry))
 
 
 def _check_listing(result: Any, *queues: str) -> None:
@@ -497,41 +467,14 @@ class _Bulk:
         self.zsets: dict[str, list[tuple[int, str, float]]] = {}
         self.unique: list[tuple[int, dict[str, Any]]] = []  # pushed by unique's script
         self.queues: set[str] = set()  # listed in P:queues with the writes
-        self._built: dict[str, list[tuple[int, str]]] = {}  # queue -> its list's entries
 
     def add(self, i: int, job: dict[str, Any]) -> None:
-        if job.get("unique") in LOCKED_AT_PUSH:
+        where = route.destination(job, self.now, self.encoded[i] if self.encoded else None)
+        if where.kind == "unique":
             self.unique.append((i, job))
-        elif _is_scheduled(job, self.now):
-            self._add_scheduled(i, job)
-        else:
-            data = self.encoded[i] if self.encoded is not None else None
-            if data is not None and "at" not in job and not priority.routes(job):
-                self._add_built(i, job["queue"], data)
-            else:
-                self._add_routed(i, job)
-
-    def _add_scheduled(self, i: int, job: dict[str, Any]) -> None:
-        home = homes.Home.of_queue(job["queue"])
-        self.zsets.setdefault(home.schedule(), []).append(
-            (i, payload.encode(job), float(job["at"]))
-        )
-        if home.lists_apart():
-            self.queues.add(job["queue"])  # the poller finds a home by its queue
-
-    def _add_built(self, i: int, queue: str, data: str) -> None:
-        # Built a moment ago by this call: its text as built (enqueued_at too).
-        entries = self._built.get(queue)
-        if entries is None:
-            self.queues.add(queue)
-            entries = self._built[queue] = self.lists.setdefault(keys.queue(queue), [])
-        entries.append((i, data))
-
-    def _add_routed(self, i: int, job: dict[str, Any]) -> None:
-        job.pop("at", None)
-        job["enqueued_at"] = self.now
-        where = priority.route(job, self.now)
-        self.queues.add(job["queue"])
+            return
+        if where.listed:
+            self.queues.add(where.queue)
         if where.score is None:
             self.lists.setdefault(where.key, []).append((i, where.value))
         else:

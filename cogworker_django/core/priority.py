@@ -14,9 +14,10 @@ best zset member if its priority is above 0, else the list's next job, else the 
 zset member (priority below 0); it strips the stamp and moves the bare payload on, so
 in-progress lists, acks, retries and the dead set only ever see plain payloads.
 
-Where a job being enqueued waits is decided by :func:`route` alone, for every path that
-enqueues: a push (one or in bulk, unique or not), the poller moving due scheduled and
-retried jobs, and the admin's "retry now" / "enqueue now". Paths that put a payload
+Where a job being enqueued waits is decided here, for every path that enqueues: a push
+(one or in bulk, unique or not: core/route.py's ``destination`` uses :func:`member`),
+the poller moving due scheduled and retried jobs and the admin's "retry now" / "enqueue
+now" (:func:`route`). Paths that put a payload
 *back* on the queue it was taken from (orphan recovery, the shutdown hand-over, a lost
 fetch reply) use :func:`return_key`: the plain list, at the end taken next, so it runs
 next, after the queue's positive priorities and before its negative ones.
@@ -28,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import errors, keys
+from ..store import keys
 from . import payload
 
 MIN_PRIORITY = -100
@@ -91,22 +92,3 @@ def payload_of(zset_member: str | bytes) -> str | bytes:
     """The bare payload of a zset member (for listings such as the admin's queue view)."""
     sep = SEPARATOR.encode() if isinstance(zset_member, bytes) else SEPARATOR
     return zset_member.partition(sep)[2]  # type: ignore[arg-type]
-
-
-def push(conn: Any, job: dict[str, Any]) -> str:
-    """ZADD ``job`` to its queue's priority zset; returns the jid.
-
-    Rule 1: the ZADD is the write that matters and the only one that can raise; the
-    ``P:queues`` listing rides in the same round trip and is only reported.
-    """
-    queue = job["queue"]
-    where = route(job)
-    pipe = conn.pipeline(transaction=False)
-    pipe.zadd(where.key, {where.value: where.score})
-    pipe.sadd(keys.queues(), queue)
-    pushed, listed = pipe.execute(raise_on_error=False)
-    if isinstance(pushed, Exception):
-        raise pushed
-    if isinstance(listed, Exception):
-        errors.report("Queue listing", listed, f"{keys.queues()} not updated for {queue!r}")
-    return job["jid"]

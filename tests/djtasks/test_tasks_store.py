@@ -113,7 +113,7 @@ def test_an_unrunnable_task_is_failed_without_a_run():
     assert data["status"] == "FAILED" and data["worker_ids"] == []
     assert "started_at" not in data and "finished_at" in data
     assert [e["exception_class_path"] for e in data["errors"]] == [
-        "cogworker_django.core.jobs.NotRegistered"
+        "cogworker_django.jobs.NotRegistered"
     ]
 
 
