@@ -36,7 +36,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from testapp.jobs import noop
+    from testapp.jobs import noop, takes_anything
 
     from cogworker_django.store import connection, keys
 
@@ -49,7 +49,7 @@ def main() -> None:
         calls = [(i, f"user{i}@example.com") for i in range(args.bulk)]
         started = time.perf_counter()
         for start in range(0, args.bulk, 1000):
-            noop.enqueue_many(calls[start : start + 1000])
+            takes_anything.enqueue_many(calls[start : start + 1000])
         bulk_args = time.perf_counter() - started
         started = time.perf_counter()
         for _ in range(args.single):
