@@ -35,3 +35,28 @@ def test_noscript_reloads_after_script_flush(redis_server, configure, prefix):
     assert server.client().script_exists(scripts.get("owned_expire").sha) == [False]
     assert scripts.run("owned_expire", client, [key], ["me", 40]) == 1
     assert server.client().ttl(key) > 30
+
+
+def test_an_included_part_is_expanded_into_the_script_sent():
+    fetch = scripts.get("fetch")
+    assert scripts.INCLUDE not in fetch.source
+    assert "local function best_priority(zkey)" in fetch.source
+    assert "local function best_priority(zkey)" in scripts.get("basic_fetch").source
+
+
+def test_an_include_of_no_part_is_refused():
+    with pytest.raises(RuntimeError, match="no lua/include/nothing_here.lua"):
+        scripts.expand("-- KEYS ARGV\n--@include nothing_here\n", "x")
+    with pytest.raises(RuntimeError, match="no lua/include"):
+        scripts.expand("--@include ../fetch\n", "x")
+    assert scripts.expand("-- a\nreturn 1\n", "x") == "-- a\nreturn 1\n"
+
+
+def test_a_part_that_includes_another_is_refused(tmp_path):
+    (tmp_path / "inner.lua").write_text("local x = 1\n")
+    (tmp_path / "outer.lua").write_text("--@include inner\n")
+    assert (
+        scripts.expand("--@include inner\nreturn x\n", "x", tmp_path) == "local x = 1\nreturn x\n"
+    )
+    with pytest.raises(RuntimeError, match="one level only"):
+        scripts.expand("--@include outer\n", "x", tmp_path)

@@ -11,6 +11,7 @@
 local m = #ARGV
 -- No zset at all (every queue without priorities): one EXISTS instead of m ZRANGEs.
 local with_priority = redis.call("EXISTS", unpack(KEYS, m + 1, 2 * m)) > 0
+--@include best_priority
 local function take(zkey, member, name)
   local sep = string.find(member, "|", 1, true)
   redis.call("ZREM", zkey, member)
@@ -19,10 +20,7 @@ end
 for i = 1, m do
   local zkey, best = KEYS[m + i], nil
   if with_priority then
-    best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
-    if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
-      best = nil
-    end
+    best = best_priority(zkey)
   end
   if best and tonumber(best[2]) < 0 then
     return take(zkey, best[1], ARGV[i])

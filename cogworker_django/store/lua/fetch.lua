@@ -33,6 +33,7 @@ local open = {}
 for i = 1, m do
   open[i] = redis.pcall("SISMEMBER", KEYS[2], ARGV[first + i - 1]) ~= 1
 end
+--@include best_priority
 local function take(zkey, member, name)
   local job = string.sub(member, string.find(member, "|", 1, true) + 1)
   redis.call("LPUSH", KEYS[1], job)
@@ -47,10 +48,7 @@ local function take_one()
       local name = ARGV[first + i - 1]
       local zkey, best = KEYS[2 + m + i], nil
       if with_priority then
-        best = redis.pcall("ZRANGE", zkey, 0, 0, "WITHSCORES")
-        if type(best) ~= "table" or #best < 2 or not string.find(best[1], "|", 1, true) then
-          best = nil
-        end
+        best = best_priority(zkey)
       end
       if best and tonumber(best[2]) < 0 then
         take(zkey, best[1], name)
