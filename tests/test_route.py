@@ -36,7 +36,7 @@ def test_a_job_that_was_due_is_stamped_now_and_encoded_again(prefix):
     now = time.time()
     job = built(queue="q")
     job["at"] = now - 5  # due: goes to the queue now
-    text = payload.encode(job)
+    text, built_at = payload.encode(job), job.get("enqueued_at")
     where = route.destination(job, now, text)
     assert where.kind == "list" and "at" not in job and job["enqueued_at"] == now
     assert where.value == payload.encode(job) != text
@@ -46,13 +46,15 @@ def test_a_scheduled_job_goes_to_its_homes_schedule_scored_by_at(prefix):
     now = time.time()
     job = built(queue="q")
     job["at"] = now + 60
-    where = route.destination(job, now, "ignored")
+    text, built_at = payload.encode(job), job.get("enqueued_at")
+    where = route.destination(job, now, text)
     assert (where.kind, where.key, where.score) == (
         "schedule",
         keys.schedule(keys.root()),
         now + 60,
     )
-    assert payload.decode(where.value)["at"] == now + 60
+    assert where.value == text and job.get("enqueued_at") == built_at  # as built
+    assert payload.decode(route.destination(job, now).value)["at"] == now + 60
     assert not where.listed  # one home: the move to the queue lists it
 
 
@@ -95,3 +97,20 @@ def test_a_priority_push_lists_its_queue_as_every_push_does(r, caplog):
     assert all(client.push(built(queue="pq", priority=5)) for _ in range(20))
     assert r.zcard(keys.priority_queue("pq")) == 22  # rule 1: every push went in
     assert len([x for x in caplog.records if "not updated" in x.getMessage()]) == 1
+
+
+def test_a_move_to_the_queue_ignores_at_and_stamps_now(prefix):
+    # to_queue: the poller's due jobs, the admin's "enqueue now", a limiter's waker.
+    now = time.time()
+    job = built(queue="q")
+    job["at"] = now + 3600
+    where = route.to_queue(job, now)
+    assert (where.kind, where.key) == ("list", keys.queue("q")) and "at" not in job
+    assert payload.decode(where.value)["enqueued_at"] == now and where.score_arg == ""
+    high = route.to_queue(built(queue="q", priority=3), now)
+    assert (high.kind, high.score_arg) == ("zset", "-3.0")
+
+
+def test_placement_leaves_the_lock_to_its_caller(prefix):
+    job = built(queue="q", unique="until_executed")
+    assert route.placement(job, time.time()).kind == "list"

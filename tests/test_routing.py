@@ -1,5 +1,5 @@
 """Where a job being enqueued waits (its queue's list, or the priority zset of a
-django.tasks priority) is decided once, by ``priority.route``: every path that enqueues
+django.tasks priority) is decided once, by ``route.to_queue``: every path that enqueues
 (a push, a bulk push, a unique push, the poller moving a due job, the admin's "retry
 now" and "retry all") puts a job in the same place, and paths that put a job *back*
 (recovery, hand-over) use the list."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cogworker_django.api.jobs import DeadSet, RetrySet, ScheduledSet
-from cogworker_django.core import client, payload, priority
+from cogworker_django.core import client, payload, priority, route
 from cogworker_django.store import connection, keys
 from cogworker_django.worker import poller
 
@@ -35,15 +35,15 @@ def where(r, token: str) -> str:
 
 
 def expected(p: int) -> str:
-    return priority.route(build("x", p)).key
+    return route.to_queue(build("x", p), time.time()).key
 
 
 def test_route_sends_priorities_to_the_zset_and_the_rest_to_the_list():
     assert expected(0) == keys.queue("default")
     assert expected(7) == expected(-3) == keys.priority_queue("default")
-    plain = priority.route(build("x", 0))
+    plain = route.to_queue(build("x", 0), time.time())
     assert plain.score is None and plain.score_arg == "" and json.loads(plain.value)
-    high = priority.route(build("x", 7))
+    high = route.to_queue(build("x", 7), time.time())
     assert high.score == -7.0 and high.score_arg == "-7.0"
     assert json.loads(priority.payload_of(high.value))["priority"] == 7
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from .. import conf
-from ..core import departures, locks, payload, priority
+from ..core import departures, locks, payload, route
 from ..store import homes, keys, scripts
 from . import search as scanning
 from ._util import as_bytes, client
@@ -53,18 +53,15 @@ class BulkResult:
     invalid: int = 0
 
 
-def requeue_route(job: dict[str, Any]) -> priority.Route | None:
+def requeue_route(job: dict[str, Any]) -> route.Destination | None:
     """Where and how a job goes back to its queue, or None if it can't: ``enqueued_at``
     re-stamped (queue latency is measured from it), ``at`` dropped, ``retry_count`` kept
     (a dead job retried by hand gets one more attempt, not a fresh set); a django.tasks
-    priority waits in its queue's zset, as when the poller moves it (priority.route)."""
+    priority waits in its queue's zset, as when the poller moves it (route.to_queue)."""
     queue = job.get("queue")
     if job.get("func") == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         return None
-    fresh = dict(job)
-    fresh.pop("at", None)
-    fresh["enqueued_at"] = time.time()
-    return priority.route(fresh)
+    return route.to_queue(dict(job), time.time())
 
 
 class JobSet:

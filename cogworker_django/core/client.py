@@ -27,7 +27,7 @@ from django.dispatch import receiver
 from .. import conf
 from ..store import connection, errors, homes, keys
 from ..store.errors import CogworkerError
-from . import middleware, priority, route, testrun
+from . import middleware, route, testrun
 
 log = logging.getLogger("cogworker_django")
 
@@ -131,13 +131,13 @@ def _forget_listing(queue: str) -> None:
 class FinalWrite(Protocol):
     """The last step of a claimed periodic slot's push (periodic/claims.py: the job is
     pushed and its claim record removed in one script). ``plain(queue, where)`` writes an
-    immediate job where :func:`priority.route` says (an LPUSH or ZADD otherwise); a
+    immediate job where :func:`route.destination` says (an LPUSH or ZADD otherwise); a
     unique job's lock script takes ``claim`` as extra KEYS/ARGV (unique.push);
     ``other()`` is called before any other path (a batch member, a test-mode sink, a
     scheduled push). Each returns False when nothing was written (the push then returns
     None)."""
 
-    def plain(self, queue: str, where: priority.Route) -> bool: ...
+    def plain(self, queue: str, where: route.Destination) -> bool: ...
 
     def other(self) -> bool: ...
 
@@ -211,7 +211,7 @@ def _push_one(
             _list_apart(where.queue)
         return pushed
     if final is not None:  # the claimed slot's final write (a queue's list or zset)
-        return job["jid"] if final.plain(where.queue, where.route) else None
+        return job["jid"] if final.plain(where.queue, where) else None
     _write(connection.get_client(), where)
     return job["jid"]
 

@@ -14,11 +14,10 @@ best zset member if its priority is above 0, else the list's next job, else the 
 zset member (priority below 0); it strips the stamp and moves the bare payload on, so
 in-progress lists, acks, retries and the dead set only ever see plain payloads.
 
-Where a job being enqueued waits is decided here, for every path that enqueues: a push
-(one or in bulk, unique or not: core/route.py's ``destination`` uses :func:`member`),
-the poller moving due scheduled and retried jobs and the admin's "retry now" / "enqueue
-now" (:func:`route`). Paths that put a payload
-*back* on the queue it was taken from (orphan recovery, the shutdown hand-over, a lost
+Where a job being enqueued waits is decided in core/route.py for every path that
+enqueues (a push, one or in bulk, unique or not; the poller moving due scheduled and
+retried jobs; the admin's "retry now" / "enqueue now"), with :func:`routes` and
+:func:`member` from here. Paths that put a payload *back* on the queue it was taken from (orphan recovery, the shutdown hand-over, a lost
 fetch reply) use :func:`return_key`: the plain list, at the end taken next, so it runs
 next, after the queue's positive priorities and before its negative ones.
 """
@@ -26,7 +25,6 @@ next, after the queue's positive priorities and before its negative ones.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..store import keys
@@ -50,31 +48,6 @@ def of(job: dict[str, Any]) -> int:
 def routes(job: dict[str, Any]) -> bool:
     """True when ``job`` waits in its queue's priority zset rather than on the list."""
     return of(job) != 0
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a job being enqueued waits, and what is written there."""
-
-    key: str  # P:queue:<q> (a list) or P:pqueue:<q> (a zset)
-    value: str  # the payload, or the zset member carrying it
-    score: float | None  # the zset score; None for the list (LPUSH)
-
-    @property
-    def score_arg(self) -> str:
-        """The score as the scripts take it: "" for the list."""
-        return "" if self.score is None else repr(self.score)
-
-
-def route(job: dict[str, Any], now: float | None = None) -> Route:
-    """The one decision of where ``job`` (with its queue, stamped for enqueueing) waits:
-    its queue's priority zset when it has a priority, else its queue's list. The payload
-    is encoded here (rule 3)."""
-    queue = job["queue"]
-    if routes(job):
-        value, score = member(job, now)
-        return Route(keys.priority_queue(queue), value, score)
-    return Route(keys.queue(queue), payload.encode(job), None)
 
 
 def return_key(queue: str) -> str:

@@ -1,5 +1,8 @@
-"""Where a job being pushed goes: :func:`destination`, the one decision for every kind
-of push the client makes, single or in bulk (core/client.py writes what it says).
+"""Where a job being pushed or moved to its queue goes: :func:`destination`, the one
+decision for every kind of push (the client's, single or in bulk: core/client.py writes
+what it says), :func:`placement` for the pushes that take a lock their own way (the
+unique script, a batch's push, the durable relay), :func:`to_queue` for the moves to a
+queue (the poller, the admin's actions, a limiter's waker).
 
 A batch member (``bid``) is not the client's to place: it is pushed and counted in one
 step by the workflows package's pusher (workflows/store.py, lua/batch_push.lua), which
@@ -45,9 +48,9 @@ class Destination:
     listed: bool = False  # the queue goes into P:queues with the write
 
     @property
-    def route(self) -> priority.Route:
-        """As the scripts that move a job to its queue take it (key, value, score)."""
-        return priority.Route(self.key, self.value, self.score)
+    def score_arg(self) -> str:
+        """The score as the scripts take it: "" for a list (LPUSH)."""
+        return "" if self.score is None else repr(self.score)
 
 
 def is_scheduled(job: dict[str, Any], now: float) -> bool:
@@ -56,19 +59,38 @@ def is_scheduled(job: dict[str, Any], now: float) -> bool:
 
 
 def destination(job: dict[str, Any], now: float, encoded: str | None = None) -> Destination:
-    """Where ``job`` goes, pushed at ``now``. ``encoded``: its payload text as built a
-    moment ago by the same call (its ``enqueued_at`` is the build's), written as it is to
-    a queue's list; a job that goes anywhere else, or was scheduled, is stamped
-    ``enqueued_at = now`` and encoded here (rule 3)."""
-    queue = job.get("queue", "")
+    """Where a push of ``job`` at ``now`` goes: a unique job locked at push is its
+    script's to place; every other job waits where :func:`placement` says.
+    ``encoded``: its payload text as built a moment ago by the same call (its
+    ``enqueued_at`` is the build's), written as it is where the job is not re-stamped."""
     if job.get("unique") in LOCKED_AT_PUSH:
-        return Destination("unique", queue)
+        return Destination("unique", job.get("queue", ""))
+    return placement(job, now, encoded)
+
+
+def placement(job: dict[str, Any], now: float, encoded: str | None = None) -> Destination:
+    """Where ``job`` waits when it is pushed at ``now``, its lock aside (the unique
+    script, a batch's and the durable relay's push place it with their own writes): the
+    schedule of its queue's home while its ``at`` is ahead, else its queue
+    (:func:`to_queue`)."""
+    queue = job["queue"]
     if is_scheduled(job, now):
         home = homes.Home.of_queue(queue)
-        data = payload.encode(job)
+        data = encoded if encoded is not None else payload.encode(job)
         return Destination(
             "schedule", queue, home.schedule(), data, float(job["at"]), home.lists_apart()
         )
+    return to_queue(job, now, encoded)
+
+
+def to_queue(job: dict[str, Any], now: float, encoded: str | None = None) -> Destination:
+    """Where ``job`` goes when it goes to its queue at ``now``, whatever its ``at`` (a
+    due job the poller moves, the admin's "retry now" and "enqueue now", a job a limiter
+    has room for): its queue's priority zset for a django.tasks priority, else its
+    queue's list. ``enqueued_at`` is stamped ``now`` and the payload encoded here (rule
+    3), unless ``encoded`` is given for a job that was not scheduled and has no priority
+    (the text as built, enqueued_at included)."""
+    queue = job["queue"]
     if encoded is None or "at" in job or priority.routes(job):
         job.pop("at", None)
         job["enqueued_at"] = now

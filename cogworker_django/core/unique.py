@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import conf
 from ..store import connection, errors, homes, keys, scripts
-from . import locks, payload, priority
+from . import locks, payload, route
 from .middleware import Reschedule
 
 # Modes whose lock is taken by the push script (the others take none at push).
@@ -75,16 +75,8 @@ def _script_args(job: dict[str, Any]) -> tuple[list[str], list[Any]]:
             f"job {job.get('jid')!r}: unique={job.get('unique')!r} without a unique_digest"
         )
     now = time.time()
-    scheduled = job.get("at") is not None and float(job["at"]) > now
-    if not scheduled:
-        job.pop("at", None)
-        job["enqueued_at"] = now
-    if scheduled:
-        home = homes.job_home(job)
-        target, data, score = keys.schedule(home), payload.encode(job), repr(float(job["at"]))
-    else:
-        where = priority.route(job, now)  # the list, or a django.tasks priority's zset
-        target, data, score = where.key, where.value, where.score_arg
+    where = route.placement(job, now)  # the schedule, the list or a priority's zset
+    target, data, score = where.key, where.value, where.score_arg
     # P:queues is in the prefix's home: with a home per queue the push can't list the
     # queue (client.py lists it once per bulk call instead).
     listing = homes.Home.of_job(job).listing_keys()

@@ -37,7 +37,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from ..core import locks, payload, priority
+from ..core import locks, payload, route
 from ..core.unique import PUSH_LOCKED, lock_key
 from ..core.unique import _push_ttl as push_ttl
 from ..store import connection, errors, homes, keys, scripts
@@ -427,22 +427,12 @@ def _unpushable(job: dict[str, Any]) -> str | None:
 def _plan(row: OutboxEntry, job: dict[str, Any], now: float) -> tuple[list[str], list[Any]]:
     """The keys and arguments of lua/outbox_relay.lua for ``row`` (not a batch member);
     the first key is its marker."""
-    queue = job["queue"]
     home = homes.job_home(job)
-    at = job.get("at")
     key_list = [keys.relayed(row.jid, home)]
-    if at is not None and float(at) > now:
-        key_list.append(keys.schedule(home))
-        value, score = row.payload, repr(float(at))
-    elif at is None and not priority.routes(job):
-        key_list.append(keys.queue(queue))
-        value, score = row.payload, ""  # the text as written at the enqueue
-    else:
-        job.pop("at", None)
-        job["enqueued_at"] = now
-        where = priority.route(job, now)
-        key_list.append(where.key)
-        value, score = where.value, where.score_arg
+    # Scheduled, or plain: the text as written at the enqueue; else stamped now.
+    where = route.placement(job, now, row.payload)
+    key_list.append(where.key)
+    value, score = where.value, where.score_arg
     args: list[Any] = [value, score, MARKER_TTL]
     lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
     if lock is not None:

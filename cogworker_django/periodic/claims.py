@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from ..core import client, payload, priority
+from ..core import client, payload, route
 from ..store import connection, errors, homes, keys, outbox, scripts
 
 log = logging.getLogger("cogworker_django")
@@ -88,7 +88,7 @@ class ClaimedPush:
         self.gone = False
         self.marked = False
 
-    def plain(self, queue: str, where: priority.Route) -> bool:
+    def plain(self, queue: str, where: route.Destination) -> bool:
         self.reached = True
         target, value, score = where.key, where.value, where.score_arg
         if homes.Home.of_queue(queue).crosses(homes.Home.root()):

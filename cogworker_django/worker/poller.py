@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import conf
-from ..core import departures, payload, priority
+from ..core import departures, payload, route
 from ..store import connection, errors, homes, keys, outbox, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery
@@ -107,9 +107,7 @@ def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
             departures.job_left(leaving, f"filed in dead: {why}")
         return moved
     assert isinstance(queue, str)  # checked above
-    job.pop("at", None)
-    job["enqueued_at"] = time.time()
-    where = priority.route(job)  # the list, or the zset of a django.tasks priority
+    where = route.to_queue(job, time.time())  # its list, or a django.tasks priority's zset
     moved = scripts.run(
         "requeue_due",
         conn,

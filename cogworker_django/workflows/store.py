@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import conf
-from ..core import payload, priority
+from ..core import payload, route
 from ..store import connection, errors, homes, keys, outbox, scripts
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 
@@ -193,12 +193,7 @@ def finished_ttl() -> int:
 
 def _target(job: dict[str, Any], at_now: float) -> tuple[str, str, str]:
     """(key, value, score) of where ``job`` waits, as client.push would put it."""
-    at = job.get("at")
-    if at is not None and float(at) > at_now:
-        return keys.schedule(homes.job_home(job)), payload.encode(job), repr(float(at))
-    job.pop("at", None)
-    job["enqueued_at"] = at_now
-    where = priority.route(job, at_now)
+    where = route.placement(job, at_now)
     return where.key, where.value, where.score_arg
 
 
