@@ -13,7 +13,7 @@ from testapp import jobs as tj
 
 from cogworker_django import call
 from cogworker_django.core import client, jobs, middleware, payload
-from cogworker_django.store import keys
+from cogworker_django.store import keys, listing
 
 from .helpers import free_port
 
@@ -327,7 +327,7 @@ def test_decorator_refuses_local_functions():
 def test_a_wrong_typed_queue_listing_does_not_stop_the_push(r, caplog):
     caplog.set_level(logging.ERROR, logger="cogworker_django")
     r.set(keys.queues(), "not a set")
-    client._listed.clear()
+    listing.forget_all()
     jid = tj.record.enqueue("x")
     assert jid and r.llen(keys.queue("default")) == 1
     assert any("not updated" in rec.getMessage() for rec in caplog.records)

@@ -171,3 +171,15 @@ def test_a_module_over_400_lines_states_why():
             if "Over 400 lines:" not in doc and "Longer than 400 lines" not in doc:
                 unstated.append(str(path.relative_to(PACKAGE)))
     assert unstated == [], f"modules over 400 lines without a stated reason: {unstated}"
+
+
+def test_the_queue_listing_is_written_in_one_place():
+    # P:queues is written from Python only by store/listing.py (add, remove), so its
+    # refresh and its report are the same for every writer; scripts take it as a key.
+    writers = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "listing.py"
+        and any(f"{verb}(keys.queues()" in path.read_text() for verb in ("sadd", "srem"))
+    ]
+    assert writers == []

@@ -10,7 +10,7 @@ import time
 from django.test import override_settings
 
 from cogworker_django.core import client, payload, route
-from cogworker_django.store import keys
+from cogworker_django.store import keys, listing
 
 CLUSTER_URL = "redis://127.0.0.1:7000/0"  # names only: nothing here connects
 
@@ -36,7 +36,7 @@ def test_a_job_that_was_due_is_stamped_now_and_encoded_again(prefix):
     now = time.time()
     job = built(queue="q")
     job["at"] = now - 5  # due: goes to the queue now
-    text, built_at = payload.encode(job), job.get("enqueued_at")
+    text = payload.encode(job)
     where = route.destination(job, now, text)
     assert where.kind == "list" and "at" not in job and job["enqueued_at"] == now
     assert where.value == payload.encode(job) != text
@@ -85,7 +85,7 @@ def test_a_unique_job_locked_at_push_is_its_scripts_to_place(prefix):
 def test_a_priority_push_lists_its_queue_as_every_push_does(r, caplog):
     # One writer: a priority's ZADD takes the listing, its refresh and its report with it
     # (it used to list at every push, and reported a broken listing at every push).
-    client._listed.clear()
+    listing.forget_all()
     assert client.push(built(queue="pq", priority=5))
     assert r.zcard(keys.priority_queue("pq")) == 1 and r.sismember(keys.queues(), "pq")
     r.srem(keys.queues(), "pq")
@@ -93,7 +93,7 @@ def test_a_priority_push_lists_its_queue_as_every_push_does(r, caplog):
     assert not r.sismember(keys.queues(), "pq")  # listed lately: not again until the refresh
     caplog.set_level(logging.ERROR, logger="cogworker_django")
     r.set(keys.queues(), "not a set")
-    client._listed.clear()
+    listing.forget_all()
     assert all(client.push(built(queue="pq", priority=5)) for _ in range(20))
     assert r.zcard(keys.priority_queue("pq")) == 22  # rule 1: every push went in
     assert len([x for x in caplog.records if "not updated" in x.getMessage()]) == 1

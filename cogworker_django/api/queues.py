@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import conf
 from ..core import departures, locks, payload
-from ..store import homes, keys
+from ..store import homes, keys, listing
 from ._util import as_bytes, client, epoch, text
 from .jobs import Outcome
 from .records import JobRecord
@@ -179,7 +179,7 @@ class Queue:
         conn = client()
         conn.sadd(self.paused_key, self.name)
         if homes.Home.of_queue(self.name).lists_apart():  # so names() finds its paused set
-            conn.sadd(keys.queues(), self.name)
+            listing.add(conn, self.name)
 
     def resume(self) -> None:
         client().srem(self.paused_key, self.name)
@@ -217,7 +217,7 @@ class Queue:
             # Empty and not paused: drop it from the listing (a worker reading it, or the
             # next push, lists it again) unless its home still holds jobs of its own.
             if not self._home_holds_jobs(conn):
-                conn.srem(keys.queues(), self.name)
+                listing.remove(conn, self.name)
         return removed
 
     def _home_holds_jobs(self, conn: Any) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -25,20 +24,15 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .. import conf
-from ..store import connection, errors, homes, keys
+from ..store import connection, errors, homes, keys, listing
 from ..store.errors import CogworkerError
 from . import middleware, route, testrun
 
 log = logging.getLogger("cogworker_django")
 
-# How long this process trusts that a queue is listed in P:queues before listing it again.
-QUEUE_LISTING_REFRESH = 60.0
 # Values per LPUSH/ZADD in a bulk push: large enough to amortise, small enough to keep
 # Redis responsive to other clients.
 BULK_CHUNK = 1000
-
-_listed: dict[tuple[str, str], float] = {}
-_listed_lock = threading.Lock()
 
 # Where pushes go instead of Redis in the test modes: the sink a ``testing.fake()`` or
 # ``inline()`` block set, else the one installed for the ``TESTING`` setting's mode.
@@ -111,21 +105,6 @@ def _forget_installed(*, setting: str, **kwargs: Any) -> None:
     global _installed
     if setting == "INSTALLED_APPS":
         _installed = False
-
-
-def _needs_listing(queue: str) -> bool:
-    now = time.monotonic()
-    key = (keys.prefix(), queue)
-    with _listed_lock:
-        if now - _listed.get(key, -QUEUE_LISTING_REFRESH) < QUEUE_LISTING_REFRESH:
-            return False
-        _listed[key] = now
-        return True
-
-
-def _forget_listing(queue: str) -> None:
-    with _listed_lock:
-        _listed.pop((keys.prefix(), queue), None)
 
 
 class FinalWrite(Protocol):
@@ -240,7 +219,7 @@ def _write(conn: Any, where: route.Destination) -> None:
         else:
             target.zadd(where.key, {where.value: where.score})
 
-    if where.listed and _needs_listing(where.queue):
+    if where.listed and listing.due(where.queue):
         _write_and_list(conn, where.queue, write)
     else:
         write(conn)
@@ -251,39 +230,25 @@ def _write_and_list(conn: Any, queue: str, write: Any) -> None:
     write's failure raises, the listing's is reported (:func:`_check_listing`)."""
     pipe = conn.pipeline(transaction=False)
     write(pipe)
-    pipe.sadd(keys.queues(), queue)
+    listing.add(pipe, queue)
     written, listed = pipe.execute(raise_on_error=False)
     if isinstance(written, Exception):
-        _forget_listing(queue)
+        listing.forget(queue)
         raise written
-    _check_listing(listed, queue)
+    listing.report(listed, queue)
 
 
 def _list_apart(queue: str) -> None:
     """With a home per queue, a push whose script could not list its queue (P:queues is
     in another slot) lists it here, best effort (a failure is reported, never raised:
     the job is in)."""
-    if not (homes.Home.of_queue(queue).lists_apart() and _needs_listing(queue)):
+    if not (homes.Home.of_queue(queue).lists_apart() and listing.due(queue)):
         return
     try:
-        listed: Any = connection.get_client().sadd(keys.queues(), queue)
+        listed: Any = listing.add(connection.get_client(), queue)
     except Exception as exc:  # noqa: BLE001 - reported by _check_listing
         listed = exc
-    _check_listing(listed, queue)
-
-
-def _check_listing(result: Any, *queues: str) -> None:
-    if isinstance(result, Exception):
-        # An outage: list them again with the next push. A deterministic error (P:queues
-        # of the wrong type, until the key guard moves it): again after
-        # QUEUE_LISTING_REFRESH, never an error line per push (rule 5).
-        if errors.is_unavailable(result):
-            for queue in queues:
-                _forget_listing(queue)
-        names = ", ".join(repr(q) for q in queues)
-        errors.report("Queue listing", result, f"{keys.queues()} not updated for {names}")
-    else:
-        errors.recovered("Queue listing")
+    listing.report(listed, queue)
 
 
 class WrongKeyType(CogworkerError, redis.ResponseError):
@@ -394,11 +359,11 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
         return []
     pipe = connection.get_client().pipeline(transaction=False)
     carried = _lpush_chunks(pipe, keys.queue(queue), texts, range(len(texts)))
-    pipe.sadd(keys.queues(), queue)
+    listing.add(pipe, queue)
     results = pipe.execute(raise_on_error=False)
     out: list[str | None] = list(jids)
     refused = _refused_writes(out, carried, results)
-    _check_listing(results[-1], queue)
+    listing.report(results[-1], queue)
     if refused:
         raise BulkPushError(out, refused, len(texts))
     return out
@@ -497,7 +462,7 @@ class _Bulk:
             for _i, job in self.unique:
                 unique.queue_push(pipe, job)
         if self.queues:
-            pipe.sadd(keys.queues(), *self.queues)
+            listing.add(pipe, *self.queues)
         return carried
 
     def read(
@@ -518,7 +483,7 @@ class _Bulk:
                 else:
                     out[i] = unique.interpret(job, result)
         if self.queues:
-            _check_listing(results[-1], *sorted(self.queues))
+            listing.report(results[-1], *sorted(self.queues))
         if refused:
             raise BulkPushError(out, refused, sum(j is not None for j in prepared))
         return out

@@ -40,7 +40,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from ..core import locks, payload, route
 from ..core.unique import PUSH_LOCKED, lock_key
 from ..core.unique import _push_ttl as push_ttl
-from ..store import connection, errors, homes, keys, scripts
+from ..store import connection, errors, homes, keys, listing, scripts
 from ..workflows import store
 from ..workflows.signatures import BatchFinished, BatchNotFound
 from .entry import CLOSE, TABLE, OutboxEntry
@@ -365,7 +365,7 @@ class _Pass:
         if self.listing:
             # The queues' listing rides in the same round trip, after the pushes; only a
             # listing (rule 1): its failure is reported, never raised.
-            pipe.sadd(keys.queues(), *sorted(self.listing))
+            listing.add(pipe, *sorted(self.listing))
         replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         if self.listing and isinstance(replies[-1], Exception):
             errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")

@@ -33,7 +33,7 @@ from typing import Any
 import redis
 
 from ..core import payload
-from . import errors, keys, scripts
+from . import errors, keys, listing, scripts
 from .codec import raw_text, wire
 
 log = logging.getLogger("cogworker_django")
@@ -198,7 +198,7 @@ def _relay(conn: Any, entries: list[tuple[str, Envelope]]) -> tuple[int, list[Ex
         for raw, _entry in done:
             pipe.lrem(keys.outbox(), 1, wire(raw))
         queues = sorted({entry.queue for _raw, entry in done})
-        pipe.sadd(keys.queues(), *queues)
+        listing.add(pipe, *queues)
         removed = pipe.execute(raise_on_error=False)
         for result in removed[:-1]:
             if isinstance(result, Exception):

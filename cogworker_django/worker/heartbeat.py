@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors, keys
+from ..store import connection, errors, keys, listing
 from .fetch import FetchStrategy
 from .record import Record
 from .settlement import settle_pending
@@ -268,7 +268,7 @@ class Heartbeat:
         pipe.expire(keys.process(ident), ttl)
         names = ["process registry", "queue registry", "live queue registry", "live queue pruning"]
         pipe.sadd(keys.processes(), ident)
-        pipe.sadd(keys.queues(), *queue_names)
+        listing.add(pipe, *queue_names)
         pipe.zadd(keys.live_queues(), {q: now for q in queue_names})
         pipe.zremrangebyscore(keys.live_queues(), "-inf", now - LIVE_QUEUE_RETENTION)
         snapshot = self.manager.work_snapshot()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import conf
 from ..core import departures, payload, route
-from ..store import connection, errors, homes, keys, outbox, scripts
+from ..store import connection, errors, homes, keys, listing, outbox, scripts
 from .fetch import text, wire
 from .recovery import OrphanRecovery
 from .unsettled import file_unsettled
@@ -42,7 +42,7 @@ def enqueue_due(conn: Any, now: float | None = None) -> int:
         moved += _enqueue_due_home(conn, home, now, listed)
     if listed:
         # The queue listing is in another slot than the moves (lua/requeue_due.lua).
-        errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
+        errors.best_effort("Scheduled poller", lambda: listing.add(conn, *listed))
     return moved
 
 
@@ -78,7 +78,7 @@ def move_scheduled(conn: Any, raw: str) -> int:
     listed: set[str] = set()
     moved = _move(conn, home, keys.schedule(home), raw, listed)
     if listed:
-        errors.best_effort("Scheduled poller", lambda: conn.sadd(keys.queues(), *listed))
+        errors.best_effort("Scheduled poller", lambda: listing.add(conn, *listed))
     return moved
 
 
