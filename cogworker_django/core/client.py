@@ -227,7 +227,7 @@ def _write(conn: Any, where: route.Destination) -> None:
 
 def _write_and_list(conn: Any, queue: str, write: Any) -> None:
     """``write`` (queued on a pipeline) and the queue's listing, in one round trip; the
-    write's failure raises, the listing's is reported (:func:`_check_listing`)."""
+    write's failure raises, the listing's is reported (listing.report)."""
     pipe = conn.pipeline(transaction=False)
     write(pipe)
     listing.add(pipe, queue)

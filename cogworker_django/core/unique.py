@@ -23,7 +23,7 @@ from . import locks, payload, route
 from .middleware import Reschedule
 
 # Modes whose lock is taken by the push script (the others take none at push).
-PUSH_LOCKED = ("until_executed", "until_started")
+PUSH_LOCKED = route.LOCKED_AT_PUSH
 
 
 def digest(func: str, args: Any, kwargs: Any, queue: str) -> str:

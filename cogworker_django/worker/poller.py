@@ -85,7 +85,7 @@ def move_scheduled(conn: Any, raw: str) -> int:
 def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     job = payload.decode(wire(raw))
     queue = job.get("queue")
-    listing = homes.Home(home).listing_keys()  # lua/requeue_due.lua: one slot
+    in_slot = homes.Home(home).listing_keys()  # lua/requeue_due.lua: one slot
     why = ""
     if job["func"] == payload.UNPARSEABLE or not isinstance(queue, str) or not queue:
         why = "the job has no queue"
@@ -100,7 +100,7 @@ def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
         moved = scripts.run(
             "requeue_due",
             conn,
-            [source, keys.dead(home), *listing],
+            [source, keys.dead(home), *in_slot],
             [wire(raw), payload.encode(job), "", repr(time.time())],
         )
         if moved:
@@ -111,10 +111,10 @@ def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
     moved = scripts.run(
         "requeue_due",
         conn,
-        [source, where.key, *listing],
+        [source, where.key, *in_slot],
         [wire(raw), where.value, queue, where.score_arg],
     )
-    if moved and not listing:
+    if moved and not in_slot:
         listed.add(queue)  # the script could not list it (another slot): listed apart
     return moved
 
