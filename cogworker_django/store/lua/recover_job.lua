@@ -6,16 +6,10 @@
 -- ARGV[1] = raw payload on the list, ARGV[2] = new payload JSON, ARGV[3] = queue name,
 -- ARGV[4] = score when the target is the dead zset ("" to push on a queue)
 -- Returns 1 if moved, 0 if another recoverer (or the owner) took it first.
+--@include place
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end
-if ARGV[4] == "" then
-  redis.call("RPUSH", KEYS[2], ARGV[2])
-  if KEYS[3] then
-    redis.pcall("SADD", KEYS[3], ARGV[3])
-  end
-else
-  redis.call("ZADD", KEYS[2], ARGV[4], ARGV[2])
-end
+place("RPUSH", KEYS[2], ARGV[2], ARGV[3], ARGV[4])
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 return 1

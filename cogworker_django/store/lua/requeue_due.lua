@@ -6,16 +6,10 @@
 -- ARGV[1] = raw member, ARGV[2] = new payload JSON, ARGV[3] = queue name,
 -- ARGV[4] = score when the target is a zset ("" to LPUSH on a list)
 -- Returns 1 if moved, 0 if the member was gone.
+--@include place
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-if ARGV[4] == "" then
-  redis.call("LPUSH", KEYS[2], ARGV[2])
-  if KEYS[3] then
-    redis.pcall("SADD", KEYS[3], ARGV[3])
-  end
-else
-  redis.call("ZADD", KEYS[2], ARGV[4], ARGV[2])
-end
+place("LPUSH", KEYS[2], ARGV[2], ARGV[3], ARGV[4])
 redis.call("ZREM", KEYS[1], ARGV[1])
 return 1
