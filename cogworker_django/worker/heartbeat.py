@@ -82,6 +82,10 @@ log = logging.getLogger("cogworker_django")
 
 # Queue entries no live process read for this long leave P:live_queues.
 LIVE_QUEUE_RETENTION = 86400
+# How long the signal subscriber waits for a message before it looks at the stop flag
+# again: what a stop waits for it at most (ten wake-ups a second cost nothing measurable;
+# a second made every stop, and every test's worker, a second longer).
+SIGNAL_POLL = 0.1
 
 
 def presence_ttl(interval: float) -> int:
@@ -338,7 +342,7 @@ class Heartbeat:
                 pubsub.subscribe(channel)
                 errors.recovered("Signal subscriber")
                 while not self._stopping.is_set():
-                    message = pubsub.get_message(timeout=1.0)
+                    message = pubsub.get_message(timeout=SIGNAL_POLL)
                     if message and message.get("type") == "message":
                         self._dispatch(message.get("data"))
             except Exception as exc:  # noqa: BLE001 - reconnect after any error
