@@ -14,6 +14,7 @@
 -- Returns 1 if pushed, 0 if the marker was there (relayed already: nothing pushed), 2
 -- if the unique lock is held by another job (a duplicate: nothing pushed; the marker is
 -- set, so a second relay refuses it too). Every type is checked before the first write.
+--@include place
 local t = redis.call("TYPE", KEYS[2])["ok"]
 local expected = ARGV[2] == "" and "list" or "zset"
 if t ~= "none" and t ~= expected then
@@ -36,11 +37,7 @@ if lock == "string" then
   end
   return 2
 end
-if ARGV[2] == "" then
-  redis.call("LPUSH", KEYS[2], ARGV[1])
-else
-  redis.call("ZADD", KEYS[2], ARGV[2], ARGV[1])
-end
+place("LPUSH", KEYS[2], ARGV[1], ARGV[2], nil, nil)
 if KEYS[3] then
   redis.call("SET", KEYS[3], ARGV[4], "EX", ARGV[5])
 end

@@ -11,6 +11,7 @@
 -- Returns 1 when pushed; 0 when the record is gone or is not this claim's (pushed
 -- already, or taken over by recovery): nothing is written. A claims hash of the wrong
 -- type pushes anyway (2): only the claimer meets that, right after claiming the slot.
+--@include place
 local record = redis.pcall("HGET", KEYS[1], ARGV[1])
 local pushed = 1
 if type(record) == "table" and record.err then
@@ -18,11 +19,7 @@ if type(record) == "table" and record.err then
 elseif not record or string.sub(record, 1, #ARGV[2] + 3) ~= "c " .. ARGV[2] .. " " then
   return 0
 end
-if ARGV[5] == "" then
-  redis.call("LPUSH", KEYS[2], ARGV[3])
-else
-  redis.call("ZADD", KEYS[2], ARGV[5], ARGV[3])
-end
+place("LPUSH", KEYS[2], ARGV[3], ARGV[5], nil, nil)
 if pushed == 1 then
   redis.call("HDEL", KEYS[1], ARGV[1])
 end

@@ -10,6 +10,6 @@
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end
-place("RPUSH", KEYS[2], ARGV[2], ARGV[3], ARGV[4])
+place("RPUSH", KEYS[2], ARGV[2], ARGV[4], KEYS[3], ARGV[3])
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 return 1

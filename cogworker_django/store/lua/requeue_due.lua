@@ -10,6 +10,6 @@
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-place("LPUSH", KEYS[2], ARGV[2], ARGV[3], ARGV[4])
+place("LPUSH", KEYS[2], ARGV[2], ARGV[4], KEYS[3], ARGV[3])
 redis.call("ZREM", KEYS[1], ARGV[1])
 return 1

@@ -15,6 +15,7 @@
 -- record is still there (-1 otherwise), and the record is removed with the push, or
 -- with the refusal of a duplicate (the slot is used up either way). A claims hash of
 -- the wrong type is passed over (the push goes on as without a record).
+--@include place
 local claimed = false
 if KEYS[4] then
   local record = redis.pcall("HGET", KEYS[4], ARGV[6])
@@ -38,14 +39,7 @@ if kind == "string" then
 elseif kind ~= "none" then
   return redis.error_reply("WRONGTYPE unique lock " .. KEYS[1] .. " holds a " .. kind)
 end
-if ARGV[4] == "" then
-  redis.call("LPUSH", KEYS[2], ARGV[3])
-  if KEYS[3] then
-    redis.pcall("SADD", KEYS[3], ARGV[5])
-  end
-else
-  redis.call("ZADD", KEYS[2], ARGV[4], ARGV[3])
-end
+place("LPUSH", KEYS[2], ARGV[3], ARGV[4], KEYS[3], ARGV[5])
 -- The record goes after the push (rule 2: a push stopped by an error keeps the record).
 if claimed then
   redis.call("HDEL", KEYS[4], ARGV[6])

@@ -1,14 +1,15 @@
--- Included by requeue_due.lua and recover_job.lua (scripts.py: an include directive line).
--- place(push, target, value, queue, score): put a job where it goes. With score "" it
--- goes onto a queue's list by `push` (LPUSH: the end taken last; RPUSH: the end taken
--- next), and its queue is listed in KEYS[3] when the caller gave that key (left out with
--- a home per queue: another slot); else into the zset `target` (a priority zset or dead)
--- by `score`.
-local function place(push, target, value, queue, score)
+-- Included by the scripts that put a job where it waits (scripts.py: an include
+-- directive line): requeue_due, recover_job, unique_push, outbox_relay, periodic_push.
+-- place(push, target, value, score, listing, queue): with score "" the job goes onto the
+-- list `target` by `push` ("LPUSH": the end taken last, "RPUSH": the end taken next) and,
+-- when `listing` (P:queues) is given, its queue is listed (pcall: a listing of the
+-- wrong type never fails the push, rule 1); else into the zset `target` (a priority zset,
+-- the schedule, dead) by `score`.
+local function place(push, target, value, score, listing, queue)
   if score == "" then
     redis.call(push, target, value)
-    if KEYS[3] then
-      redis.pcall("SADD", KEYS[3], queue)
+    if listing then
+      redis.pcall("SADD", listing, queue)
     end
   else
     redis.call("ZADD", target, score, value)
