@@ -42,7 +42,8 @@ def test_an_included_part_is_expanded_into_the_script_sent():
     assert scripts.INCLUDE not in fetch.source
     assert "local function best_priority(zkey)" in fetch.source
     assert "local function best_priority(zkey)" in scripts.get("basic_fetch").source
-    for name in ("requeue_due", "recover_job", "unique_push", "outbox_relay", "periodic_push"):
+    placing = ("requeue_due", "recover_job", "unique_push", "outbox_relay", "periodic_push")
+    for name in (*placing, "batch_push", "batch_update"):
         assert "local function place(" in scripts.get(name).source
 
 

@@ -14,6 +14,7 @@
 -- pushed and counted by an earlier relay: skipped)
 -- Returns the number of jobs pushed, or "gone" (no such batch) / "finished" (on_success
 -- has fired): then nothing is pushed.
+--@include place
 local function kind(key)
   return redis.call("TYPE", key)["ok"]
 end
@@ -46,11 +47,7 @@ for i = 4, #ARGV, 6 do
   local marker = tonumber(ARGV[i + 5])
   -- A durable member whose marker is there was pushed and counted by an earlier relay.
   if marker == 0 or redis.call("SET", KEYS[marker], "1", "NX", "EX", ARGV[3]) then
-    if score == "" then
-      redis.call("LPUSH", key, value)
-    else
-      redis.call("ZADD", key, score, value)
-    end
+    place("LPUSH", key, value, score, nil, nil)
     if redis.call("SADD", KEYS[2], jid) == 1 then
       redis.call("SADD", KEYS[3], jid)
       redis.call("RPUSH", KEYS[4], jid)

@@ -19,6 +19,7 @@
 -- Payloads are built in Python (rule 3). Returns {status, complete jid, success jid}:
 -- status "done", "seen" (already counted: nothing changed) or "gone" (no such batch);
 -- a jid when this call pushed that callback, else "".
+--@include place
 local function kind(key)
   return redis.call("TYPE", key)["ok"]
 end
@@ -84,8 +85,7 @@ if tonumber(redis.call("HGET", batch, "blocks") or "0") <= 0 then
   if redis.call("SCARD", KEYS[3]) == 0 and redis.call("HEXISTS", batch, "complete_at") == 0 then
     redis.call("HSET", batch, "complete_at", now)
     if ARGV[8] ~= "" then
-      redis.call("LPUSH", KEYS[9], ARGV[8])
-      redis.pcall("SADD", KEYS[8], ARGV[10])
+      place("LPUSH", KEYS[9], ARGV[8], "", KEYS[8], ARGV[10])
       redis.call("HSET", batch, "complete_jid", ARGV[9])
       fired_complete = ARGV[9]
     end
@@ -93,8 +93,7 @@ if tonumber(redis.call("HGET", batch, "blocks") or "0") <= 0 then
   if redis.call("SCARD", KEYS[2]) == 0 and redis.call("HEXISTS", batch, "success_at") == 0 then
     redis.call("HSET", batch, "success_at", now)
     if ARGV[11] ~= "" then
-      redis.call("LPUSH", KEYS[10], ARGV[11])
-      redis.pcall("SADD", KEYS[8], ARGV[13])
+      place("LPUSH", KEYS[10], ARGV[11], "", KEYS[8], ARGV[13])
       redis.call("HSET", batch, "success_jid", ARGV[12])
       fired_success = ARGV[12]
     end

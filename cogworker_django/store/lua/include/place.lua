@@ -1,5 +1,6 @@
 -- Included by the scripts that put a job where it waits (scripts.py: an include
--- directive line): requeue_due, recover_job, unique_push, outbox_relay, periodic_push.
+-- directive line): requeue_due, recover_job, unique_push, outbox_relay, periodic_push,
+-- batch_push, batch_update.
 -- place(push, target, value, score, listing, queue): with score "" the job goes onto the
 -- list `target` by `push` ("LPUSH": the end taken last, "RPUSH": the end taken next) and,
 -- when `listing` (P:queues) is given, its queue is listed (pcall: a listing of the
