@@ -30,40 +30,35 @@ class RunLogMiddleware:
     def __call__(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         if not log.isEnabledFor(logging.DEBUG):
             return run()
-        func, jid = job.get("func"), job.get("jid")
-        log.debug("start: %s jid=%s queue=%s", func, jid, queue)
-        started = time.perf_counter()
+        started = _start(job, queue)
         try:
             result = run()
         except BaseException as exc:
-            log.debug(
-                "fail: %s jid=%s queue=%s %.3fs %s",
-                func,
-                jid,
-                queue,
-                time.perf_counter() - started,
-                type(exc).__name__,
-            )
+            _end(job, queue, started, exc)
             raise
-        log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started)
+        _end(job, queue, started)
         return result
 
     async def acall(self, job: dict[str, Any], queue: str, run: Callable[[], Any]) -> Any:
         """The same around an async run, on the worker's event loop (worker/aio_chain.py)."""
-        func, jid = job.get("func"), job.get("jid")
-        log.debug("start: %s jid=%s queue=%s", func, jid, queue)
-        started = time.perf_counter()
+        started = _start(job, queue)
         try:
             result = await run()
         except BaseException as exc:
-            log.debug(
-                "fail: %s jid=%s queue=%s %.3fs %s",
-                func,
-                jid,
-                queue,
-                time.perf_counter() - started,
-                type(exc).__name__,
-            )
+            _end(job, queue, started, exc)
             raise
-        log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, time.perf_counter() - started)
+        _end(job, queue, started)
         return result
+
+
+def _start(job: dict[str, Any], queue: str) -> float:
+    log.debug("start: %s jid=%s queue=%s", job.get("func"), job.get("jid"), queue)
+    return time.perf_counter()
+
+
+def _end(job: dict[str, Any], queue: str, started: float, exc: BaseException | None = None) -> None:
+    func, jid, took = job.get("func"), job.get("jid"), time.perf_counter() - started
+    if exc is None:
+        log.debug("done: %s jid=%s queue=%s %.3fs", func, jid, queue, took)
+    else:
+        log.debug("fail: %s jid=%s queue=%s %.3fs %s", func, jid, queue, took, type(exc).__name__)

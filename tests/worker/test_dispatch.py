@@ -88,6 +88,17 @@ def ran(record: Record, work) -> None:
     record.settle_later(work.raw, ACK)
 
 
+def one_job_ran(d: Dispatcher, record: Record):
+    """One job queued, the dispatcher started, a thread took it and it ran: its ack is
+    pending (left to the next fetch)."""
+    push("a")
+    d.start()
+    got: list = []
+    take(d, got).join(5)
+    ran(record, got[0])
+    return got[0]
+
+
 def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
     """A processor thread's ask: hand in ``done``, wait for the next job."""
     t = threading.Thread(target=lambda: got.append(d.next(None, done)), daemon=True)
@@ -223,17 +234,12 @@ def test_acks_ride_with_the_next_fetch_and_settle_the_record(parts, r):
 
 def test_an_ack_goes_at_once_while_the_queues_are_empty(parts, r):
     strategy, record, control, d = parts
-    push("a")
-    d.start()
-    got: list = []
-    take(d, got).join(5)
-    work = got[0]
-    ran(record, work)
+    work = one_job_ran(d, record)
     # The queue is empty now and the feeder polls it with a growing pause; an ack
     # handed in meanwhile does not wait for the pause.
     time.sleep(0.5)
     before = len(strategy.calls)
-    take(d, got, done=work)
+    take(d, [], done=work)
     wait_for(lambda: r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0, 1.0)
     assert (1, 1) in strategy.calls[before:]
     wait_for(lambda: record.pending() == {})
@@ -324,12 +330,7 @@ def test_the_event_loops_hand_in_never_waits_for_the_dispatchers_lock(parts, r):
     from cogworker_django.worker.aio import Freed
 
     strategy, record, control, d = parts
-    push("a")
-    d.start()
-    got: list = []
-    take(d, got).join(5)
-    work = got[0]
-    ran(record, work)
+    work = one_job_ran(d, record)
     with d._lock:  # noqa: SLF001 - a processor thread in the middle of its bookkeeping
         loop = threading.Thread(target=d.hand_in, args=(Freed(1, [work]),), daemon=True)
         loop.start()

@@ -80,24 +80,26 @@ else
 end
 redis.call("HSET", batch, "updated_at", now)
 
+-- One callback, once: when `left` (the members it waits for) is empty and it has not
+-- fired, mark `name`_at and push its payload (ARGV[a]) to its queue (KEYS[k]); returns
+-- its jid when this call pushed it, else "".
+local function fire(name, left, k, a)
+  if redis.call("SCARD", left) ~= 0 or redis.call("HEXISTS", batch, name .. "_at") == 1 then
+    return ""
+  end
+  redis.call("HSET", batch, name .. "_at", now)
+  if ARGV[a] == "" then
+    return ""
+  end
+  place("LPUSH", KEYS[k], ARGV[a], "", KEYS[8], ARGV[a + 2])
+  redis.call("HSET", batch, name .. "_jid", ARGV[a + 1])
+  return ARGV[a + 1]
+end
+
 local fired_complete, fired_success = "", ""
 if tonumber(redis.call("HGET", batch, "blocks") or "0") <= 0 then
-  if redis.call("SCARD", KEYS[3]) == 0 and redis.call("HEXISTS", batch, "complete_at") == 0 then
-    redis.call("HSET", batch, "complete_at", now)
-    if ARGV[8] ~= "" then
-      place("LPUSH", KEYS[9], ARGV[8], "", KEYS[8], ARGV[10])
-      redis.call("HSET", batch, "complete_jid", ARGV[9])
-      fired_complete = ARGV[9]
-    end
-  end
-  if redis.call("SCARD", KEYS[2]) == 0 and redis.call("HEXISTS", batch, "success_at") == 0 then
-    redis.call("HSET", batch, "success_at", now)
-    if ARGV[11] ~= "" then
-      place("LPUSH", KEYS[10], ARGV[11], "", KEYS[8], ARGV[13])
-      redis.call("HSET", batch, "success_jid", ARGV[12])
-      fired_success = ARGV[12]
-    end
-  end
+  fired_complete = fire("complete", KEYS[3], 9, 8)
+  fired_success = fire("success", KEYS[2], 10, 11)
 end
 
 local ttl = ARGV[5]
