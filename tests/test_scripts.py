@@ -63,3 +63,89 @@ def test_a_part_that_includes_another_is_refused(tmp_path):
     )
     with pytest.raises(RuntimeError, match="one level only"):
         scripts.expand("--@include outer\n", "x", tmp_path)
+
+
+def _stats(client, name):
+    """INFO commandstats for ``name``: {"calls": n, "failed_calls": n, ...}."""
+    return client.info("commandstats").get(f"cmdstat_{name}", {"calls": 0, "failed_calls": 0})
+
+
+def test_a_pipelined_script_the_server_flushed_runs_once_in_its_place(
+    redis_server, configure, prefix
+):
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    client = connection.get_client()
+    plain = server.client()
+    key = f"{prefix}:lock"
+    client.set(key, "me")
+    plain.script_flush()
+    plain.config_resetstat()
+    pipe = client.pipeline(transaction=False)
+    pipe.set(f"{prefix}:before", "1")
+    scripts.get("owned_expire").pipelined(pipe, [key], ["me", 40])
+    scripts.get("owned_expire").pipelined(pipe, [key], ["someone else", 50])
+    pipe.get(f"{prefix}:before")
+    assert scripts.execute(pipe, client) == [True, 1, 0, b"1"]
+    assert 30 < plain.ttl(key) <= 40
+    # Each script refused once (NOSCRIPT, nothing run), loaded, then run once.
+    evalsha = _stats(plain, "evalsha")
+    assert (evalsha["calls"], evalsha["failed_calls"]) == (4, 2)
+    assert plain.script_exists(scripts.get("owned_expire").sha) == [True]
+    # Known now: the next pipeline's scripts run where they are, in one round trip.
+    pipe = client.pipeline(transaction=False)
+    scripts.get("owned_expire").pipelined(pipe, [key], ["me", 45])
+    assert scripts.execute(pipe, client) == [1]
+    evalsha = _stats(plain, "evalsha")
+    assert (evalsha["calls"], evalsha["failed_calls"]) == (5, 2)
+
+
+def test_a_pipelined_script_that_fails_leaves_its_error_in_its_place(r, prefix):
+    key = f"{prefix}:hash"
+    r.hset(key, "a", "1")  # owned_expire GETs it: WRONGTYPE
+    pipe = connection.get_client().pipeline(transaction=False)
+    scripts.get("owned_expire").pipelined(pipe, [key], ["me", 40])
+    pipe.set(f"{prefix}:after", "1")
+    replies = scripts.execute(pipe, connection.get_client(), raise_on_error=False)
+    assert "WRONGTYPE" in str(replies[0]) and replies[1] is True
+    pipe = connection.get_client().pipeline(transaction=False)
+    scripts.get("owned_expire").pipelined(pipe, [key], ["me", 40])
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        scripts.execute(pipe, connection.get_client())
+
+
+def test_a_pipeline_run_again_is_a_new_batch(r, prefix):
+    key = f"{prefix}:lock"
+    r.set(key, "me")
+    client = connection.get_client()
+    pipe = client.pipeline(transaction=False)
+    pipe.set(f"{prefix}:x", "1")
+    pipe.execute()  # run by redis-py itself: nothing of it is kept
+    scripts.get("owned_expire").pipelined(pipe, [key], ["me", 40])
+    assert scripts.execute(pipe, client) == [1]
+
+
+def test_a_script_is_not_pipelined_inside_multi(r, prefix):
+    pipe = connection.get_client().pipeline(transaction=True)
+    with pytest.raises(ValueError, match="outside MULTI"):
+        scripts.get("owned_expire").pipelined(pipe, [f"{prefix}:lock"], ["me", 40])
+
+
+@pytest.mark.spread
+def test_a_pipeline_across_nodes_runs_its_flushed_scripts(r, redis_mode):
+    from cogworker_django.store import keys
+
+    client = connection.get_client()
+    names = [keys.queue(f"q{i}") for i in range(6)]  # a home per queue: several nodes
+    assert len({client.keyslot(k) for k in names}) > 1
+    for k in names:
+        client.set(k, "me")
+    sha = scripts.get("owned_expire").sha
+    for node in r.get_primaries():
+        r.get_redis_connection(node).script_flush()
+        assert r.get_redis_connection(node).script_exists(sha) == [False]
+    pipe = client.pipeline(transaction=False)
+    for k in names:
+        scripts.get("owned_expire").pipelined(pipe, [k], ["me", 40])
+    assert scripts.execute(pipe, client) == [1] * len(names)
+    assert all(30 < client.ttl(k) <= 40 for k in names)

@@ -80,6 +80,19 @@ def test_enqueue_many_of_scheduled_and_plain_jobs_in_one_round_trip(r):
     assert len(queued(r)) == 3
 
 
+def test_a_bulk_of_unique_jobs_pushes_after_the_server_forgot_its_scripts(redis_server, configure):
+    # The bulk's scripts go by EVALSHA: refused (NOSCRIPT) after a restart or SCRIPT
+    # FLUSH, they are loaded and run in their place (store/scripts.execute).
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    server.client().script_flush()
+    out = UE.enqueue_many([("u1",), ("u1",), ("u2",)]) + tj.record.enqueue_many([("p",)])
+    assert out[0] and out[1] is None and out[2] and out[3]
+    r = server.client()
+    assert sorted(j["jid"] for j in queued(r)) == sorted([out[0], out[2], out[3]])
+    assert r.get(lock_of("u1")) == out[0] and r.get(lock_of("u2")) == out[2]
+
+
 @pytest.mark.parametrize("how", ["enqueue_in", "enqueue_at"])
 def test_scheduled_job_locks_from_the_push_for_delay_plus_unique_for(r, how):
     delay = 600

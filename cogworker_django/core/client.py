@@ -24,7 +24,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .. import conf
-from ..store import connection, errors, homes, keys, listing
+from ..store import connection, errors, homes, keys, listing, scripts
 from ..store.errors import CogworkerError
 from . import middleware, route, testrun
 
@@ -413,9 +413,10 @@ def _push_prepared(
     for i, job in enumerate(prepared):
         if job is not None:
             bulk.add(i, job)
-    pipe = connection.get_client().pipeline(transaction=False)
+    conn = connection.get_client()
+    pipe = conn.pipeline(transaction=False)
     carried = bulk.write(pipe)
-    return bulk.read(prepared, carried, pipe.execute(raise_on_error=False))
+    return bulk.read(prepared, carried, scripts.execute(pipe, conn, raise_on_error=False))
 
 
 class _Bulk:

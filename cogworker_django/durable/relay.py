@@ -366,7 +366,7 @@ class _Pass:
             # The queues' listing rides in the same round trip, after the pushes; only a
             # listing (rule 1): its failure is reported, never raised.
             listing.add(pipe, *sorted(self.listing))
-        replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+        replies = scripts.execute(pipe, self.conn, raise_on_error=False) if len(pipe) else []
         if self.listing and isinstance(replies[-1], Exception):
             errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
         return replies

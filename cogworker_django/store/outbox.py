@@ -181,7 +181,7 @@ def _relay(conn: Any, entries: list[tuple[str, Envelope]]) -> tuple[int, list[Ex
             [keys.relayed(entry.id, entry.home), entry.key],
             [entry.value, entry.score, MARKER_TTL],
         )
-    replies = pipe.execute(raise_on_error=False)
+    replies = scripts.execute(pipe, conn, raise_on_error=False)
     pushed = 0
     failures: list[Exception] = []
     done: list[tuple[str, Envelope]] = []

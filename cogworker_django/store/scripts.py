@@ -7,11 +7,20 @@ no modules for Lua scripts; the script sent, and its SHA, is the expanded text).
 A NOSCRIPT reply (a restarted or failed-over server, ``SCRIPT FLUSH``) loads the
 script again and retries once: EVALSHA that got NOSCRIPT ran nothing, so the retry
 cannot run it twice. Every script file starts with a header naming its KEYS and ARGV.
+
+In a pipeline too a script goes by its SHA (:meth:`Script.pipelined`), and the pipeline
+is run by :func:`execute`: a command refused with NOSCRIPT ran nothing, so it is loaded
+and run again on its own, in its place among the replies, after the pipeline's other
+commands. Every caller's pipelined commands are independent of their order (a bulk
+push already writes its lists, then its zsets, then its scripts). Loading the scripts
+before the pipeline instead would cost a round trip each time (SCRIPT EXISTS), and on a
+cluster a pipeline's commands go to several nodes that a load sent first might not reach.
 """
 
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -46,14 +55,53 @@ class Script:
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
     def pipelined(self, pipe: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> None:
-        """Queue an EVAL on a pipeline (pipelines can't recover from NOSCRIPT mid-batch).
+        """Queue an EVALSHA on a pipeline; run the pipeline with :func:`execute` (which
+        runs again what the server did not know).
 
-        Sent as a raw command: redis-py's cluster pipeline has an ``eval()`` of another
-        meaning, and this is what ``Pipeline.eval`` sends anyway."""
-        pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
+        Not inside MULTI: a script run again would run outside the transaction. Sent as
+        a raw command, as EVAL was (redis-py's cluster pipeline has an ``eval()`` of
+        another meaning); it is what ``Pipeline.evalsha`` sends anyway."""
+        if getattr(pipe, "transaction", False) is True:  # (a method on a cluster pipeline)
+            raise ValueError("scripts are pipelined outside MULTI only (transaction=False)")
+        keys, args = list(keys), list(args)
+        at = len(pipe)
+        if at == 0:
+            _queued[pipe] = []  # a pipeline run before is a new batch
+        _queued.setdefault(pipe, []).append((at, self, keys, args))
+        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<Script {self.name}>"
+
+
+# The scripts queued on each pipeline not yet run: (position, script, keys, args).
+_queued: weakref.WeakKeyDictionary[Any, list[tuple[int, Script, list[str], list[Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def execute(pipe: Any, client: Any, raise_on_error: bool = True) -> list[Any]:
+    """Run ``pipe`` (as ``pipe.execute``) and return its replies; each script it holds
+    that the server answered NOSCRIPT is loaded and run again on ``client`` (the
+    pipeline's own client), its reply put in its place. ``raise_on_error``: raise the
+    first error left among the replies, as redis-py does, once every command has run."""
+    queued = _queued.pop(pipe, [])
+    replies = list(pipe.execute(raise_on_error=False))
+    loaded: set[str] = set()
+    for at, script, keys, args in queued:
+        if isinstance(replies[at], NoScriptError):
+            try:
+                if script.sha not in loaded:  # refused: not there; loaded once a batch
+                    client.script_load(script.source)
+                    loaded.add(script.sha)
+                replies[at] = script(client, keys, args)
+            except Exception as exc:  # noqa: BLE001 - a reply, as the pipeline's are
+                replies[at] = exc
+    if raise_on_error:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+    return replies
 
 
 INCLUDE = "--@include "

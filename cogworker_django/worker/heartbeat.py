@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors, keys, listing
+from ..store import connection, errors, keys, listing, scripts
 from .fetch import FetchStrategy
 from .record import Record
 from .settlement import settle_pending
@@ -284,7 +284,7 @@ class Heartbeat:
             names += ["work snapshot", "work snapshot"]
         names += self.manager.fetcher.beat(pipe)  # reliable: in-progress registry, stamp
         pipe.time()  # last: when this beat went through, for the clearance
-        results = pipe.execute(raise_on_error=False)
+        results = scripts.execute(pipe, conn, raise_on_error=False)
         for r in results[:2]:
             if isinstance(r, Exception):
                 raise r  # the presence key: without it the beat failed

@@ -128,6 +128,19 @@ def test_a_batch_block_waits_for_durable_members_left_by_redis(db_alias, redis_s
     assert client.hget(keys.batch(batch.bid), "blocks") == "0"  # closed after them
 
 
+def test_the_relay_pushes_after_the_server_forgot_its_scripts(db_alias, redis_server, configure):
+    # The relay's scripts go by EVALSHA in one pipeline: refused (NOSCRIPT) after a
+    # restart or SCRIPT FLUSH, they are loaded and run in their place.
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    server.client().script_flush()
+    with transaction.atomic(using=db_alias):
+        jids = durable(tj.record, db_alias).enqueue_many([(str(i),) for i in range(3)])
+    client = server.client()
+    assert sorted(j["jid"] for j in queued(client)) == sorted(jids)
+    assert rows(db_alias) == []
+
+
 def test_a_batch_block_stays_open_while_a_member_row_is_left(db_alias, r):
     queue = f"{keys.prefix()}:queue:default"
     r.set(queue, "not a list")  # every push to it is refused (WRONGTYPE)

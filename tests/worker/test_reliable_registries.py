@@ -8,6 +8,8 @@ import json
 import pytest
 from testapp import jobs as tj
 
+from cogworker_django.store import keys
+
 from ..helpers import after_boot_key_guard, wait_until
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
@@ -51,3 +53,35 @@ def test_wrong_type_queue_does_not_stop_other_queues(worker, r, prefix):
     assert r.get(f"{prefix}:queue:broken") == "not a list"
     assert w.stop() == 0
     r.delete(f"{prefix}:queue:broken")
+
+
+def test_beats_after_the_server_forgot_its_scripts_stamp_through_the_script(redis_server, inworker):
+    # The beat's stamp is a script in the beat's pipeline, by EVALSHA: after SCRIPT
+    # FLUSH the first beat's is refused (NOSCRIPT), loaded and run in its place; no
+    # later beat is refused again (each would fall back to a local stamp otherwise).
+    server = redis_server()
+    w = inworker(settings={"REDIS_URL": server.url}, concurrency=1)
+    client = server.client()
+    presence = keys.process(w.identity)
+    wait_until(lambda: client.hget(presence, "beat"), 5, message="a first beat")
+    client.script_flush()
+    client.config_resetstat()
+
+    def beats_after(n):
+        start = float(client.hget(presence, "beat"))
+        for i in range(n):
+            wait_until(
+                lambda s=start, i=i: float(client.hget(presence, "beat")) > s + i * 0.5,
+                5,
+                message=f"beat {i + 1}",
+            )
+
+    def refused():
+        return client.info("commandstats").get("cmdstat_evalsha", {}).get("failed_calls", 0)
+
+    beats_after(2)
+    after_two = refused()
+    assert after_two >= 1  # the stamp's EVALSHA (and the idle fetch's) met NOSCRIPT
+    beats_after(4)
+    assert refused() == after_two
+    assert client.hget(keys.last_beat(), w.identity)
