@@ -101,7 +101,7 @@ TIMING_TESTS := tests/worker/test_recovery_*.py tests/worker/test_faults_outage.
 	tests/worker/test_reliable_recovery.py tests/worker/test_reliable_shutdown.py tests/worker/test_reliable_outage.py \
 	tests/worker/test_worker_signals.py tests/worker/test_worker_runs.py tests/worker/test_shutdown_handover.py \
 	tests/periodic/test_periodic_boot.py tests/periodic/test_periodic_fleet.py tests/periodic/test_periodic_fleet_faults.py \
-	tests/periodic/test_periodic_claims.py tests/test_unique_dead.py tests/test_unique_worker.py \
+	tests/periodic/test_periodic_claims.py tests/core/test_unique_dead.py tests/core/test_unique_worker.py \
 	tests/worker/test_reliable_settled.py tests/worker/test_worker_outage.py tests/worker/test_worker_failures.py \
 	tests/worker/test_worker_paths.py tests/worker/test_worker_poller.py tests/periodic/test_periodic_faults.py \
 	tests/worker/test_faults_errors.py tests/worker/test_faults_keyguard.py tests/worker/test_faults_backoff.py \

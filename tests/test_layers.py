@@ -183,3 +183,33 @@ def test_the_queue_listing_is_written_in_one_place():
         and any(f"{verb}(keys.queues()" in path.read_text() for verb in ("sadd", "srem"))
     ]
     assert writers == []
+
+
+# The suite's own checks of the code, the docs and the Makefile: at the top of tests/.
+SUITE_CHECKS = (
+    "test_docs_site",
+    "test_import_graph",
+    "test_internals_doc",
+    "test_layers",
+    "test_makefile",
+    "test_messages",
+    "test_persistence",
+    "test_public_api",
+    "test_reliability_doc",
+)
+
+
+def test_the_tests_mirror_the_package():
+    # A folder of tests is a folder of the package; a test file at the top tests a
+    # top-level module (test_<module>[_...]) or is one of the suite's own checks.
+    tests = Path(__file__).resolve().parent
+    folders = sorted(p.name for p in tests.iterdir() if (p / "__init__.py").is_file())
+    assert [f for f in folders if not (PACKAGE / f / "__init__.py").is_file()] == []
+    top_modules = {p.stem.lstrip("_") for p in PACKAGE.glob("*.py")}
+    stray = [
+        p.name
+        for p in sorted(tests.glob("test_*.py"))
+        if p.stem not in SUITE_CHECKS
+        and not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in top_modules)
+    ]
+    assert stray == [], f"test files to put in the folder of the module they test: {stray}"

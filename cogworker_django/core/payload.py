@@ -146,7 +146,7 @@ def plain_texts(
     """The payload texts of many plain jobs (no field beyond :func:`build_encoded`'s
     own) of one function and queue, enqueued at one ``now``: each byte for byte what
     ``build_encoded(func, args, kwargs, queue=, retry=, jid=, now=)`` returns
-    (tests/test_payload.py compares them), with the same checks and errors. What is the
+    (tests/core/test_payload.py compares them), with the same checks and errors. What is the
     same for every job is written once per call, not once per job: a bulk enqueue spent
     most of its time building a dict per job and walking it. ``jids`` are
     :func:`new_jids`' (hex: nothing to escape). ``calls`` is read one job at a time, as
@@ -185,7 +185,7 @@ def _plain_text(
     jid: str, func: str, args: list, kwargs: dict, queue: str, retry: bool, now: float
 ) -> str:
     """The text ``_strict_dumps`` makes of a job with no extra field, byte for byte
-    (tests/test_payload.py compares them), without walking the dict: the fixed parts
+    (tests/core/test_payload.py compares them), without walking the dict: the fixed parts
     are literals and only the arguments go through the encoder. Most of a bulk
     enqueue's time was this encoding."""
     return "".join(

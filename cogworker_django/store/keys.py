@@ -7,7 +7,7 @@ Homes. Keys live in *homes*: the prefix's own (:func:`root`) and, on a Redis Clu
 one per queue. What one Lua script touches is always in one home, so in one hash slot:
 
 - with ``COGWORKER["CLUSTER"]`` off there is one home, ``P``, and the names are exactly
-  what they always were (an upgrade must not orphan jobs in flight: tests/test_cluster.py
+  what they always were (an upgrade must not orphan jobs in flight: tests/store/test_cluster.py
   pins every one);
 - with it on and a PREFIX without braces (:func:`spread`), the prefix's home is ``{P}``
   and each queue ``q`` has its own, ``{P|q}``: the queue list, its priority zset, and the

@@ -119,7 +119,7 @@ def backoff_negative(retry_count):
     return -5
 
 
-# Unique jobs (tests/test_unique_*.py) --------------------------------------------------------
+# Unique jobs (tests/core/test_unique_*.py) --------------------------------------------------------
 
 
 def timeline_key() -> str:
@@ -253,7 +253,7 @@ def tracked(seconds, token):
     _count(f"{token}:end")
 
 
-# --- outage and history tests (tests/worker/test_faults_*.py, tests/test_history*.py) ---
+# --- outage and history tests (tests/worker/test_faults_*.py, tests/history/) ---
 
 
 @job(retry=False)
@@ -403,7 +403,7 @@ def wf_chaos_callback(label, event, size):
     )
 
 
-# Observability (tests/test_logs.py): a run that logs through an application logger.
+# Observability (tests/observe/test_logs.py): a run that logs through an application logger.
 @job
 def logs_lines(token, fail=False):
     import logging
@@ -529,7 +529,7 @@ def ignores_cancel(token=None):
         raise
 
 
-# Redis Cluster failover (tests/test_cluster_failover.py) ---------------------------------
+# Redis Cluster failover (tests/store/test_cluster_failover.py) ---------------------------------
 
 
 @job

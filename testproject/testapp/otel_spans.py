@@ -2,7 +2,7 @@
 JSON line to a file, so a test can read what a worker process exported.
 
 testproject/settings.py calls :func:`install` when ``TESTPROJECT_OTEL_SPANS`` names the
-file (the worker subprocesses of tests/test_tracing.py get it in their environment).
+file (the worker subprocesses of tests/observe/test_tracing.py get it in their environment).
 """
 
 import json

@@ -23,7 +23,7 @@ Environment knobs (the tests start workers with them):
 - DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
 - TESTPROJECT_JSON_LOGS    "1": the JSON logs recipe of docs/observability.md
 - TESTPROJECT_OTEL_SPANS   a file: the OpenTelemetry SDK is installed and every span is
-                           appended to it as JSON (tests/test_tracing.py)
+                           appended to it as JSON (tests/observe/test_tracing.py)
 """
 
 import json

@@ -145,7 +145,7 @@ def test_a_unique_jobs_lock_script_removes_the_record_with_the_push(r, monkeypat
 
     if keys.spread():
         pytest.skip("a home per queue: the lock and the record are in two slots, so a unique "
-                    "job marks its record (tests/test_cluster_spread.py covers that path)")  # fmt: skip
+                    "job marks its record (tests/store/test_cluster_spread.py covers that path)")  # fmt: skip
 
     def no_mark(self):
         raise AssertionError("a unique job's push must not mark its record")

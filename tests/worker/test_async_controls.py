@@ -230,7 +230,7 @@ def test_running_coroutines_are_on_the_busy_page_and_processes_run_them(worker, 
 
 
 def test_async_runs_and_the_loop_lag_are_in_the_worker_metrics(worker, r, prefix):
-    from ..test_metrics_worker import samples
+    from ..observe.test_metrics_worker import samples
 
     port = free_port()
     w = worker(args=["--metrics-port", str(port), "--metrics-addr", "127.0.0.1"])

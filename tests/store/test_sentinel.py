@@ -17,8 +17,8 @@ from testapp import jobs as tj
 
 from cogworker_django.store import connection, keys
 
-from .helpers import free_port, wait_until
-from .worker.test_faults_outage import outage_lines
+from ..helpers import free_port, wait_until
+from ..worker.test_faults_outage import outage_lines
 
 MASTER_NAME = "mymaster"
 

@@ -19,7 +19,7 @@ from cogworker_django import testing
 from cogworker_django.observe import tracing
 from cogworker_django.store import keys
 
-from .helpers import wait_until
+from ..helpers import wait_until
 
 _exporter = InMemorySpanExporter()
 

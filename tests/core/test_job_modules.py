@@ -15,8 +15,8 @@ from cogworker_django import checks
 from cogworker_django.core import jobs
 from cogworker_django.store import keys
 
-from .api_support import make_job, push
-from .helpers import run_command, wait_until
+from ..api_support import make_job, push
+from ..helpers import run_command, wait_until
 
 TASKS_MODULE = textwrap.dedent(
     """

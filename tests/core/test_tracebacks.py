@@ -11,7 +11,7 @@ from testapp import jobs as tj
 
 from cogworker_django.core import payload
 
-from .helpers import wait_until
+from ..helpers import wait_until
 
 
 def _run_as_library(fn):

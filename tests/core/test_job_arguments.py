@@ -13,8 +13,8 @@ from testapp import jobs as tj
 from cogworker_django import BadArguments, testing
 from cogworker_django.store import keys
 
-from .api_support import make_job, push
-from .helpers import wait_until
+from ..api_support import make_job, push
+from ..helpers import wait_until
 
 
 def _queued(r) -> int:

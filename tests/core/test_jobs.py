@@ -15,7 +15,7 @@ from cogworker_django import call
 from cogworker_django.core import client, jobs, middleware, payload
 from cogworker_django.store import keys, listing
 
-from .helpers import free_port
+from ..helpers import free_port
 
 # Pushing is the same on a Redis Cluster: every test runs on both (tests/cluster_support.py).
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ from cogworker_django.store import connection, homes, keys
 from cogworker_django.worker import keyguard
 from cogworker_django.worker.fetch import ReliableFetch
 
-from .helpers import wait_until
+from ..helpers import wait_until
 
 pytestmark = pytest.mark.spread
 

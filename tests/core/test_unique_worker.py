@@ -9,7 +9,7 @@ from testapp import jobs as tj
 
 from cogworker_django.store import keys
 
-from .helpers import wait_until
+from ..helpers import wait_until
 from .unique_helpers import lock_of
 
 # Unique jobs behave the same on a Redis Cluster: every test runs on both

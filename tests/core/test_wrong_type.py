@@ -17,7 +17,7 @@ from cogworker_django.periodic import entries
 from cogworker_django.periodic.ticker import Ticker
 from cogworker_django.store import keys
 
-from .admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
+from ..admin_support import fast_passwords_fixture, url  # noqa: F401 - autouse fixture
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.spread]

@@ -20,8 +20,8 @@ from testapp import jobs as tj
 
 from cogworker_django.store import connection, errors, keys
 
-from .cluster_support import LocalCluster
-from .helpers import MAIN_REDIS_URL, wait_until
+from ..cluster_support import LocalCluster
+from ..helpers import MAIN_REDIS_URL, wait_until
 
 JOBS_BEFORE, JOBS_AFTER = 300, 50
 

@@ -12,7 +12,7 @@ from testapp import jobs as tj
 from cogworker_django.core import payload, unique
 from cogworker_django.store import keys
 
-from .helpers import wait_until
+from ..helpers import wait_until
 from .unique_helpers import lock_of, stop_keeping_data
 
 # How long the sleeper runs in the tests that stop Redis once it has started: long

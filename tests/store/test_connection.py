@@ -14,7 +14,7 @@ from testapp import jobs as tj
 
 from cogworker_django.store import connection, keys
 
-from .helpers import MAIN_REDIS_URL, forked_child_gets_its_own_client, free_port
+from ..helpers import MAIN_REDIS_URL, forked_child_gets_its_own_client, free_port
 
 
 def test_one_client_per_process():

@@ -17,7 +17,7 @@ from testapp import jobs as tj
 
 from cogworker_django.observe import telemetry
 
-from .helpers import free_port, run_command, wait_until
+from ..helpers import free_port, run_command, wait_until
 
 
 def fetch(port: int, token: str | None = None, path: str = "/metrics") -> tuple[int, str]:

@@ -14,7 +14,7 @@ from cogworker_django import checks, conf
 from cogworker_django.api.server import RedisServer
 from cogworker_django.store import cluster, connection, errors, keys
 
-from .helpers import (
+from ..helpers import (
     MAIN_REDIS_URL,
     forked_child_gets_its_own_client,
     free_port,

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests/test_unique_*.py files."""
+"""Helpers shared by the tests/core/test_unique_*.py files."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from testapp import jobs as tj
 
 from cogworker_django.store import keys
 
-from .helpers import MAIN_REDIS_URL, ROOT
+from ..helpers import MAIN_REDIS_URL, ROOT
 
 
 def test_every_key_is_under_the_prefix(prefix):
@@ -86,8 +86,8 @@ def test_the_suite_uses_the_redis_of_cogworker_redis_url(redis_server):
     server = redis_server()
     env = {**os.environ, "COGWORKER_REDIS_URL": server.url}
     chosen = [
-        "tests/test_keys.py::test_two_prefixes_never_see_each_others_keys",
-        "tests/test_connection.py::test_cache_alias_uses_the_django_redis_client",
+        "tests/store/test_keys.py::test_two_prefixes_never_see_each_others_keys",
+        "tests/store/test_connection.py::test_cache_alias_uses_the_django_redis_client",
         "tests/test_checks.py::test_healthy_redis_has_no_messages",
     ]
     done = subprocess.run(

@@ -15,8 +15,8 @@ from cogworker_django import metrics
 from cogworker_django.api import snapshot
 from cogworker_django.store import keys
 
-from .api_support import add_to, make_job, push
-from .helpers import wait_until
+from ..api_support import add_to, make_job, push
+from ..helpers import wait_until
 
 # On a queue the test's worker does not read: a minute that turns during the test pushes
 # a run the counters must not count.

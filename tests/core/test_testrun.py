@@ -18,7 +18,7 @@ import pytest
 from cogworker_django import testing
 from cogworker_django.core import client, testrun
 
-from .helpers import MAIN_REDIS_URL
+from ..helpers import MAIN_REDIS_URL
 
 SETTINGS = textwrap.dedent(
     """

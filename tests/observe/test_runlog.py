@@ -7,7 +7,7 @@ import re
 
 from testapp import jobs as tj
 
-from .helpers import wait_until
+from ..helpers import wait_until
 
 
 def runs(r) -> dict[str, int]:

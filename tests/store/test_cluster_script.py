@@ -10,7 +10,7 @@ import sys
 import pytest
 import redis
 
-from .cluster_support import SCRIPT, LocalCluster
+from ..cluster_support import SCRIPT, LocalCluster
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
