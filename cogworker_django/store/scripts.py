@@ -20,7 +20,6 @@ cluster a pipeline's commands go to several nodes that a load sent first might n
 from __future__ import annotations
 
 import hashlib
-import weakref
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -65,19 +64,21 @@ class Script:
             raise ValueError("scripts are pipelined outside MULTI only (transaction=False)")
         keys, args = list(keys), list(args)
         at = len(pipe)
-        if at == 0:
-            _queued[pipe] = []  # a pipeline run before is a new batch
-        _queued.setdefault(pipe, []).append((at, self, keys, args))
+        queued = getattr(pipe, QUEUED, None)
+        if queued is None or at == 0:  # none yet, or the pipeline ran since: a new batch
+            queued = []
+            setattr(pipe, QUEUED, queued)
+        queued.append((at, self, keys, args))
         pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<Script {self.name}>"
 
 
-# The scripts queued on each pipeline not yet run: (position, script, keys, args).
-_queued: weakref.WeakKeyDictionary[Any, list[tuple[int, Script, list[str], list[Any]]]] = (
-    weakref.WeakKeyDictionary()
-)
+# The attribute of a pipeline that holds the scripts queued on it and not yet run, as
+# (position, script, keys, args): kept on the pipeline itself, as its commands are, so
+# no state is shared between the threads that each build their own.
+QUEUED = "_cogworker_scripts"
 
 
 def execute(pipe: Any, client: Any, raise_on_error: bool = True) -> list[Any]:
@@ -85,7 +86,8 @@ def execute(pipe: Any, client: Any, raise_on_error: bool = True) -> list[Any]:
     that the server answered NOSCRIPT is loaded and run again on ``client`` (the
     pipeline's own client), its reply put in its place. ``raise_on_error``: raise the
     first error left among the replies, as redis-py does, once every command has run."""
-    queued = _queued.pop(pipe, [])
+    queued = getattr(pipe, QUEUED, None) or []
+    setattr(pipe, QUEUED, None)
     replies = list(pipe.execute(raise_on_error=False))
     loaded: set[str] = set()
     for at, script, keys, args in queued:
