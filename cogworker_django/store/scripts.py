@@ -9,9 +9,9 @@ script again and retries once: EVALSHA that got NOSCRIPT ran nothing, so the ret
 cannot run it twice. Every script file starts with a header naming its KEYS and ARGV.
 
 In a pipeline too a script goes by its SHA (:meth:`Script.pipelined`), and the pipeline
-is run by :func:`execute`: a command refused with NOSCRIPT ran nothing, so it is loaded
-and run again on its own, in its place among the replies, after the pipeline's other
-commands. Every caller's pipelined commands are independent of their order (a bulk
+is run by :func:`execute`: a command refused with NOSCRIPT ran nothing, so its script is
+loaded and the refused commands run again (in one more round trip), their replies put in
+their places, after the pipeline's other commands. Every caller's pipelined commands are independent of their order (a bulk
 push already writes its lists, then its zsets, then its scripts). Loading the scripts
 before the pipeline instead would cost a round trip each time (SCRIPT EXISTS), and on a
 cluster a pipeline's commands go to several nodes that a load sent first might not reach.
@@ -82,28 +82,46 @@ QUEUED = "_cogworker_scripts"
 
 
 def execute(pipe: Any, client: Any, raise_on_error: bool = True) -> list[Any]:
-    """Run ``pipe`` (as ``pipe.execute``) and return its replies; each script it holds
-    that the server answered NOSCRIPT is loaded and run again on ``client`` (the
-    pipeline's own client), its reply put in its place. ``raise_on_error``: raise the
-    first error left among the replies, as redis-py does, once every command has run."""
+    """Run ``pipe`` (as ``pipe.execute``) and return its replies; the scripts it holds
+    that the server answered NOSCRIPT for are loaded and run again on ``client`` (the
+    pipeline's own client), their replies put in their places. ``raise_on_error``: raise
+    the first error left among the replies, as redis-py does, once every command has run."""
     queued = getattr(pipe, QUEUED, None) or []
     setattr(pipe, QUEUED, None)
     replies = list(pipe.execute(raise_on_error=False))
-    loaded: set[str] = set()
-    for at, script, keys, args in queued:
-        if isinstance(replies[at], NoScriptError):
-            try:
-                if script.sha not in loaded:  # refused: not there; loaded once a batch
-                    client.script_load(script.source)
-                    loaded.add(script.sha)
-                replies[at] = script(client, keys, args)
-            except Exception as exc:  # noqa: BLE001 - a reply, as the pipeline's are
-                replies[at] = exc
+    refused = [q for q in queued if isinstance(replies[q[0]], NoScriptError)]
+    if refused:
+        _run_again(client, refused, replies)
     if raise_on_error:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
     return replies
+
+
+def _run_again(client: Any, refused: list[Any], replies: list[Any]) -> None:
+    """Load each script refused, then run the refused calls again in one pipeline; a call
+    refused once more (on a cluster, a master the load did not reach) goes alone, by
+    :meth:`Script.__call__`, which loads it there. A failure of the load or of the
+    pipeline is every refused call's reply, as the first pipeline's would have been."""
+    try:
+        for source in {script.sha: script.source for _at, script, _k, _a in refused}.values():
+            client.script_load(source)
+        again = client.pipeline(transaction=False)
+        for _at, script, keys, args in refused:
+            again.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        answers = again.execute(raise_on_error=False)
+    except Exception as exc:  # noqa: BLE001 - a reply, as the pipeline's are
+        for at, _script, _k, _a in refused:
+            replies[at] = exc
+        return
+    for (at, script, keys, args), answer in zip(refused, answers, strict=True):
+        if isinstance(answer, NoScriptError):
+            try:
+                answer = script(client, keys, args)
+            except Exception as exc:  # noqa: BLE001 - a reply, as the pipeline's are
+                answer = exc
+        replies[at] = answer
 
 
 INCLUDE = "--@include "
