@@ -213,3 +213,29 @@ def test_the_tests_mirror_the_package():
         and not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in top_modules)
     ]
     assert stray == [], f"test files to put in the folder of the module they test: {stray}"
+
+
+# Where a lower module lets code above it install itself (docs/internals.md, "Seams
+# instead of import circles"): each installer and the only modules that call it.
+SEAMS = {
+    "install_member_pushers": {"workflows/batch.py"},
+    "install_mode_sink": {"testing.py"},
+    "set_diverter": {"testing.py"},
+    "set_runner": {"testing.py"},
+    "register_kind": {"djtasks/backend.py"},
+    "add_listener": {"apps.py"},
+}
+
+
+def test_every_seam_is_installed_where_this_table_says():
+    found: dict[str, set[str]] = {name: set() for name in SEAMS}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                if name in found:
+                    found[name].add(str(path.relative_to(PACKAGE)))
+    assert found == SEAMS
+    doc = (PACKAGE.parent / "docs" / "internals.md").read_text()
+    assert all(f".{name}`" in doc for name in SEAMS)
