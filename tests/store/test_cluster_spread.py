@@ -343,3 +343,31 @@ def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(worker
     assert r.lrange(keys.outbox(), 0, -1) == [young]
     assert "young" not in counts(r)
     assert w.stop() == 0
+
+
+def test_the_outbox_relays_after_the_masters_forgot_their_scripts(r):
+    """The relay's scripts go by EVALSHA in one pipeline over three masters: refused
+    (NOSCRIPT) after a restart, a failover or SCRIPT FLUSH, they are loaded and run in
+    their places, and the envelopes leave the outbox."""
+    from cogworker_django.store import outbox, scripts
+
+    qs = three_masters()
+    envelopes = [
+        outbox.envelope(
+            keys.queue(q),
+            payload.encode(payload.build("testapp.jobs.record", [q], {}, queue=q)),
+            "",
+            q,
+        )
+        for q in qs
+    ]
+    r.lpush(keys.outbox(), *envelopes)
+    sha = scripts.get("outbox_relay").sha
+    for node in r.get_primaries():
+        r.get_redis_connection(node).script_flush()
+        assert r.get_redis_connection(node).script_exists(sha) == [False]
+    assert outbox.relay(connection.get_client(), envelopes) == 3
+    assert r.llen(keys.outbox()) == 0
+    for q in qs:
+        [raw] = r.lrange(keys.queue(q), 0, -1)
+        assert payload.decode(raw)["args"] == [q]
