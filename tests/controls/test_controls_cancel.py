@@ -54,10 +54,10 @@ def test_cancel_a_retrying_job(r, prefix):
     assert r.zcard(f"{prefix}:retry") == 0
 
 
-def test_cancel_of_an_unknown_or_finished_job_is_none(worker, r, prefix):
+def test_cancel_of_an_unknown_or_finished_job_is_none(inworker, r, prefix):
     assert api.cancel("0123456789abcdef01234567") is None
     jid = tj.record.enqueue("done")
-    w = worker()
+    w = inworker()
     wait_until(lambda: runs(r, prefix).get("done") == 1, 15, message="the job to run")
     # Its ack rides with the worker's next fetch: until then it is still listed.
     wait_until(
@@ -66,7 +66,7 @@ def test_cancel_of_an_unknown_or_finished_job_is_none(worker, r, prefix):
         message="the job acked",
     )
     assert api.cancel(jid) is None
-    assert w.stop() == 0
+    w.stop()
     with pytest.raises(ValueError):
         api.cancel("not a jid")
 

@@ -43,11 +43,11 @@ def test_a_job_past_its_expiry_is_dropped_unrun(worker, r, prefix):
     assert w.log().count(f"(jid {jid}) expired") == 1  # logged once
 
 
-def test_a_job_taken_in_time_runs(worker, r, prefix):
-    w = worker()
+def test_a_job_taken_in_time_runs(inworker, r, prefix):
+    w = inworker()
     tj.expiring.enqueue("in-time")
     wait_until(lambda: runs(r, prefix).get("in-time") == 1, 15, message="the job to run")
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_a_scheduled_job_expires_from_its_run_time():

@@ -1,5 +1,6 @@
-"""django.tasks through a real worker: results, failures, context, async, run_after,
-signals, expiry, and tasks a worker must refuse to run (Django 6.0+)."""
+"""django.tasks through a worker (a real process, or in this process where the process
+is not the point): results, failures, context, async, run_after, signals, expiry, and
+tasks a worker must refuse to run (Django 6.0+)."""
 
 import datetime as dt
 import json
@@ -102,12 +103,12 @@ def test_tasks_run_with_results_context_async_and_signals(worker, r):
         tt.echo.get_result(added.id)
 
 
-def test_failures_are_failed_with_the_exception_path(worker, r):
+def test_failures_are_failed_with_the_exception_path(inworker, r):
     boom = tt.boom.using(backend="noretry").enqueue("kaboom")
     exits = tt.exits.using(backend="noretry").enqueue()
     twice = tt.boom.using(backend="retry1").enqueue("again")
     not_json = tt.returns_object.enqueue("obj")  # default alias: 25 retries, yet none here
-    worker()
+    inworker()
 
     finished(boom)
     assert boom.status == TaskResultStatus.FAILED
@@ -140,7 +141,7 @@ def test_failures_are_failed_with_the_exception_path(worker, r):
     assert dead[not_json.id]["retry"] is False
 
 
-def test_run_after_is_never_early(worker, r):
+def test_run_after_is_never_early(inworker, r):
     run_after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
     result = tt.add.using(run_after=run_after).enqueue(1, 1)
     assert (
@@ -148,18 +149,18 @@ def test_run_after_is_never_early(worker, r):
     )
     assert tt.add.get_result(result.id).status == TaskResultStatus.READY
     assert r.ttl(keys.result(result.id)) > 86400  # kept until it runs, then RESULT_TTL
-    worker()
+    inworker()
     finished(result)
     assert result.return_value == 2
     assert result.started_at >= run_after
     assert result.task.run_after == run_after
 
 
-def test_results_expire_after_result_ttl(worker, configure, r):
+def test_results_expire_after_result_ttl(inworker, configure, r):
     configure(RESULT_TTL=1)
     result = tt.record_run.enqueue("ttl")
     assert 0 < r.ttl(keys.result(result.id)) <= 1
-    worker(settings={"RESULT_TTL": 1})
+    inworker(settings={"RESULT_TTL": 1})
     wait_until(lambda: r.hget(tt.test_key("runs"), "ttl") == "1", 10, message="the run")
 
     def gone():
@@ -179,7 +180,7 @@ def _forged(func, token, backend="default"):
     return job["jid"]
 
 
-def test_a_worker_runs_nothing_but_cogworker_tasks(worker, r):
+def test_a_worker_runs_nothing_but_cogworker_tasks(inworker, r):
     forged = {
         _forged("testapp.tasks.plain_function", "plain"): "is not a django.tasks Task",
         _forged("testapp.tasks.immediate_record", "immediate"): "is not a CogworkerBackend",
@@ -188,7 +189,7 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(worker, r):
         _forged("testapp.tasks.add", "alias", backend="immediate"): "is not a CogworkerBackend",
     }
     real = tt.record_run.enqueue("real")
-    worker()
+    inworker()
     finished(real)
     dead = wait_until(lambda: len(dead_jobs(r)) == len(forged) and dead_jobs(r), 10, message="dead")
     assert set(dead) == set(forged)

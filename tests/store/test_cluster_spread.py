@@ -142,12 +142,12 @@ def test_sigkill_recovery_finds_the_lists_of_every_home(worker, r):
     assert b.stop() == 0
 
 
-def test_scheduled_retried_and_dead_jobs_live_in_their_queues_home(worker, r):
+def test_scheduled_retried_and_dead_jobs_live_in_their_queues_home(inworker, r):
     qs = three_masters()
     tj.record.using(queue=qs[1]).enqueue_in(1, "later")
     assert r.zcard(keys.schedule(keys.home_of(qs[1]))) == 1
     tj.fails_once_dead.using(queue=qs[2]).enqueue("boom")
-    w = worker(settings={"QUEUES": qs})
+    w = inworker(settings={"QUEUES": qs})
     wait_until(lambda: counts(r).get("later") == 1, 15, message="the scheduled job ran")
     wait_until(lambda: r.zcard(keys.dead(keys.home_of(qs[2]))) == 1, 15, message="dead")
     assert r.zcard(keys.dead(keys.home_of(qs[1]))) == 0
@@ -159,7 +159,7 @@ def test_scheduled_retried_and_dead_jobs_live_in_their_queues_home(worker, r):
     assert dead.search("boom").records[0].jid == record.jid
     assert dead.retry(record) == api.Outcome.DONE
     wait_until(lambda: r.zcard(keys.dead(keys.home_of(qs[2]))) == 1, 15, message="dead again")
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_the_admin_sets_merge_every_home_in_score_order(r):
@@ -237,9 +237,9 @@ def test_homes_are_found_from_the_listing_and_the_configuration(r, configure):
     assert keys.home_of(qs[2]) not in found
 
 
-def test_a_batch_over_three_masters_runs_its_members_and_its_callback_once(worker, r):
+def test_a_batch_over_three_masters_runs_its_members_and_its_callback_once(inworker, r):
     """Members and callbacks reach their queues' homes through the prefix's outbox
-    (outbox.py), run by a real worker reading all three queues."""
+    (outbox.py), run by a worker reading all three queues."""
     from cogworker_django import Batch
 
     qs = three_masters()
@@ -249,14 +249,14 @@ def test_a_batch_over_three_masters_runs_its_members_and_its_callback_once(worke
                 tj.record.using(queue=q).enqueue(f"{batch.bid}-{q}-{i}")
     assert sum(r.llen(keys.queue(q)) for q in qs) == 9
     assert r.llen(keys.outbox()) == 0
-    w = worker(settings={"QUEUES": qs})
+    w = inworker(settings={"QUEUES": qs})
     wait_until(lambda: counts(r).get("done") == 1, 30, message="on_success ran")
     c = counts(r)
     assert all(c[f"{batch.bid}-{q}-{i}"] == 1 for q in qs for i in range(3)), c
     time.sleep(0.5)
     assert counts(r).get("done") == 1
     assert r.llen(keys.outbox()) == 0
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_a_job_naming_no_queue_is_found_in_the_prefixs_home(r):
@@ -284,19 +284,19 @@ def test_cancel_finds_a_job_in_its_queues_home(r):
     assert r.llen(keys.queue(qs[0])) == 0
 
 
-def test_basic_fetch_reads_queues_on_three_masters(worker, r):
+def test_basic_fetch_reads_queues_on_three_masters(inworker, r):
     qs = three_masters()
     api.Queue(qs[2]).pause()
     for q in qs:
         for i in range(4):
             tj.record.using(queue=q).enqueue(f"{q}-{i}")
-    w = worker(settings={"QUEUES": qs, "FETCH": "basic", "CONCURRENCY": 2})
+    w = inworker(settings={"QUEUES": qs, "FETCH": "basic", "CONCURRENCY": 2})
     wait_until(lambda: len(counts(r)) == 8, 20, message="the 8 jobs of the unpaused queues")
     assert r.llen(keys.queue(qs[2])) == 4  # paused in its own home: left alone
     api.Queue(qs[2]).resume()
     wait_until(lambda: len(counts(r)) == 12, 20, message="the paused queue's jobs once resumed")
     assert set(counts(r).values()) == {1}
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(worker, r):
@@ -313,7 +313,7 @@ def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(worker, r
         assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
 
 
-def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(worker, r):
+def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(inworker, r):
     """A pusher that died after its batch script left an envelope; a worker's poller
     relays it once it is older than outbox.LEFTOVER_AGE (60 s, the default, not
     shortened: the envelope is written as of 61 s ago) and leaves a younger one alone."""
@@ -338,11 +338,11 @@ def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(worker
         qs[2],
     )
     r.lpush(keys.outbox(), json.dumps(old), young)
-    w = worker(settings={"QUEUES": qs})
+    w = inworker(settings={"QUEUES": qs})
     wait_until(lambda: counts(r).get("left") == 1, 20, message="the leftover relayed and run")
     assert r.lrange(keys.outbox(), 0, -1) == [young]
     assert "young" not in counts(r)
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_the_outbox_relays_after_the_masters_forgot_their_scripts(r):

@@ -146,9 +146,9 @@ def test_the_running_lock_middleware_runs_the_job_when_redis_cannot_answer_at_st
     assert locks.deferred.pending() == {keys.periodic_running("e"): run["jid"]}
 
 
-def test_the_live_queue_listing_drops_queues_nobody_read_for_a_day(worker, r):
+def test_the_live_queue_listing_drops_queues_nobody_read_for_a_day(inworker, r):
     r.zadd(keys.live_queues(), {"ancient": time.time() - 2 * 86400, "recent": time.time() - 60})
-    worker()
+    inworker()
     wait_until(lambda: r.zscore(keys.live_queues(), "default") is not None, 10)
     wait_until(lambda: r.zscore(keys.live_queues(), "ancient") is None, 10)
     assert r.zscore(keys.live_queues(), "recent") is not None
