@@ -163,53 +163,53 @@ def _refused_pipeline(client, prefix):
     return pipe, key
 
 
-def test_a_load_whose_reply_is_lost_is_every_refused_scripts_reply(redis_server, configure, prefix):
+@pytest.fixture
+def behind_a_proxy(redis_server, configure):
+    """A private server that forgot its scripts, reached through a ReplyCutter: yields
+    (server, proxy, the package's client)."""
+    server = redis_server()
+    proxy = ReplyCutter(server)
+    try:
+        configure(REDIS_URL=proxy.url)
+        server.client().script_flush()
+        yield server, proxy, connection.get_client()
+    finally:
+        proxy.close()
+
+
+def test_a_load_whose_reply_is_lost_is_every_refused_scripts_reply(behind_a_proxy, prefix):
     # The repair's SCRIPT LOAD ran in Redis but its reply never came (a dropped
     # connection): the refused script's reply is that outage, as the pipeline's own
     # failure would have been; the plain command's reply stands.
-    server = redis_server()
-    proxy = ReplyCutter(server)
-    try:
-        configure(REDIS_URL=proxy.url)
-        client = connection.get_client()
-        server.client().script_flush()
-        pipe, key = _refused_pipeline(client, prefix)
-        proxy.arm(scripts.get("owned_expire").sha.encode())  # the load's reply: the SHA
-        replies = scripts.execute(pipe, client, raise_on_error=False)
-        assert proxy.cut.is_set()
-        assert errors.is_unavailable(replies[0]), replies[0]
-        assert replies[1] == b"me"
-        # The load went through before its reply was lost: the next pipeline finds it.
-        pipe, key = _refused_pipeline(client, prefix)
-        assert scripts.execute(pipe, client) == [1, b"me"]
-    finally:
-        proxy.close()
+    _server, proxy, client = behind_a_proxy
+    pipe, key = _refused_pipeline(client, prefix)
+    proxy.arm(scripts.get("owned_expire").sha.encode())  # the load's reply: the SHA
+    replies = scripts.execute(pipe, client, raise_on_error=False)
+    assert proxy.cut.is_set()
+    assert errors.is_unavailable(replies[0]), replies[0]
+    assert replies[1] == b"me"
+    # The load went through before its reply was lost: the next pipeline finds it.
+    pipe, key = _refused_pipeline(client, prefix)
+    assert scripts.execute(pipe, client) == [1, b"me"]
 
 
-def test_a_script_flushed_again_before_its_second_run_is_run_alone(redis_server, configure, prefix):
+def test_a_script_flushed_again_before_its_second_run_is_run_alone(behind_a_proxy, prefix):
     # Flushed between the repair's load and its pipeline (on a cluster: a master the
     # load did not reach): refused twice, then loaded and run on its own, once.
-    server = redis_server()
-    proxy = ReplyCutter(server)
-    try:
-        configure(REDIS_URL=proxy.url)
-        client = connection.get_client()
-        plain = server.client()
-        plain.script_flush()
-        pipe, key = _refused_pipeline(client, prefix)
-        proxy.hold(scripts.get("owned_expire").sha.encode())  # the load's reply
-        out: list = []
-        runner = threading.Thread(target=lambda: out.append(scripts.execute(pipe, client)))
-        plain.config_resetstat()
-        runner.start()
-        assert proxy.held.wait(10)
-        plain.script_flush()
-        proxy.release()
-        runner.join(10)
-        assert out == [[1, b"me"]]
-        evalsha = _stats(plain, "evalsha")
-        # The pipeline's and the repair's, refused; the lone run's: refused, loaded, ran.
-        assert (evalsha["calls"], evalsha["failed_calls"]) == (4, 3)
-        assert 30 < plain.ttl(key) <= 40
-    finally:
-        proxy.close()
+    server, proxy, client = behind_a_proxy
+    plain = server.client()
+    pipe, key = _refused_pipeline(client, prefix)
+    proxy.hold(scripts.get("owned_expire").sha.encode())  # the load's reply
+    out: list = []
+    runner = threading.Thread(target=lambda: out.append(scripts.execute(pipe, client)))
+    plain.config_resetstat()
+    runner.start()
+    assert proxy.held.wait(10)
+    plain.script_flush()
+    proxy.release()
+    runner.join(10)
+    assert out == [[1, b"me"]]
+    evalsha = _stats(plain, "evalsha")
+    # The pipeline's and the repair's, refused; the lone run's: refused, loaded, ran.
+    assert (evalsha["calls"], evalsha["failed_calls"]) == (4, 3)
+    assert 30 < plain.ttl(key) <= 40
