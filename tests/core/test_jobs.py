@@ -152,7 +152,7 @@ def test_a_plain_bulk_enqueue_takes_the_plain_path(r, plain_pushes):
         ({"retry": 3}, {}),
         ({"timeout": 5}, {}),
         ({"unique": "until_executed"}, {}),
-        ({}, {"MIDDLEWARE": {"client": ["tests.test_jobs.AddTag"], "server": []}}),
+        ({}, {"MIDDLEWARE": {"client": ["tests.core.test_jobs.AddTag"], "server": []}}),
         ({}, {"OTEL": True}),
     ],
 )
@@ -353,13 +353,13 @@ class StopAll(middleware.ClientMiddleware):
 
 
 def test_client_middleware_can_change_the_payload(configure, r):
-    configure(MIDDLEWARE={"client": ["tests.test_jobs.AddTag"], "server": []})
+    configure(MIDDLEWARE={"client": ["tests.core.test_jobs.AddTag"], "server": []})
     tj.record.enqueue()
     assert queued(r)[0]["kwargs"] == {"token": "tagged"}
 
 
 def test_client_middleware_can_stop_the_push(configure, r):
-    configure(MIDDLEWARE={"client": ["tests.test_jobs.StopAll"], "server": []})
+    configure(MIDDLEWARE={"client": ["tests.core.test_jobs.StopAll"], "server": []})
     assert tj.record.enqueue("x") is None
     assert tj.record.enqueue_many([("a",), ("b",)]) == [None, None]
     assert r.llen(keys.queue("default")) == 0

@@ -374,7 +374,7 @@ def test_script_calls_per_job_over_weighted_queues(
     calls = sum(
         node.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
         for node in masters
-        for command in ("evalsha", "eval")  # a pipelined script is an EVAL
+        for command in ("evalsha", "eval")  # every script call, whichever way it is sent
     )
     print(f"\ncluster ({'one tag' if tagged else 'home per queue'}): {calls / 600:.2f} "
           "script calls per job over 3 weighted queues")  # fmt: skip
