@@ -66,9 +66,12 @@ from .record import ACK, Control, Record, Work
 
 log = logging.getLogger("cogworker_django")
 
-# How often a waiting thread, and the feeder while it has nothing to do, re-check quiet
-# and stop.
+# How often the feeder, while it has nothing to do, re-checks quiet and stop.
 WAIT_SLICE = 0.25
+# How often a thread waiting for a job re-checks them: a quiet or a stop wakes it at once
+# (wake_waiting), so this is only a safety net; short, it woke every idle thread four
+# times a second for nothing (400 wake-ups a second at -c 100).
+THREAD_WAIT = 5.0
 # First pause after a fetch that failed or found nothing; doubles up to its cap
 # (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
 IDLE_FIRST_PAUSE = 0.02
@@ -134,7 +137,8 @@ class Dispatcher:
         # Fetched for waiting threads, not yet taken (a C queue: no Python-level lock or
         # condition per job), and the feeder's wake-ups (a fetch came back with
         # work to do, an ack to send, a nudge).
-        self._ready: queue.SimpleQueue[Work] = queue.SimpleQueue()
+        # A None in it is a wake-up (quiet or stop): the waiting threads look at once.
+        self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._freed: queue.SimpleQueue[Any] = queue.SimpleQueue()  # the loop's (hand_in)
         # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
@@ -168,6 +172,14 @@ class Dispatcher:
         self.own_fetches = 0
         self.fetched_jobs = 0
         self.acks_sent = 0
+
+    def wake_waiting(self) -> None:
+        """The process went quiet (or is stopping): every thread waiting for a job, and
+        the feeder, look now rather than at the end of their wait (THREAD_WAIT,
+        WAIT_SLICE: a stop of an idle worker waited that long for its threads)."""
+        for _ in range(self.concurrency):
+            self._ready.put(None)
+        self._wake.put(None)
 
     def nudge(self) -> None:
         """Jobs were just put on the queues (the limiter waker moved waiting jobs): if
@@ -211,8 +223,10 @@ class Dispatcher:
         control, ready = self.control, self._ready
         while not control.stopping.is_set():
             try:
-                work = ready.get(timeout=WAIT_SLICE)
+                work = ready.get(timeout=THREAD_WAIT)
             except queue.Empty:
+                work = None
+            if work is None:  # a slice passed, or a wake-up (wake_waiting)
                 if control.quiet.is_set():
                     return None
                 continue

@@ -474,6 +474,9 @@ class BasicSource:
     def start(self) -> None:
         """Nothing to start: each processor thread fetches for itself."""
 
+    def wake_waiting(self) -> None:
+        """No thread waits here: each is in its own BRPOP (at most FETCH_BLOCK_SECONDS)."""
+
     def join(self, timeout: float) -> bool:
         """No fetching of its own to wait for (the processor threads' are waited for)."""
         return False

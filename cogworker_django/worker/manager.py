@@ -128,6 +128,7 @@ class Manager:
         if not self.control.quiet.is_set():
             log.info("quiet: no new jobs will be fetched")
         self.control.quiet.set()
+        self.source.wake_waiting()
 
     def busy_count(self) -> int:
         busy = sum(1 for p in self.processors if p.busy)

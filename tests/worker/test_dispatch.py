@@ -262,6 +262,7 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     waiting = take(d, got)
     control.stopping.set()
     control.quiet.set()
+    d.wake_waiting()  # as the manager's quiet does
     waiting.join(2)
     assert got[1:] == [None]  # the waiting thread leaves with nothing
     assert d.join(0.1) is True  # fetches are out: a second pass is due
@@ -276,6 +277,26 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     assert held == 2 and len(d.known()) == held
     assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 1 + held
     assert d.next(None, None) is None
+
+
+def test_quiet_wakes_the_waiting_threads_at_once(parts, r, monkeypatch):
+    # A thread waiting for a job looks at quiet every THREAD_WAIT; a quiet wakes it at
+    # once (wake_waiting, called by the manager's quiet): here the wait is a minute, so
+    # a thread that waited it out would not be back within the wait below.
+    from cogworker_django.worker import dispatch
+
+    monkeypatch.setattr(dispatch, "THREAD_WAIT", 60.0)
+    strategy, record, control, d = parts
+    one_job_ran(d, record)
+    strategy.gate = threading.Event()  # the fetches out stay out: the others wait
+    got: list = []
+    threads = [take(d, got) for _ in range(3)]
+    wait_for(lambda: len(strategy.calls) == 3)  # two fetches out, the third thread waits
+    control.quiet.set()
+    d.wake_waiting()
+    wait_for(lambda: got == [None])  # the waiting one left, with nothing
+    assert sum(t.is_alive() for t in threads) == 2  # the two inside their gated fetches
+    strategy.gate.set()
 
 
 def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r, caplog):
@@ -359,3 +380,18 @@ def test_give_back_and_flush(parts, r):
     assert (
         record.pending() == {} and r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
     )
+
+
+def test_a_stop_of_an_idle_worker_wakes_its_waiting_threads(inworker, monkeypatch):
+    # The manager's quiet (every stop begins with it) wakes the threads waiting for a
+    # job: with a minute's THREAD_WAIT, a stop that left them to it would not be done
+    # within the join below.
+    from cogworker_django.worker import dispatch
+
+    monkeypatch.setattr(dispatch, "THREAD_WAIT", 60.0)
+    w = inworker(concurrency=5)
+    w.run_until(lambda: w.manager.source.fetches >= 1)  # the threads wait now
+    stopper = threading.Thread(target=w.stop)
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive()
