@@ -109,7 +109,7 @@ def _run_again(client: Any, refused: list[Any], replies: list[Any]) -> None:
             client.script_load(source)
         again = client.pipeline(transaction=False)
         for _at, script, keys, args in refused:
-            again.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            script.pipelined(again, keys, args)
         answers = again.execute(raise_on_error=False)
     except Exception as exc:  # noqa: BLE001 - a reply, as the pipeline's are
         for at, _script, _k, _a in refused:

@@ -226,7 +226,7 @@ class Dispatcher:
                 work = ready.get(timeout=THREAD_WAIT)
             except queue.Empty:
                 work = None
-            if work is None:  # a slice passed, or a wake-up (wake_waiting)
+            if work is None:  # the wait passed, or a wake-up (wake_waiting)
                 if control.quiet.is_set():
                     return None
                 continue

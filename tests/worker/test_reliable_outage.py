@@ -29,7 +29,7 @@ def test_redis_stopped_for_10s_mid_run(worker, redis_server, configure, prefix):
     # first ten ends late, and jobs must still be running when Redis goes away.
     n = 240
     tokens = [f"o{i}" for i in range(n)]
-    tj.tracked.enqueue_many([(0.2, t) for t in tokens])
+    jids = dict(zip(tokens, tj.tracked.enqueue_many([(0.2, t) for t in tokens]), strict=True))
     settings = {"CONCURRENCY": 4, "ORPHAN_THRESHOLD": 3}
     workers = [worker(redis_url=server.url, settings=settings) for _ in range(2)]
     wait_until(
@@ -51,8 +51,22 @@ def test_redis_stopped_for_10s_mid_run(worker, redis_server, configure, prefix):
     starts = [c.get(f"{t}:start", 0) for t in tokens]
     # A job cut by the outage fails (its own Redis writes fail), is filed in retry once
     # Redis is back, and runs again: it may start twice, but none runs to its end twice
-    # (a job that ended has its ack retried, never a second run).
-    assert ends == [1] * n, {t: e for t, e in zip(tokens, ends, strict=True) if e != 1}
+    # (a job that ended has its ack retried, never a second run). One exception, the
+    # job's own and not the worker's: an end written the instant Redis was SIGKILLed
+    # (done and fsynced, its reply never sent) fails that run as any cut write does, so
+    # it runs again and ends twice; such a first run is logged as failed, to retry.
+    logs = "".join(w.log() for w in workers)
+    twice = {t: e for t, e in zip(tokens, ends, strict=True) if e != 1}
+    for token, e in twice.items():
+        assert e == 2 and c[f"{token}:start"] == 2, twice
+        assert re.search(
+            rf"\(jid {jids[token]}\) failed: \w*(Connection|Timeout)\w*.*-> retry", logs
+        ), (
+            token,
+            logs[-3000:],
+        )
+    # At most the writes in flight at the kill: one a thread.
+    assert len(twice) <= 2 * settings["CONCURRENCY"], twice
     assert max(starts) <= 2, c
     assert sum(1 for s in starts if s == 2) >= 1, "no job was cut by the outage"
     assert client.zcard(f"{prefix}:dead") == 0
