@@ -91,11 +91,12 @@ def to_queue(job: dict[str, Any], now: float, encoded: str | None = None) -> Des
     3), unless ``encoded`` is given for a job that was not scheduled and has no priority
     (the text as built, enqueued_at included)."""
     queue = job["queue"]
-    if encoded is None or "at" in job or priority.routes(job):
+    prioritised = priority.routes(job)
+    if encoded is None or "at" in job or prioritised:
         job.pop("at", None)
         job["enqueued_at"] = now
         encoded = None
-    if priority.routes(job):
+    if prioritised:
         value, score = priority.member(job, now)
         return Destination("zset", queue, keys.priority_queue(queue), value, score, True)
     data = encoded if encoded is not None else payload.encode(job)

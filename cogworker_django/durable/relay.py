@@ -367,8 +367,8 @@ class _Pass:
             # listing (rule 1): its failure is reported, never raised.
             listing.add(pipe, *sorted(self.listing))
         replies = scripts.execute(pipe, self.conn, raise_on_error=False) if len(pipe) else []
-        if self.listing and isinstance(replies[-1], Exception):
-            errors.report("Queue listing", replies[-1], f"{keys.queues()} not updated")
+        if self.listing:
+            listing.report(replies[-1], *sorted(self.listing))
         return replies
 
     def read(self, replies: list[Any]) -> None:

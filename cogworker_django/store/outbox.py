@@ -203,8 +203,7 @@ def _relay(conn: Any, entries: list[tuple[str, Envelope]]) -> tuple[int, list[Ex
         for result in removed[:-1]:
             if isinstance(result, Exception):
                 raise result  # left listed: the next relay finds the marker
-        if isinstance(removed[-1], Exception):  # only a listing (rule 4)
-            errors.report("Queue listing", removed[-1], f"{keys.queues()} not updated")
+        listing.report(removed[-1], *queues)  # only a listing (rule 4): never raised
     return pushed, failures
 
 
