@@ -157,6 +157,9 @@ class Dispatcher:
         # One connection per fetch out; the free ones (under the lock).
         self._links = [connection.Held() for _ in range(fetches_out)]
         self._free_links = list(self._links)
+        # The feeder has exited (under the lock): a link coming back from a fetch is
+        # closed by the thread that brings it back, never while another thread reads it.
+        self._links_closed = False
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
         # turn of the loop hands in the slots that came free as an aio.Freed (with the
@@ -358,7 +361,15 @@ class Dispatcher:
                     log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
                     self.control.stopping.wait(RESTART_PAUSE)
         finally:
-            for link in self._links:
+            # Only the free links: one a processor thread is reading its own fetch's
+            # reply on is closed when that fetch comes back (_done_with). Closing it
+            # under the thread failed its fetch at once (EBADF) or, when the descriptor
+            # was reused by another connection meanwhile, left it reading that
+            # connection's socket until its timeout.
+            with self._lock:
+                self._links_closed = True
+                free = list(self._free_links)
+            for link in free:
                 link.close()
 
     def _feed(self) -> None:
@@ -474,9 +485,12 @@ class Dispatcher:
 
     def _done_with(self, link: Any, wanted: int) -> None:
         """(Under the lock.) A fetch came back (or failed): its connection is free, and
-        the jobs it asked for are no longer on their way."""
+        the jobs it asked for are no longer on their way; once the feeder has exited,
+        its connection is closed (no round trip: the socket only)."""
         self._free_links.append(link)
         self._coming -= wanted
+        if self._links_closed:
+            link.close()
 
     def _hand_out(self, works: list[Work], wanted: int, keep: int) -> Work | None:
         """(Under the lock.) What a fetch brought: async jobs to the event loop, plain

@@ -74,6 +74,10 @@ def test_term_while_a_threads_own_fetch_is_out_requeues_what_it_took(
         assert w.wait(20) == 0
     finally:
         proxy.close()
+    # The fetch came back whole: the stop waited for it instead of closing its connection
+    # under the thread (which failed it at once, or left it reading a reused descriptor
+    # until its timeout while the heartbeat took the job for a lost reply).
+    assert "Fetch: Redis unavailable" not in w.log(), w.log()
     # Fetched after the stop began: not run, back on its queue; the first job's ack went
     # with that fetch.
     assert "requeued 1 job(s) unfinished at shutdown" in w.log(), w.log()
