@@ -160,6 +160,10 @@ class Dispatcher:
         # The feeder has exited (under the lock): a link coming back from a fetch is
         # closed by the thread that brings it back, never while another thread reads it.
         self._links_closed = False
+        # The fetches out (id of the link -> the fetch's number; under the lock), for the
+        # heartbeat's reconcile (:meth:`in_flight`).
+        self._out: dict[int, int] = {}
+        self._sent = 0
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
         # turn of the loop hands in the slots that came free as an aio.Freed (with the
@@ -210,7 +214,7 @@ class Dispatcher:
                 and not control.quiet.is_set()
             )
             if own:
-                link = self._free_links.pop()
+                link = self._take_link()
                 acks, self._acks = self._acks, []
                 wanted = self._wanted()
                 self._coming += wanted
@@ -311,6 +315,14 @@ class Dispatcher:
         if self.aio is not None:
             known |= self.aio.known()
         return known
+
+    def in_flight(self) -> set[int]:
+        """The fetches out now, by number (each fetch has its own): the heartbeat's
+        reconcile takes a listed job it doesn't know for a lost reply only once every
+        fetch that was out when it first saw the job has come back (a reply held up for
+        longer than two beats still brings its jobs here to run)."""
+        with self._lock:
+            return set(self._out.values())
 
     def attach_loop(self, aio: Any) -> None:
         """Fetch for the event loop's slots too (before :meth:`start`)."""
@@ -414,7 +426,7 @@ class Dispatcher:
             if self._acks or (wanted and now >= self._not_before):
                 acks, self._acks = self._acks, []
                 self._coming += wanted
-                return self._free_links.pop(), acks, wanted
+                return self._take_link(), acks, wanted
             if wanted:
                 return self._not_before  # the queues ran dry: poll after the pause
             return now + WAIT_SLICE  # every thread is busy: wait for one
@@ -483,11 +495,19 @@ class Dispatcher:
         self.acks_sent += len(acks)
         return works
 
+    def _take_link(self) -> Any:
+        """(Under the lock.) A free connection for a fetch about to be sent, numbered."""
+        link = self._free_links.pop()
+        self._sent += 1
+        self._out[id(link)] = self._sent
+        return link
+
     def _done_with(self, link: Any, wanted: int) -> None:
         """(Under the lock.) A fetch came back (or failed): its connection is free, and
         the jobs it asked for are no longer on their way; once the feeder has exited,
         its connection is closed (no round trip: the socket only)."""
         self._free_links.append(link)
+        self._out.pop(id(link), None)
         self._coming -= wanted
         if self._links_closed:
             link.close()

@@ -153,6 +153,7 @@ class ReliableFetch(FetchStrategy):
         # Listed but unknown at the last beat: requeued if still so at the next (a fetch
         # in flight is never taken for a lost reply), with the home of their list.
         self._unknown_last_beat: set[tuple[str, str]] = set()
+        self._out_last_beat: set[int] = set()  # the fetches out at that look
 
     def source(self, record: Record, control: Any, concurrency: int) -> Any:
         from .dispatch import Dispatcher
@@ -307,17 +308,25 @@ class ReliableFetch(FetchStrategy):
 
     def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
         """Requeue jobs on this process's list that it does not know it has (a fetch whose
-        reply was lost): only those seen unknown on two beats in a row, so a fetch in
-        flight is never taken for one."""
+        reply was lost): only those seen unknown on two beats in a row, and only once
+        every fetch that was out at the first of them has come back, so a fetch in
+        flight is never taken for one (its reply held up past a beat: a stalled proxy,
+        a thread starved of the interpreter lock) and its jobs never run twice."""
         from .requeue import requeue_from_list
 
         listed = {
             (home, text(r)) for home in self.lists for r in conn.lrange(self.lists[home], 0, -1)
         }
         known = record.running_raws() | set(record.pending()) | source.known()
+        # After the listing and the known jobs: a fetch that wrote a listed job is either
+        # out now or has handed its jobs out (known by the next look).
+        out = source.in_flight()
         unknown = {(home, raw) for home, raw in listed if raw not in known}
-        confirmed = unknown & self._unknown_last_beat
-        self._unknown_last_beat = unknown - confirmed
+        if self._out_last_beat & out:
+            confirmed: set[tuple[str, str]] = set()  # one may yet bring them: next beat
+        else:
+            confirmed = unknown & self._unknown_last_beat
+        self._unknown_last_beat, self._out_last_beat = unknown - confirmed, out
         n = 0
         for home, queues in self.groups:
             raws = [raw for h, raw in confirmed if h == home]

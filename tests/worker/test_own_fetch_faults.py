@@ -85,3 +85,42 @@ def test_term_while_a_threads_own_fetch_is_out_requeues_what_it_took(
     queued = client.lrange(f"{prefix}:queue:default", 0, -1)
     assert len(queued) == 1 and SECOND in queued[0]
     assert not client.exists(f"{prefix}:inprogress:{ident}")
+
+
+def test_a_reply_held_past_two_beats_brings_its_job_to_run_once(
+    worker, redis_server, configure, prefix
+):
+    # The heartbeat's reconcile takes a listed job this process doesn't know for one a
+    # lost reply took, after two looks; a reply only held up (a stalled proxy, a thread
+    # starved of the interpreter lock) is not lost: its fetch is still out, so the job is
+    # not requeued under it, and it runs once, here.
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    w, proxy, ident, client = _held_at_the_second_fetch(
+        worker, server, prefix, {"HEARTBEAT_INTERVAL": 1}
+    )
+    beats: set[bytes] = set()
+
+    def three_beats() -> bool:
+        beats.add(client.hget(f"{prefix}:process:{ident}", "beat") or b"")
+        return len(beats - {b""}) >= 3
+
+    try:
+        wait_until(three_beats, 15, message="three beats with the reply held")
+        assert "without knowing it" not in w.log(), w.log()
+        proxy.release()
+        wait_until(lambda: runs(client, prefix).get(SECOND) == 1, 10, message="ran")
+        wait_until(
+            lambda: (
+                not client.llen(f"{prefix}:queue:default")
+                and not client.llen(f"{prefix}:inprogress:{ident}")
+            ),
+            10,
+            message="nothing left to run",
+        )
+        assert w.stop() == 0
+    finally:
+        proxy.close()
+    assert runs(client, prefix) == {"own-fetch-first": 1, SECOND: 1}
+    assert "without knowing it" not in w.log(), w.log()
+    assert "Fetch: Redis unavailable" not in w.log(), w.log()
