@@ -40,9 +40,11 @@ Why this shape (docs/performance.md "The run layer"):
   ``ERROR_MAX_PAUSE`` and reports the outage once (errors.report); the acks a failed
   fetch carried stay pending in the record for the heartbeat to send.
 
-Jobs fetched but not yet taken are on the in-progress list like any other: the shutdown
-hand-over requeues them, and the heartbeat's reconcile counts them as known
-(:meth:`Dispatcher.known`). A fetch that returns after the stop began starts nothing.
+Jobs fetched but not yet recorded by a thread are on the in-progress list like any other:
+the shutdown hand-over requeues them, and the heartbeat's reconcile counts them as known
+(:meth:`Dispatcher.known`) until their thread has recorded them. A fetch that returns
+after the stop began starts nothing; one that returns after the process went quiet
+starts nothing either, and the feeder puts its jobs back on their queues at once.
 
 The dispatcher owns the record's side of acks: a finished job handed in stays *running*
 in the record until the fetch carrying its ack returns (then it is settled), or, if that
@@ -111,6 +113,8 @@ class BatchFetch(Protocol):
 
     def ack(self, conn: Any, raw: str) -> None: ...
 
+    def give_back(self, conn: Any, raws: list[str]) -> int: ...
+
 
 class Dispatcher:
     """The processor threads' side (:meth:`next`, :meth:`release`, :meth:`give_back`),
@@ -141,9 +145,13 @@ class Dispatcher:
         self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._freed: queue.SimpleQueue[Any] = queue.SimpleQueue()  # the loop's (hand_in)
-        # Fetched and not yet taken by a thread (id -> work): the heartbeat's "known".
-        # Plain dict operations, atomic under the interpreter lock.
+        # Fetched and not yet in the record (id -> work): the heartbeat's "known". A job
+        # leaves it only once its thread has recorded it as started (:meth:`taken`), so
+        # it is never in neither. Plain dict operations, atomic under the interpreter lock.
         self._fetched: dict[int, Work] = {}
+        # Plain jobs a fetch brought back after the process went quiet, for the feeder to
+        # put back on their queues (:meth:`_give_back_stranded`; under the lock).
+        self._stranded: list[Work] = []
         # Under the lock:
         self._wanting = 0  # threads free with no job on its way (waiting or fetching)
         self._acks: list[Work] = []  # finished jobs to ack with the next fetch
@@ -209,6 +217,7 @@ class Dispatcher:
             now = time.monotonic()
             own = (
                 bool(self._free_links)
+                and not self._links_closed  # the feeder exited: it may be closing them
                 and now >= self._not_before
                 and now >= self._error_until
                 and not control.quiet.is_set()
@@ -237,8 +246,7 @@ class Dispatcher:
                 if control.quiet.is_set():
                     return None
                 continue
-            self._fetched.pop(id(work), None)
-            return work
+            return work  # known until its thread records it (taken)
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
     def _own_fetch(self, link: Any, acks: list[Work], wanted: int) -> Work | None:
@@ -299,6 +307,10 @@ class Dispatcher:
         else:
             self.record.settled(done.raw, ACK)
         self.record.finished(done)
+
+    def taken(self, work: Work) -> None:
+        """``work``'s thread has recorded it as started: the record knows it now."""
+        self._fetched.pop(id(work), None)
 
     def give_back(self, work: Work) -> bool:
         """A job taken as the process stops: not run, kept listed (and known) for the
@@ -387,6 +399,8 @@ class Dispatcher:
     def _feed(self) -> None:
         control = self.control
         while not control.stopping.is_set():
+            if control.quiet.is_set():
+                self._give_back_stranded()
             claimed = self._claim()
             if not isinstance(claimed, tuple):
                 self._pause(claimed)
@@ -408,6 +422,43 @@ class Dispatcher:
             with self._lock:
                 self._done_with(link, wanted)
                 self._hand_out(works, wanted, keep=0)
+
+    def _give_back_stranded(self) -> None:
+        """(The feeder, while quiet.) Plain jobs fetched that no thread will take (the
+        threads leave their loop once quiet): a fetch that was out when quiet began, or
+        jobs fetched for the event loop that were waiting for a thread. Put back on their
+        queues for other processes now, not left listed until this process stops (a
+        quiet can last hours before the TERM). If Redis is away they stay listed and
+        known, and are tried again on the feeder's next turn (or handed over at the stop)."""
+        with self._lock:
+            stranded, self._stranded = self._stranded, []
+        wake_ups = 0
+        while True:
+            try:
+                work = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if work is None:
+                wake_ups += 1
+            else:
+                stranded.append(work)
+        for _ in range(wake_ups):
+            self._ready.put(None)  # the waiting threads' wake-ups, put back
+        if not stranded:
+            return
+        try:
+            given = self.strategy.give_back(connection.get_client(), [w.raw for w in stranded])
+        except Exception as exc:  # noqa: BLE001 - Redis away: kept, tried again next turn
+            errors.report("Quiet give-back", exc)
+            with self._lock:
+                self._stranded.extend(stranded)
+                self._failed()
+            return
+        errors.recovered("Quiet give-back")
+        for work in stranded:
+            self._fetched.pop(id(work), None)
+        if given:
+            log.info("quiet: put %d job(s) fetched but not started back on their queues", given)
 
     def _claim(self) -> tuple[Any, list[Work], int] | float:
         """A connection, the acks and the jobs to ask for, when there is something to send
@@ -531,14 +582,18 @@ class Dispatcher:
             works = self._to_loop(works)
         self._wanting -= len(works)
         fetched = self._fetched
+        for work in works:
+            fetched[id(work)] = work  # known until its thread records it
         if self.control.stopping.is_set():
-            for work in works:
-                fetched[id(work)] = work  # listed, known: the hand-over's
+            return None  # listed, known: the hand-over's
+        if self.control.quiet.is_set():
+            if works:  # no thread will take them: the feeder puts them back
+                self._stranded.extend(works)
+                self._wake.put(None)
             return None
         own = works[0] if keep and works else None
         ready = self._ready
         for work in works[1:] if own is not None else works:
-            fetched[id(work)] = work  # known before a thread can take it
             ready.put(work)
         return own
 

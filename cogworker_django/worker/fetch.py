@@ -28,6 +28,7 @@ import logging
 import random
 import time
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -312,24 +313,46 @@ class ReliableFetch(FetchStrategy):
         every fetch that was out at the first of them has come back, so a fetch in
         flight is never taken for one (its reply held up past a beat: a stalled proxy,
         a thread starved of the interpreter lock) and its jobs never run twice."""
-        from .requeue import requeue_from_list
-
         listed = {
             (home, text(r)) for home in self.lists for r in conn.lrange(self.lists[home], 0, -1)
         }
-        known = record.running_raws() | set(record.pending()) | source.known()
-        # After the listing and the known jobs: a fetch that wrote a listed job is either
-        # out now or has handed its jobs out (known by the next look).
+        # In this order, each read after the last: a fetch that wrote a listed job is out
+        # now, or has handed its jobs out (in one step under the dispatcher's lock) before
+        # the source's jobs are read; a job moves from the source to the record by being
+        # recorded first, so it is in whichever of the two is read when.
         out = source.in_flight()
+        known = source.known()
+        known |= record.running_raws() | set(record.pending())
         unknown = {(home, raw) for home, raw in listed if raw not in known}
         if self._out_last_beat & out:
             confirmed: set[tuple[str, str]] = set()  # one may yet bring them: next beat
         else:
             confirmed = unknown & self._unknown_last_beat
         self._unknown_last_beat, self._out_last_beat = unknown - confirmed, out
+        n = self._requeue(conn, confirmed)
+        if n:
+            log.warning(
+                "requeued %d job(s) this process had taken without knowing it (a lost fetch reply)",
+                n,
+            )
+
+    def give_back(self, conn: redis.Redis, raws: list[str]) -> int:
+        """Put jobs fetched but not started (the process went quiet meanwhile) back on
+        their queues, not counted as orphaned; returns how many were moved."""
+        given = self._requeue(conn, [(self.settle_keys(raw)[1], raw) for raw in raws])
+        for raw in raws:
+            self._home_of.pop(raw, None)
+        return given
+
+    def _requeue(self, conn: redis.Redis, listed: Iterable[tuple[str, str]]) -> int:
+        """Move ``(home, raw)`` jobs of this process's lists back to their queues; how
+        many were moved (a job no longer listed is not)."""
+        from .requeue import requeue_from_list
+
+        listed = list(listed)
         n = 0
         for home, queues in self.groups:
-            raws = [raw for h, raw in confirmed if h == home]
+            raws = [raw for h, raw in listed if h == home]
             if raws:
                 n += requeue_from_list(
                     conn,
@@ -339,11 +362,7 @@ class ReliableFetch(FetchStrategy):
                     count_orphaning=False,
                     fallback_queue=queues[0],
                 )
-        if n:
-            log.warning(
-                "requeued %d job(s) this process had taken without knowing it (a lost fetch reply)",
-                n,
-            )
+        return n
 
     def forget(self, conn: redis.Redis) -> None:
         if all(conn.llen(name) == 0 for name in self.lists.values()):
@@ -492,6 +511,9 @@ class BasicSource:
 
     def known(self) -> set[str]:
         return set()
+
+    def taken(self, work: Work) -> None:
+        """Nothing to forget: this source keeps no job it fetched."""
 
     def flush(self, conn: redis.Redis) -> None:
         """Nothing waits for an ack."""

@@ -237,7 +237,7 @@ class Manager:
         # would stay listed until orphan recovery (gaining an orphaning at every deploy).
         # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
-        self._join_fetchers(connection.longest_call())
+        fetching = self._join_fetchers(connection.longest_call())
         still = [self.board.describe(p.name) for p in self.processors if p.busy and p.alive()]
         if self.aio is not None:
             still += self.aio.still_running()
@@ -259,9 +259,10 @@ class Manager:
             self.aio.cancel_running(CANCEL_UNWIND)
         hand_over(self.record, self.fetcher, force)
         self.handed_over = True
-        if self._join_fetchers(connection.longest_call()):
-            # A fetch outlasted even that wait: what it took after the hand-over is on the
-            # list, not run (see Control.stopping): a second pass requeues it now.
+        if self._join_fetchers(connection.longest_call()) or fetching:
+            # A fetch outlasted even the first wait: what it took after the hand-over read
+            # the list is on the list, not run (see Control.stopping), and it may have come
+            # back before this second wait looked: a second pass requeues it now.
             hand_over(self.record, self.fetcher, force)
         self.watchdog.stop()
         if self.aio is not None:

@@ -305,6 +305,7 @@ class Processor(Settler):
         self._job_of_run = job
         self._on_filed = None
         record.started(work)
+        self.source.taken(work)  # after the record has it: known all along
         self.busy = True
         self.board.started(self.name, work)
         locks.set_run_abandoned(False)

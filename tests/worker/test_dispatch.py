@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from cogworker_django import conf
 from cogworker_django.conf import QueueSpec
@@ -35,6 +36,9 @@ class Counting(ReliableFetch):
         self.gate: threading.Event | None = None
         self.fail: list[BaseException] = []
         self.fail_call: dict[int, BaseException] = {}  # call number (from 1) -> raise
+        # Set: a fetch that ran in Redis waits for it before returning (a held-up reply).
+        self.reply_gate: threading.Event | None = None
+        self.fail_give_back: list[BaseException] = []
 
     def fetch_many(self, conn, acks, count):
         self.calls.append((len(acks), count))
@@ -45,7 +49,15 @@ class Counting(ReliableFetch):
             raise self.fail_call.pop(number)
         if self.fail:
             raise self.fail.pop(0)
-        return super().fetch_many(conn, acks, count)
+        works = super().fetch_many(conn, acks, count)
+        if self.reply_gate is not None:
+            self.reply_gate.wait(5)
+        return works
+
+    def give_back(self, conn, raws):
+        if self.fail_give_back:
+            raise self.fail_give_back.pop(0)
+        return super().give_back(conn, raws)
 
 
 @pytest.fixture
@@ -100,8 +112,16 @@ def one_job_ran(d: Dispatcher, record: Record):
 
 
 def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
-    """A processor thread's ask: hand in ``done``, wait for the next job."""
-    t = threading.Thread(target=lambda: got.append(d.next(None, done)), daemon=True)
+    """A processor thread's ask: hand in ``done``, wait for the next job (and, as a
+    processor does once its record has the job, tell the dispatcher it was taken)."""
+
+    def ask() -> None:
+        work = d.next(None, done)
+        if work is not None:
+            d.taken(work)
+        got.append(work)
+
+    t = threading.Thread(target=ask, daemon=True)
     t.start()
     return t
 
@@ -395,3 +415,119 @@ def test_a_stop_of_an_idle_worker_wakes_its_waiting_threads(inworker, monkeypatc
     stopper.start()
     stopper.join(10)
     assert not stopper.is_alive()
+
+
+class Racing(Dispatcher):
+    """The real dispatcher; ``between`` runs once, right after the next read of its
+    jobs (known): what another thread might do at that instant."""
+
+    between = None
+
+    def known(self):
+        jobs = super().known()
+        step, self.between = self.between, None
+        if step is not None:
+            step()
+        return jobs
+
+
+class RacingRecord(Record):
+    """The real record; ``between`` runs once, right after the next read of its runs."""
+
+    between = None
+
+    def running_raws(self):
+        raws = super().running_raws()
+        step, self.between = self.between, None
+        if step is not None:
+            step()
+        return raws
+
+
+def test_the_reconcile_never_takes_a_job_on_its_way_to_a_thread(r, caplog):
+    # The heartbeat's reconcile reads the process's list, the fetches out, the
+    # dispatcher's jobs and the record; a job of the list in none of them, on two looks,
+    # with every fetch out at the first look back, is one a lost reply took. Here the
+    # job's fetch comes back, and its job moves to the record, each at the worst instant
+    # of a look: it must never be taken for a lost one.
+    strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
+    record, control = RacingRecord(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Racing(strategy, record, control, 4, fetches_out=1)
+    (jid,) = push("x")
+    strategy.reply_gate = threading.Event()
+    got: list = []
+    asker = threading.Thread(target=lambda: got.append(d.next(None, None)), daemon=True)
+    asker.start()  # its own fetch: ran in Redis, its reply held up
+    wait_for(lambda: listed(r) == [jid])
+    conn = connection.get_client()
+    strategy.after_beat(conn, record, d)  # look 1: the job unknown, its fetch out
+
+    def reply_arrives():  # right after look 2 read the dispatcher's jobs
+        strategy.reply_gate.set()
+        asker.join(5)
+
+    d.between = reply_arrives
+    strategy.after_beat(conn, record, d)  # look 2
+    assert got and got[0] is not None and jid_of(got[0]) == jid
+    (work,) = got
+
+    def recorded():  # the thread records its job right after look 3 read the record
+        record.started(work)
+        d.taken(work)
+
+    record.between = recorded
+    strategy.after_beat(conn, record, d)  # look 3: the fetch is back
+    strategy.after_beat(conn, record, d)  # look 4
+    assert "without knowing it" not in caplog.text
+    assert listed(r) == [jid] and r.llen(keys.queue("default")) == 0
+    assert record.running_raws() == {work.raw}
+
+
+def test_a_fetch_back_after_quiet_gives_its_jobs_back_to_their_queue(r, caplog):
+    # The threads leave their loop once the process is quiet (a TSTP or the admin's
+    # Quiet, which can last hours before the TERM): a job a fetch out at that moment
+    # brings back would wait on this process's list, run by nobody, until the stop.
+    caplog.set_level(logging.INFO, logger="cogworker_django")
+    strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
+    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Dispatcher(strategy, record, control, 4, fetches_out=1)
+    (jid,) = push("x")
+    strategy.reply_gate = threading.Event()
+    strategy.fail_give_back = [redis.ConnectionError("Redis away for the first try")]
+    d.start()
+    try:
+        got: list = []
+        asker = take(d, got)
+        wait_for(lambda: listed(r) == [jid])
+        control.quiet.set()
+        d.wake_waiting()  # as the manager's quiet does
+        strategy.reply_gate.set()
+        asker.join(5)
+        assert got == [None]  # not run here
+        # The first try fails (Redis away): kept listed and known, tried again.
+        wait_for(lambda: r.llen(keys.queue("default")) == 1, 10)
+        assert listed(r) == [] and d.known() == set()
+        assert "Quiet give-back: Redis unavailable" in caplog.text
+        assert "put 1 job(s) fetched but not started back on their queues" in caplog.text
+        (back,) = r.lrange(keys.queue("default"), 0, -1)
+        assert payload.decode(back)["jid"] == jid
+    finally:
+        control.stopping.set()
+        d.join(5)
+
+
+def test_no_thread_fetches_on_a_link_the_exiting_feeder_may_be_closing(r):
+    # A stop sets stopping, then quiet: between the two the feeder can exit and close its
+    # free links, while a thread coming free, not yet seeing quiet, would take one of them
+    # for its own fetch (and have it closed under its read).
+    strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
+    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Dispatcher(strategy, record, control, 4, fetches_out=1)
+    push("x")
+    d.start()
+    control.stopping.set()
+    d.join(5)
+    assert not d._thread.is_alive()  # noqa: SLF001 - the feeder is gone, its links closed
+    got: list = []
+    take(d, got).join(5)
+    assert got == [None] and strategy.calls == []
