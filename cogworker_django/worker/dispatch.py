@@ -321,8 +321,8 @@ class Dispatcher:
     # What the heartbeat and the shutdown read ---------------------------------------------
 
     def known(self) -> set[str]:
-        """Jobs fetched and not yet taken by a thread or started on the event loop
-        (known to this process)."""
+        """Jobs fetched and not yet recorded by their thread or started on the event
+        loop (known to this process)."""
         known = {w.raw for w in self._fetched.copy().values()}
         if self.aio is not None:
             known |= self.aio.known()
