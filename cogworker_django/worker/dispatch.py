@@ -399,8 +399,8 @@ class Dispatcher:
     def _feed(self) -> None:
         control = self.control
         while not control.stopping.is_set():
-            if control.quiet.is_set():
-                self._give_back_stranded()
+            if control.quiet.is_set() and time.monotonic() >= self._error_until:
+                self._give_back_stranded()  # (while Redis is away, at the fetches' pace)
             claimed = self._claim()
             if not isinstance(claimed, tuple):
                 self._pause(claimed)

@@ -260,9 +260,11 @@ class Manager:
         hand_over(self.record, self.fetcher, force)
         self.handed_over = True
         if self._join_fetchers(connection.longest_call()) or fetching:
-            # A fetch outlasted even the first wait: what it took after the hand-over read
-            # the list is on the list, not run (see Control.stopping), and it may have come
-            # back before this second wait looked: a second pass requeues it now.
+            # A fetch out at either wait (or a thread not yet gone) may have taken jobs
+            # after the hand-over read the list, listed and not run (see
+            # Control.stopping), even if it came back before the second wait looked: a
+            # second pass requeues them now. Nearly every stop runs it; with nothing left
+            # it is one LRANGE per home.
             hand_over(self.record, self.fetcher, force)
         self.watchdog.stop()
         if self.aio is not None:
