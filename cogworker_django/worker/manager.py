@@ -125,8 +125,9 @@ class Manager:
         return self.control.stopping.is_set()
 
     def quiet(self) -> None:
-        if not self.control.quiet.is_set():
-            log.info("quiet: no new jobs will be fetched")
+        if self.control.quiet.is_set():
+            return  # already woken: a wake-up per thread each time would pile up unread
+        log.info("quiet: no new jobs will be fetched")
         self.control.quiet.set()
         self.source.wake_waiting()
 

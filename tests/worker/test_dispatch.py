@@ -417,6 +417,19 @@ def test_a_stop_of_an_idle_worker_wakes_its_waiting_threads(inworker, monkeypatc
     assert not stopper.is_alive()
 
 
+def test_a_second_quiet_adds_no_wake_ups(inworker):
+    # Each quiet that wakes puts one wake-up per thread on the ready queue; only the
+    # first can have threads to wake (they leave once quiet), so a TSTP, the admin's
+    # Quiet and the stop's own quiet leave one set, not three, for the feeder to pass
+    # over on every turn.
+    w = inworker(concurrency=5)
+    w.run_until(lambda: w.manager.source.fetches >= 1)
+    for _ in range(3):
+        w.manager.quiet()
+    w.run_until(lambda: not any(p.alive() for p in w.manager.processors))
+    assert w.manager.source._ready.qsize() <= 5  # noqa: SLF001 - the wake-ups left
+
+
 class Racing(Dispatcher):
     """The real dispatcher; ``between`` runs once, right after the next read of its
     jobs (known): what another thread might do at that instant."""
