@@ -520,11 +520,17 @@ def collapsed_note(count: int, filenames: list[str]) -> str:
     return f"  [{count} frame{'s' if count != 1 else ''} of {', '.join(names)} left out]\n"
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# The package's root: this module is in its core/ folder.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB_DIR = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
 _THIRD_PARTY = ("django", "asgiref")
+# A frame of this package is one under the directory this module was imported from
+# (_PACKAGE_DIR), whatever the checkout, a vendored copy or a monorepo folder is named: a
+# path component "cogworker_django" alone says nothing (a clone of the repository is named
+# so, and its tests' frames are a job's). A stored text written by another install is
+# recognised by an installed package's place, under site-packages.
+_INSTALLED_PACKAGE = re.compile(r"[/\\](?:site|dist)-packages[/\\]cogworker_django[/\\]")
 _LIBRARY_PATTERNS = (
-    re.compile(r"[/\\]cogworker_django[/\\]"),
     re.compile(r"[/\\](?:site|dist)-packages[/\\](?:django|asgiref)[/\\]"),
     re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)"),
 )
@@ -533,18 +539,30 @@ _LIBRARY_PATTERNS = (
 def is_library_file(filename: str) -> bool:
     """True for a frame of the machinery that runs a job rather than of the job: this
     package, Django (and asgiref), the standard library."""
-    path = os.path.abspath(filename) if filename and not filename.startswith("<") else ""
-    if path.startswith(_PACKAGE_DIR):
+    if _is_package_file(filename):
         return True
+    path = _absolute(filename)
     if path.startswith(_STDLIB_DIR) and "-packages" + os.sep not in path[len(_STDLIB_DIR) :]:
         return True
     return any(p.search(filename or "") for p in _LIBRARY_PATTERNS)
 
 
+def _absolute(filename: str) -> str:
+    return os.path.abspath(filename) if filename and not filename.startswith("<") else ""
+
+
+def _is_package_file(filename: str) -> bool:
+    return _absolute(filename).startswith(_PACKAGE_DIR) or bool(
+        _INSTALLED_PACKAGE.search(filename or "")
+    )
+
+
 def library_name(filename: str) -> str:
     """What a library frame belongs to: cogworker_django, django, or a stdlib module."""
+    if _is_package_file(filename):
+        return "cogworker_django"
     parts = re.split(r"[/\\]", filename or "")
-    for name in ("cogworker_django", *_THIRD_PARTY):
+    for name in _THIRD_PARTY:
         if name in parts[:-1]:
             return name
     for i, part in enumerate(parts):

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 from testapp import jobs as tj
 
 from cogworker_django.core import payload
 
-from ..helpers import wait_until
+from ..helpers import ROOT, wait_until
 
 
 def _run_as_library(fn):
@@ -100,5 +104,51 @@ def test_a_failed_job_run_by_a_worker_stores_its_own_frames_first(worker, r, pre
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1].startswith("  [") and "cogworker_django" in lines[1], lines[:3]
     assert "testapp/jobs.py" in lines[2] and "in fails_once_dead" in lines[2]
-    assert "cogworker_django/" not in entry["traceback"]
+    assert payload._PACKAGE_DIR not in entry["traceback"]
     assert w.stop() == 0
+
+
+def test_these_tests_pass_in_a_checkout_named_after_the_package(tmp_path):
+    """A clone named ``cogworker_django`` (the repository's own name), a vendored copy or a
+    monorepo folder of that name: the job's frames are still the job's. The files git
+    knows are copied into such a folder and this module's other tests run there, on the
+    copy's own package."""
+    checkout = tmp_path / "cogworker_django"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False
+    ).stdout.split(b"\0")
+    files = [f.decode() for f in listed if f] or [
+        str(p.relative_to(ROOT))
+        for d in ("cogworker_django", "tests", "testproject")
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ] + ["pyproject.toml"]
+    for name in files:
+        source = ROOT / name
+        if source.is_file() and not name.startswith(("docs/", "bench/", "site/")):
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, checkout / name)
+    here = Path(__file__).relative_to(ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            str(here),
+            "-k",
+            "not checkout_named",
+        ],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "5 passed" in done.stdout, done.stdout[-1000:]
