@@ -8,7 +8,8 @@
     send_welcome.enqueue(42)
 
 Everything an application imports is importable from here: ``job``, ``call`` and
-``current_job``; the job controls (``JobTimeout``, ``JobCancelled``, ``OverLimit``,
+``current_job``; results and retry control (``JobRef``, ``JobFailed``, ``Retry``,
+``Discard``); the job controls (``JobTimeout``, ``JobCancelled``, ``OverLimit``,
 ``cancelled``, ``check_cancelled``, ``limit``); the workflows (``Batch``, ``chain``,
 ``group``); the middleware bases and ``Reschedule``; the exceptions, all derived from ``CogworkerError``. The ``api``,
 ``testing`` and ``tasks_backend`` modules are imported by name (``from cogworker_django
@@ -30,8 +31,11 @@ from .controls import (  # noqa: E402
     limit,
 )
 from .core.client import BulkPushError  # noqa: E402
+from .core.jobref import JobRef  # noqa: E402
 from .core.jobs import BadArguments, NotRegistered, call, current_job, job  # noqa: E402
 from .core.middleware import ClientMiddleware, Reschedule, ServerMiddleware  # noqa: E402
+from .core.results import JobFailed  # noqa: E402
+from .core.retry import Discard, Retry  # noqa: E402
 from .periodic.slots import CronError  # noqa: E402
 from .store.errors import CogworkerError  # noqa: E402
 from .workflows import (  # noqa: E402
@@ -52,11 +56,15 @@ __all__ = [
     "ClientMiddleware",
     "CogworkerError",
     "CronError",
+    "Discard",
     "JobCancelled",
+    "JobFailed",
+    "JobRef",
     "JobTimeout",
     "NotRegistered",
     "OverLimit",
     "Reschedule",
+    "Retry",
     "ServerMiddleware",
     "WorkflowError",
     "__version__",

@@ -18,6 +18,7 @@ class CogworkerConfig(AppConfig):
 
         _listen_for_departing_tasks()
         _listen_for_departing_batch_members()
+        _locate_jobs_for_refs()
 
         # Fail at startup, naming the bad key, rather than at the first enqueue.
         try:
@@ -41,6 +42,15 @@ def _listen_for_departing_tasks() -> None:
     from .djtasks import lifecycle
 
     departures.add_listener(lifecycle.departed)
+
+
+def _locate_jobs_for_refs() -> None:
+    """``JobRef.status()`` of a job that has not ended yet: where the read layer finds it
+    (the queues, the schedule, retries, the running jobs)."""
+    from .api import find
+    from .core import results
+
+    results.install_locator(find.status_of)
 
 
 def _listen_for_departing_batch_members() -> None:

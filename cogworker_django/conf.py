@@ -574,6 +574,10 @@ class Settings:
     DEAD_TIMEOUT: float = setting(180 * DAY, number=_seconds(0, 10 * YEAR))
     HISTORY_MAX_RUNS: int = setting(100000, number=_count(0, 10**9, open=False))
     RESULT_TTL: int = setting(DAY, number=_count(0, 10 * YEAR))
+    # How long a @job's outcome and return value are kept (JobRef.result, status): ten
+    # minutes, long enough for a caller waiting on it, short enough that a busy fleet's
+    # results weigh little (docs/jobs.md gives the bytes per result). 0 keeps none.
+    JOB_RESULT_TTL: int = setting(600, number=_count(0, 10 * YEAR, open=False))
     # Workflows: how long a batch stays in Redis once on_success has fired, and how long
     # an unfinished one stays after its last activity.
     BATCH_TTL: int = setting(7 * DAY, number=_count(0, 10 * YEAR))

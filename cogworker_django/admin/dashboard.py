@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.urls import path, reverse
 
-from ..api import Outbox, RedisServer, Stats, find_job
+from ..api import Outbox, RedisServer, Results, Stats, find_job
 from . import chart, live
 from .base import PageAdmin
 
@@ -57,10 +57,11 @@ class DashboardAdmin(PageAdmin):
         jid = request.GET.get("jid", "").strip()
 
         def render() -> HttpResponse:
-            results, error, hidden = [], "", 0
+            results, error, hidden, kept = [], "", 0, None
             if jid:
                 try:
                     found = find_job(jid)
+                    kept = Results().of(jid)
                 except ValueError as exc:
                     found, error = [], str(exc)
                 for place in found:
@@ -77,6 +78,7 @@ class DashboardAdmin(PageAdmin):
                 title=f"Find job {jid}" if jid else "Find a job",
                 jid=jid,
                 results=results,
+                kept=kept,
                 error=error,
                 hidden=hidden,
                 find_url=self.reverse("find"),

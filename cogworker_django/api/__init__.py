@@ -27,6 +27,7 @@ from .processes import (
 from .quarantine import Quarantine, QuarantinedKey
 from .queues import Queue, QueueInfo
 from .records import JobRecord
+from .results import KeptResult, Results
 from .search import SearchPage
 from .server import Persistence, RedisServer
 from .stats import DayStat, Overview, Stats
@@ -44,6 +45,7 @@ __all__ = [
     "History",
     "JobRecord",
     "JobSet",
+    "KeptResult",
     "LeaseHolder",
     "LimitInfo",
     "Limits",
@@ -62,6 +64,7 @@ __all__ = [
     "Queue",
     "QueueInfo",
     "RedisServer",
+    "Results",
     "RetrySet",
     "Run",
     "ScheduledSet",

@@ -80,6 +80,42 @@ def find_job(jid: str, runs: int = RUNS_SHOWN) -> list[Found]:
     return found
 
 
+# What each place says of a job that has not ended (JobRef.status()), in the order a job
+# moves; a history run names how an ended job ended, once its kept result is gone.
+_STATUS_OF_PLACE = {
+    "queue": "queued",
+    "schedule": "scheduled",
+    "inprogress": "running",
+    "retry": "retrying",
+    "dead": "dead",
+}
+_STATUS_OF_RUN = {
+    "success": "succeeded",
+    "discarded": "discarded",
+    "cancelled": "cancelled",
+    "expired": "expired",
+}
+
+
+def status_of(jid: str) -> str | None:
+    """Where ``jid`` is, as ``JobRef.status()`` says it (core/results.py): queued,
+    scheduled, running, retrying, dead; a job in the list of a process gone (awaiting
+    recovery) is queued; else the last run the history keeps, else None."""
+    try:
+        found = find_job(jid, runs=1)
+    except ValueError:
+        return None
+    for place in found:
+        if place.where == "inprogress" and not place.alive:
+            return "queued"
+        if place.where in _STATUS_OF_PLACE:
+            return _STATUS_OF_PLACE[place.where]
+    for place in found:
+        if place.run is not None:
+            return _STATUS_OF_RUN.get(place.run.status)
+    return None
+
+
 def _skipping_wrong_type(find: Callable[[], JobRecord | None]) -> JobRecord | None:
     # A key of the wrong type holds no job (the key guard moves it aside): look elsewhere.
     try:

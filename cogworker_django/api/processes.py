@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import conf
 from ..store import errors, homes, keys
 from ._util import as_datetime, client, epoch, text
 from .records import JobRecord
+from .results import Results, percent
 
 # Jobs of one dead process read for a listing (the list itself may be longer).
 ORPHAN_JOBS_SHOWN = 25
@@ -159,10 +160,15 @@ class BusyJob:
     record: JobRecord
     hostname: str = ""
     pid: int | None = None
+    progress: dict[str, Any] | None = None  # the job's last progress report
 
     @property
     def started_at(self) -> dt.datetime | None:
         return as_datetime(self.run_at)
+
+    @property
+    def percent(self) -> float | None:
+        return percent(self.progress)
 
 
 class Workers:
@@ -184,6 +190,9 @@ class Workers:
                 continue
             for thread, value in data.items():
                 out.append(_busy_job(p, text(thread), value))
+        reports = Results().progress_of(b.record.jid for b in out)
+        if reports:
+            out = [replace(b, progress=reports.get(b.record.jid)) for b in out]
         return sorted(out, key=lambda b: (b.run_at or 0.0, b.identity, b.thread))
 
     def size(self) -> int:

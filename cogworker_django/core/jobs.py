@@ -29,7 +29,9 @@ from django.db import transaction
 
 from .. import conf
 from ..store.errors import CogworkerError
-from . import client, middleware, payload, recording, signatures, taskcontext
+from . import client, middleware, payload, progress, recording, signatures, taskcontext
+from . import retry as retry_control
+from .jobref import JobRef, ref
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
 _OPTION_NAMES = (
@@ -43,6 +45,8 @@ _OPTION_NAMES = (
     "timeout",  # job controls (controls/options.py)
     "expires_in",
     "limits",
+    "result_ttl",  # how long the outcome is kept (core/results.py)
+    *retry_control.OPTION_NAMES,  # retry control, the decorator's only (core/retry.py)
 )
 
 _current = threading.local()
@@ -52,9 +56,10 @@ _registry_lock = threading.Lock()
 _kinds: dict[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = {}
 
 
-def current_job() -> dict[str, Any] | None:
-    """Inside a running job: its payload (jid, queue, retry_count, ...); else None."""
-    job: dict[str, Any] | None = getattr(_current, "job", None)
+def current_job() -> progress.RunningJob | None:
+    """Inside a running job: its payload (jid, queue, retry_count, ...), with
+    ``progress()``; else None."""
+    job: progress.RunningJob | None = getattr(_current, "job", None)
     if job is None:  # not a processor thread's run: an async one's (taskcontext.py)?
         run = taskcontext.current.get()
         return run.job if run is not None else None
@@ -65,7 +70,11 @@ def current_job() -> dict[str, Any] | None:
 def running(job: dict[str, Any], runner: Callable[[], Any] | None = None) -> Iterator[None]:
     """``job`` is this thread's current job for the block (a worker's whole run: the
     server middleware too, not only the job function), and ``runner`` what
-    :func:`resolve` made of it (resolved once per run; see :func:`current_runner`)."""
+    :func:`resolve` made of it (resolved once per run; see :func:`current_runner`). A
+    worker's run hands in its job as a ``RunningJob`` already (its progress is the
+    run's); any other dict is given one for the block."""
+    if not isinstance(job, progress.RunningJob):
+        job = progress.RunningJob(job)
     previous = getattr(_current, "job", None), getattr(_current, "runner", None)
     _current.job, _current.runner = job, runner
     try:
@@ -182,6 +191,18 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
     durable = opts.get("durable")
     if durable is not None and not isinstance(durable, bool):
         raise ValueError(f"{where}: durable must be True or False, got {durable!r}")
+    result_ttl = opts.get("result_ttl")
+    if result_ttl is not None and (
+        isinstance(result_ttl, bool)
+        or not isinstance(result_ttl, (int, float))
+        or not math.isfinite(result_ttl)
+        or not 0 <= result_ttl <= 10 * 365 * 86400
+    ):
+        raise ValueError(
+            f"{where}: result_ttl must be seconds >= 0 (0 keeps no result), at most ten "
+            f"years, got {result_ttl!r}"
+        )
+    retry_control.check_options(where, opts)
     from ..controls import options as controls
 
     controls.check_options(where, opts)
@@ -310,6 +331,8 @@ class _Enqueuer:
         )
         if at is not None:
             extra["at"] = at
+        if opts.get("result_ttl") is not None:
+            extra["result_ttl"] = math.ceil(opts["result_ttl"])
         unique = opts.get("unique")
         if unique:
             extra["unique"] = unique
@@ -345,33 +368,39 @@ class _Enqueuer:
         value = self._opts.get("durable")
         return conf.get().ENQUEUE_DURABLE if value is None else value
 
-    def _push(self, job: dict[str, Any], encoded: str | None = None) -> str | None:
+    def _push(self, job: dict[str, Any], encoded: str | None = None) -> JobRef | None:
         if self._durable():
             # A row in the caller's transaction, pushed after its commit (durable/).
-            return _lazy.durable().enqueue(job, encoded, self._opts.get("using_db"))  # type: ignore[no-any-return]
+            return ref(_lazy.durable().enqueue(job, encoded, self._opts.get("using_db")))
         if self._on_commit():
             # Pushed (and its enqueued_at set) at the commit.
             transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
-            jid: str = job["jid"]
-            return jid
-        return client.push(job, encoded=encoded)
+            return JobRef(job["jid"])
+        return ref(client.push(job, encoded=encoded))
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> str | None:
-        """Push the job; returns its jid (None for a refused duplicate of a unique job)."""
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobRef | None:
+        """Push the job; returns its :class:`JobRef` (the jid, a str, with ``status()``,
+        ``progress()``, ``result()``), or None for a refused duplicate of a unique job."""
         return self._push(*self._build_encoded(args, kwargs))
 
     def enqueue_in(
         self, delay: float | int | dt.timedelta, *args: Any, **kwargs: Any
-    ) -> str | None:
+    ) -> JobRef | None:
         return self._push(self._build(args, kwargs, at=time.time() + _delay_seconds(delay)))
 
-    def enqueue_at(self, when: dt.datetime | float | int, *args: Any, **kwargs: Any) -> str | None:
+    def enqueue_at(
+        self, when: dt.datetime | float | int, *args: Any, **kwargs: Any
+    ) -> JobRef | None:
         return self._push(self._build(args, kwargs, at=_epoch(when)))
 
-    def enqueue_many(self, calls: Iterable[Any]) -> list[str | None]:
+    def enqueue_many(self, calls: Iterable[Any]) -> list[JobRef | None]:
         """Push many jobs in one round trip. Each item is a tuple (or list) of positional
         arguments, a dict of keyword arguments, or ``(args_tuple, kwargs_dict)`` built
-        with :func:`call`; returns the jids (None in the places of refused duplicates)."""
+        with :func:`call`; returns their :class:`JobRef` (None in the places of refused
+        duplicates)."""
+        return [ref(jid) for jid in self._enqueue_many(calls)]
+
+    def _enqueue_many(self, calls: Iterable[Any]) -> list[str | None]:
         jobs: list[dict[str, Any]] = []
         texts: list[str | None] = []
         items = list(calls)
@@ -418,7 +447,11 @@ class _Enqueuer:
         :func:`payload.plain_texts` and :func:`client.push_plain`, the same texts and
         writes as the general path, without a dict per job."""
         opts = self._opts
-        if opts.get("unique") or type(opts.get("retry", True)) is not bool:
+        if (
+            opts.get("unique")
+            or type(opts.get("retry", True)) is not bool
+            or opts.get("result_ttl") is not None
+        ):
             return False
         try:
             sink = client.active_sink()
@@ -439,8 +472,16 @@ class _Enqueuer:
 
     def using(self, **options: Any) -> _BoundJob:
         """A variant with other options (queue, retry, unique, unique_for, on_commit,
-        durable, using_db, and the job controls)."""
-        _check_options(f"{self._fn.path}.using()", options)
+        durable, using_db, result_ttl, and the job controls). Retry control (retry_on,
+        retry_in, on_dead) is the decorator's only: a worker reads it from the function."""
+        where = f"{self._fn.path}.using()"
+        given = [name for name in retry_control.OPTION_NAMES if name in options]
+        if given:
+            raise TypeError(
+                f"{where}: {', '.join(given)} can only be given to @job (a worker reads retry "
+                "control from the registered function, not from the payload)"
+            )
+        _check_options(where, options)
         return _BoundJob(self._fn, {**self._opts, **options})
 
 

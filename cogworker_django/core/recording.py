@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import payload
+from . import payload, progress, results
 
 _lock = threading.RLock()
 _recorded: list[dict[str, Any]] = []
@@ -29,6 +29,7 @@ def record(job: dict[str, Any]) -> str | None:
             return None
         _recorded.append(job)
     jid: str = job["jid"]
+    results.place_local(jid, "scheduled" if job.get("at") is not None else "queued")
     return jid
 
 
@@ -48,13 +49,17 @@ def recorded(func: str | None = None) -> list[dict[str, Any]]:
 def clear(func: str | None = None) -> None:
     with _lock:
         _recorded[:] = [j for j in _recorded if func is not None and j["func"] != func]
+        if func is None:
+            results.clear_local()
 
 
 def take_oldest(func: str | None = None) -> dict[str, Any] | None:
     with _lock:
         for i, job in enumerate(_recorded):
             if func is None or job["func"] == func:
-                return _recorded.pop(i)
+                job = _recorded.pop(i)
+                results.place_local(job["jid"], "running")
+                return job
     return None
 
 
@@ -69,5 +74,33 @@ def set_runner(fn: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], A
 
 
 def run(job: dict[str, Any], perform: Callable[[dict[str, Any]], Any]) -> Any:
-    """Run a job of the test modes with ``perform`` (jobs.perform), through the runner."""
-    return perform(job) if _runner is None else _runner(job, perform)
+    """Run a job of the test modes with ``perform`` (jobs.perform), through the runner;
+    its outcome is kept here as a worker keeps it in Redis (JobRef reads it)."""
+    job = progress.RunningJob(job)  # current_job() is this dict: its progress is kept
+    try:
+        value = perform(job) if _runner is None else _runner(job, perform)
+    except BaseException as exc:
+        _keep(job, results.ended(job, _status_of(exc), error=_error(exc)))
+        raise
+    _keep(job, results.ended(job, "succeeded", value=value))
+    return value
+
+
+def _status_of(exc: BaseException) -> str:
+    # A test mode runs a job once: its failure is final, unless the job itself stopped
+    # it (Discard, JobCancelled).
+    status = getattr(type(exc), "history_status", None)
+    return status if status in ("discarded", "cancelled") else "dead"
+
+
+def _error(exc: BaseException) -> tuple[str, str, str]:
+    return payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
+
+
+def _keep(job: progress.RunningJob, ended: results.Ended | None) -> None:
+    """The run's outcome, kept in memory as a worker keeps it in Redis (results.read)."""
+    fields = dict(zip(ended.fields[0::2], ended.fields[1::2], strict=True)) if ended else {}
+    if job.last_progress is not None:
+        fields["progress"] = json.dumps(job.last_progress)
+    if fields:
+        results.keep_local(job.jid, fields)

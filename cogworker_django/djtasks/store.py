@@ -127,7 +127,12 @@ def _args(
 
 
 def _call(args: list[Any], task_id: str, conn: Any = None) -> Any:
-    return scripts.run("task_result", conn or connection.get_client(), [keys.result(task_id)], args)
+    return scripts.run(
+        "task_result",
+        conn or connection.get_client(),
+        [keys.result(task_id), keys.result_ended(task_id)],
+        args,
+    )
 
 
 def decode_hash(flat: Any) -> dict[str, str]:

@@ -213,8 +213,14 @@ def periodic_claims(identity: str) -> str:  # hash: "<slot>:<name>" -> claim not
     return _k("periodic", "claims", identity)
 
 
-def result(task_id: str) -> str:  # hash: django.tasks result
+def result(
+    task_id: str,
+) -> str:  # hash: a job's kept outcome and progress, or a django.tasks result
     return _k("result", task_id)
+
+
+def result_ended(jid: str) -> str:  # list: wakes the callers of result() blocked on jid
+    return _k("ended", jid)
 
 
 def batch(bid: str) -> str:  # hash: a batch's description, counters, callbacks, state

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 from .. import conf
 from ..controls import expiry, options, runtime
 from ..controls.errors import JobCancelled
-from ..core import departures, jobs, locks, middleware, payload
+from ..core import departures, jobs, locks, middleware, payload, progress
+from ..core.retry import Discard
 from ..core.taskcontext import TaskRun, current
 from ..observe import stats
 from ..store import connection as redis_connection
 from ..store import errors, keys
 from . import aio_chain, failures
-from .processor import Dropped, Settler
+from .processor import Dropped, Settler, dropped_for, kept
 from .record import ACK, Work
 from .timeouts import Watched
 
@@ -52,7 +53,8 @@ class AsyncRun(Settler):
     def __init__(self, side: Side, work: Work, job: dict[str, Any], name: str) -> None:
         self.side = side
         self.work = work
-        self.job = job
+        # The run's own dict: current_job() gives it, with progress() (core/results.py).
+        self.job = job if isinstance(job, progress.RunningJob) else progress.RunningJob(job)
         self.name = name
         self.record = side.record
         self.strategy = side.strategy
@@ -114,6 +116,7 @@ class AsyncRun(Settler):
             outcome = await self._execute(job, work, runner)
         finally:
             self._end_perform(work)  # (unless perform was never reached)
+        await self.job.progress_written()
         if locks.run_abandoned():
             if not self.abandoned:
                 log.warning(
@@ -126,11 +129,12 @@ class AsyncRun(Settler):
         try:
             if outcome is None:
                 stats.counters.incr("processed")
-                self.record.settle_later(work.raw, ACK)
+                ended = kept(job, "succeeded", value=self._returned)
+                self.record.settle_later(work.raw, ACK, ended)
                 return True
             if isinstance(outcome, Dropped):
                 await self._off(departures.job_left, job, outcome.reason)
-                self.record.settle_later(work.raw, ACK)
+                self.record.settle_later(work.raw, ACK, outcome.ended(job))
                 return True
             target, score = outcome
             if target != "schedule":
@@ -173,7 +177,10 @@ class AsyncRun(Settler):
         except JobCancelled as exc:
             log.warning("%s (jid %s) cancelled: %s", job["func"], job["jid"], errors.describe(exc))
             await self._off(_forget_cancel, job["jid"])
-            return Dropped(f"cancelled while running: {errors.safe_str(exc, 500)}")
+            return dropped_for(exc)
+        except Discard as exc:
+            log.info("%s (jid %s) discarded: %s", job["func"], job["jid"], exc.reason)
+            return dropped_for(exc)
         except BaseException as exc:  # noqa: BLE001 - every failure is filed (as a thread's)
             # (A CancelledError here is the shutdown's: the run is abandoned to its
             # requeued copy by then, and nothing below settles it.)
@@ -210,6 +217,7 @@ class AsyncRun(Settler):
             result = arun() if arun is not None else runner()
             if inspect.isawaitable(result):
                 result = await result
+            self._returned = result  # the job's own (kept as its result)
             return result
         except asyncio.CancelledError:
             task = asyncio.current_task()

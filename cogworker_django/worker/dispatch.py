@@ -61,6 +61,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..store import connection, errors
@@ -109,9 +110,11 @@ def _since(link: Any, began: float) -> float:
 class BatchFetch(Protocol):
     """What the dispatcher needs of its strategy (fetch.ReliableFetch)."""
 
-    def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]: ...
+    def fetch_many(
+        self, conn: Any, acks: list[str], count: int, ends: Sequence[Any] = ()
+    ) -> list[Work]: ...
 
-    def ack(self, conn: Any, raw: str) -> None: ...
+    def ack(self, conn: Any, raw: str, ended: Any = None) -> None: ...
 
     def give_back(self, conn: Any, raws: list[str]) -> int: ...
 
@@ -301,7 +304,7 @@ class Dispatcher:
         """A thread leaving its loop with a finished job: ack it alone now (if that fails
         it stays pending for the heartbeat or the hand-over)."""
         try:
-            self.strategy.ack(conn, done.raw)
+            self.strategy.ack(conn, done.raw, self.record.ended_of(done.raw))
         except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
             errors.report("Ack", exc)
         else:
@@ -350,7 +353,7 @@ class Dispatcher:
         if not acks:
             return
         try:
-            self.strategy.fetch_many(conn, [a.raw for a in acks], 0)
+            self.strategy.fetch_many(conn, [a.raw for a in acks], 0, self._ends(acks))
         finally:
             for work in acks:
                 self.record.finished(work)
@@ -534,7 +537,7 @@ class Dispatcher:
         """One fetch on ``link``: every ack given, and up to ``wanted``
         jobs. A failure leaves the acks pending in the record (the heartbeat's to retry)."""
         try:
-            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted)
+            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted, self._ends(acks))
         except BaseException:
             for work in acks:
                 self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
@@ -545,6 +548,13 @@ class Dispatcher:
             self.record.finished(work)
         self.acks_sent += len(acks)
         return works
+
+    def _ends(self, acks: list[Work]) -> list[Any]:
+        """The outcomes the acked runs keep (core/results.py): written with their acks."""
+        if not acks:
+            return []
+        ended_of = self.record.ended_of
+        return [e for e in map(ended_of, (a.raw for a in acks)) if e is not None]
 
     def _take_link(self) -> Any:
         """(Under the lock.) A free connection for a fetch about to be sent, numbered."""

@@ -21,8 +21,8 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from .. import conf
-from ..core import jobs, middleware, payload
-from ..store import codec, errors
+from ..core import jobs, middleware, payload, retry
+from ..store import codec, errors, homes, keys
 from ..store.codec import wire
 from .record import Filing, Work
 
@@ -87,7 +87,9 @@ def record_error(job: dict[str, Any], error_class: str, message: str, trace: str
 
 def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tuple[str, float]:
     """Count the failure in ``job`` (in place) and say where it goes: ("retry", at) or
-    ("dead", now)."""
+    ("dead", now). The job's retry control (core/retry.py) decides with the count: an
+    error ``retry_on`` does not name goes to dead at once, ``Retry(in_=)`` and
+    ``retry_in`` set the wait."""
     try:
         job["retry_count"] = int(job.get("retry_count") or 0) + 1
     except (TypeError, ValueError):
@@ -96,10 +98,17 @@ def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tupl
         record_error(
             job, payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
         )
-    if payload.retries_exhausted(job) or isinstance(exc, jobs.BadArguments):
+    fn = jobs.registered(str(job.get("func")))
+    opts = fn.options if fn is not None else {}
+    if (
+        payload.retries_exhausted(job)
         # Arguments the function can't take fail the same way every time: not retried.
+        or isinstance(exc, jobs.BadArguments)
+        or not retry.retried(opts, exc)
+    ):
         return "dead", time.time()
-    return "retry", time.time() + backoff(job["retry_count"])
+    wait = retry.delay(opts, job["retry_count"], exc, backoff, str(job.get("func")))
+    return "retry", time.time() + wait
 
 
 def to_dead(job: dict[str, Any], error_class: str, message: str) -> tuple[str, float]:
@@ -119,10 +128,13 @@ def reschedule_delay(r: middleware.Reschedule) -> float:
 
 
 def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Filing:
-    """The filing of a failed job; never raises. A job a middleware left holding values
-    JSON can't take is filed in dead with its payload as it was fetched."""
+    """The filing of a failed job (with its ``on_dead`` job, for dead); never raises. A
+    job a middleware left holding values JSON can't take is filed in dead with its
+    payload as it was fetched."""
     try:
-        return Filing(target, score, payload.encode(job))
+        return Filing(
+            target, score, payload.encode(job), on_dead_of(job) if target == "dead" else None
+        )
     except Exception as exc:  # noqa: BLE001 - the failure path never kills the thread
         log.error(
             "%s (jid %s) can't be encoded after its run (%s): filed in dead as fetched",
@@ -136,3 +148,36 @@ def filing_for(work: Work, job: dict[str, Any], target: str, score: float) -> Fi
         if isinstance(job.get("jid"), str):
             wrapper["jid"] = job["jid"]
         return Filing("dead", time.time(), payload.encode(wrapper))
+
+
+def on_dead_of(job: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The job ``job``'s ``on_dead`` option names, with ``dead_jid``, as a filing carries
+    it (payload, score, queue); None for none. Never raises: a callback that can't be
+    built is logged, and the job is filed in dead without it."""
+    fn = jobs.registered(str(job.get("func")))
+    sig = fn.options.get("on_dead") if fn is not None else None
+    if sig is None:
+        return None
+    try:
+        built = sig.build(**{})
+        built["kwargs"][retry.DEAD_JID] = job.get("jid")
+        return payload.encode(built), "", built["queue"]
+    except Exception as exc:  # noqa: BLE001 - the failure path never kills the thread
+        log.error(
+            "%s (jid %s): its on_dead job could not be built (%s): filed in dead without it",
+            job.get("func"),
+            job.get("jid"),
+            errors.describe(exc),
+        )
+        return None
+
+
+def on_dead_placement(on_dead: tuple[str, str, str], home: str) -> tuple[list[str], list[Any]]:
+    """The keys and ARGV settle.lua places an on_dead job with, filed in ``home``: onto
+    its queue's list (with P:queues when this home lists its queues) when that queue is
+    in this home; else into this home's schedule, due now (a queue in another hash slot:
+    the poller moves it there)."""
+    value, score, queue = on_dead
+    if not score and keys.home_of(queue) == home:
+        return [keys.queue(queue), *homes.Home(home).listing_keys()], [1, value, "", queue]
+    return [keys.schedule(home)], [1, value, score or repr(time.time()), queue]

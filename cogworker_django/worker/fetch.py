@@ -28,16 +28,17 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
 
 from .. import conf
 from ..conf import QueueSpec
-from ..core import payload, priority
+from ..core import payload, priority, results
 from ..store import connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
+from . import failures
 from .record import ACK, Filing, Record, Work
 
 log = logging.getLogger("cogworker_django")
@@ -91,30 +92,44 @@ class FetchStrategy:
     def source(self, record: Record, control: Any, concurrency: int) -> Any:
         raise NotImplementedError
 
-    def ack(self, conn: redis.Redis, raw: str) -> None:
+    def ack(self, conn: redis.Redis, raw: str, ended: Any = None) -> None:
+        """Ack a succeeded (or dropped) job, with its kept outcome (``ended``:
+        results.Ended, or None)."""
         raise NotImplementedError
 
-    def file(self, conn: redis.Redis, raw: str, filing: Filing) -> None:
+    def file(self, conn: redis.Redis, raw: str, filing: Filing, ended: Any = None) -> None:
         """File a finished job in retry, dead or the schedule and ack it, in one script
-        (lua/settle.lua). Filed even when the job is no longer listed: a Redis that lost
-        its data (a restart without persistence) lost the list too, and this filing is
-        then the job's only trace."""
+        (lua/settle.lua), with its kept outcome and (a filing in dead) its on_dead job.
+        Filed even when the job is no longer listed: a Redis that lost its data (a
+        restart without persistence) lost the list too, and this filing is then the
+        job's only trace."""
         listed, home = self.settle_keys(raw)
         target = {"retry": keys.retry, "dead": keys.dead, "schedule": keys.schedule}
         min_score, keep = conf.dead_trim()
-        scripts.run(
-            "settle",
-            conn,
-            [listed, target[filing.target](home)],
-            [
-                wire(raw),
-                repr(filing.score),
-                filing.payload,
-                filing.target if filing.target == "dead" else "",
-                repr(min_score),
-                keep,
-            ],
-        )
+        script_keys = [listed, target[filing.target](home)]
+        args: list[Any] = [
+            wire(raw),
+            repr(filing.score),
+            filing.payload,
+            filing.target if filing.target == "dead" else "",
+            repr(min_score),
+            keep,
+        ]
+        apart = []  # outcomes in another home than the filing: their own round trip
+        if ended is not None and homes.Home(home).crosses(homes.Home.root()):
+            apart.append(ended)
+        elif ended is not None:
+            script_keys += ended.keys()
+            args += [1, *ended.args()]
+        if len(args) == 6:
+            args.append(0)
+        if filing.on_dead is not None and filing.target == "dead":
+            more_keys, more_args = failures.on_dead_placement(filing.on_dead, home)
+            script_keys += more_keys
+            args += more_args
+        scripts.run("settle", conn, script_keys, args)
+        if apart:
+            errors.best_effort("Results", lambda: results.keep(conn, apart))
 
     def hand_over(self, conn: redis.Redis, record: Record) -> None:
         raise NotImplementedError
@@ -146,6 +161,8 @@ class ReliableFetch(FetchStrategy):
         # process records at each beat (P:inprogress_homes:<id>).
         self.apart = any(home.crosses(homes.Home.root()) for home, _ in self.groups)
         self.inprogress = self.lists[self.home]
+        # Kept outcomes (the prefix's home) can't ride in the fetch script's home.
+        self.home_apart = homes.Home(self.home).crosses(homes.Home.root())
         self._script = scripts.get("fetch")
         # With a home per queue: the home each fetched job came from, so its ack and its
         # filing go to that home's list and sets (the payload's own queue is only the
@@ -168,13 +185,22 @@ class ReliableFetch(FetchStrategy):
         works = self.fetch_many(conn, [ack.raw] if ack else [], 1)
         return works[0] if works else None
 
-    def fetch_many(self, conn: Any, acks: list[str], count: int) -> list[Work]:
+    def fetch_many(
+        self, conn: Any, acks: list[str], count: int, ends: Sequence[Any] = ()
+    ) -> list[Work]:
         """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
         dispatch.py for how a pool of threads shares it). With a home per queue: the
         homes in the order of their first queue in this call's weighted order, the
         first asked first (with every ack, each to its home, in the same round trip),
         the next only for what the first could not give."""
         order = weighted_order(self.queues)
+        if len(self.groups) == 1 and not (ends and self.home_apart):
+            return self._take(conn, self.home, order, acks, count, ends)
+        if ends:
+            # The outcomes live in the prefix's home, apart from every queue's: written
+            # first, in a round trip of their own (before the acks: a failure leaves both
+            # pending), as with a home per queue no one script can hold them.
+            results.keep(connection.get_client(), list(ends))
         if len(self.groups) == 1:
             return self._take(conn, self.home, order, acks, count)
         acked: dict[str, list[str]] = {}
@@ -197,20 +223,29 @@ class ReliableFetch(FetchStrategy):
         return works
 
     def _take(
-        self, conn: Any, home: str, order: list[str], acks: list[str], count: int
+        self,
+        conn: Any,
+        home: str,
+        order: list[str],
+        acks: list[str],
+        count: int,
+        ends: Sequence[Any] = (),
     ) -> list[Work]:
-        """One fetch script on one home: ack ``acks``, take up to ``count`` jobs from
-        ``order`` (queues of that home)."""
-        result = self._script(
-            conn,
-            [
-                self.lists[home],
-                keys.paused(home),
-                *(keys.queue(q) for q in order),
-                *(keys.priority_queue(q) for q in order),  # django.tasks priorities
-            ],
-            [len(acks), *map(wire, acks), count, *order],
-        )
+        """One fetch script on one home: ack ``acks`` (keeping their outcomes ``ends``,
+        in the same home), take up to ``count`` jobs from ``order`` (queues of that
+        home)."""
+        script_keys = [
+            self.lists[home],
+            keys.paused(home),
+            *(keys.queue(q) for q in order),
+            *(keys.priority_queue(q) for q in order),  # django.tasks priorities
+        ]
+        args: list[Any] = [len(acks), *map(wire, acks), len(ends)]
+        for end in ends:
+            script_keys += end.keys()
+            args += end.args()
+        args += [count, *order]
+        result = self._script(conn, script_keys, args)
         if not result:
             return []
         return [Work(text(result[i]), text(result[i + 1])) for i in range(0, len(result), 2)]
@@ -235,13 +270,21 @@ class ReliableFetch(FetchStrategy):
             home = self.home
         return self.lists[home], home
 
-    def ack(self, conn: redis.Redis, raw: str) -> None:
-        # redis-py types LREM's value as str; it sends bytes as they are (the exact payload).
-        conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
+    def ack(self, conn: redis.Redis, raw: str, ended: Any = None) -> None:
+        if ended is None:
+            # redis-py types LREM's value as str; it sends bytes as they are (the exact payload).
+            conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
+        else:  # with its outcome: the fetch script, asking for no job
+            home = self.settle_keys(raw)[1]
+            if homes.Home(home).crosses(homes.Home.root()):
+                results.keep(conn, [ended])
+                conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
+            else:
+                self._take(conn, home, [], [raw], 0, [ended])
         self._home_of.pop(raw, None)
 
-    def file(self, conn: redis.Redis, raw: str, filing: Filing) -> None:
-        super().file(conn, raw, filing)
+    def file(self, conn: redis.Redis, raw: str, filing: Filing, ended: Any = None) -> None:
+        super().file(conn, raw, filing, ended)
         self._home_of.pop(raw, None)
 
     # Shutdown ----------------------------------------------------------------------------
@@ -414,8 +457,17 @@ class BasicFetch(FetchStrategy):
             self._paused, self._paused_at = paused, now
         return [q for q in weighted_order(self.queues) if q not in self._paused]
 
-    def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
+    def fetch(
+        self, conn: redis.Redis, ack: Work | None = None, ends: Sequence[Any] = ()
+    ) -> Work | None:
+        """The next job (None when every queue stayed empty); ``ends``: outcomes to keep,
+        written by the first script (or in a round trip of their own first, when they
+        live in another home than the first queue's, or every queue is paused)."""
         active = self._active(conn)
+        groups = homes.group_by_home(active) if active else []
+        if ends and (not groups or homes.Home(groups[0][0]).crosses(homes.Home.root())):
+            results.keep(conn, list(ends))
+            ends = ()
         if not active:
             time.sleep(connection.FETCH_BLOCK_SECONDS)
             return None
@@ -423,11 +475,14 @@ class BasicFetch(FetchStrategy):
         # non-blocking script per home takes the next job in priority order from the
         # zsets and lists; BRPOP only waits when none found one, and only on the first
         # home's lists (a blocking command must stay in one slot).
-        groups = homes.group_by_home(active)
         for _home, queues in groups:
-            found = self._take(
-                conn, [*map(keys.queue, queues), *map(keys.priority_queue, queues)], queues
-            )
+            script_keys = [*map(keys.queue, queues), *map(keys.priority_queue, queues)]
+            args: list[Any] = [len(ends)]
+            for end in ends:
+                script_keys += end.keys()
+                args += end.args()
+            found = self._take(conn, script_keys, [*args, *queues])
+            ends = ()
             if found:
                 return Work(text(found[0]), text(found[1]))
         by_key = {keys.queue(q): q for q in groups[0][1]}
@@ -437,8 +492,11 @@ class BasicFetch(FetchStrategy):
             return None
         return Work(by_key[text(result[0])], text(result[1]))
 
-    def ack(self, conn: redis.Redis, raw: str) -> None:
-        """Nothing to do: BRPOP already removed the job from Redis."""
+    def ack(self, conn: redis.Redis, raw: str, ended: Any = None) -> None:
+        """Nothing to ack (BRPOP already removed the job from Redis): only its outcome to
+        keep, in a round trip of its own (basic fetch has no ack to ride with)."""
+        if ended is not None:
+            results.keep(conn, [ended])
 
     def hand_over(self, conn: redis.Redis, record: Record) -> None:
         """No in-progress list: requeue from the record. Each job is pushed once (across
@@ -484,16 +542,31 @@ class BasicSource:
 
     def next(self, conn: redis.Redis, done: Work | None) -> Work | None:
         """The next job (None when every queue stayed empty); raises while Redis is away
-        (the processor reports it and backs off)."""
-        if done is not None:
-            self.release(conn, done)
-        work = self.strategy.fetch(conn)
+        (the processor reports it and backs off). The outcome ``done`` keeps rides with
+        this fetch; if the fetch fails it stays pending, for the heartbeat to write."""
+        ended = self.record.ended_of(done.raw) if done is not None else None
+        if done is not None and ended is None:
+            self._settled(done)
+        try:
+            work = self.strategy.fetch(conn, ends=[ended] if ended is not None else [])
+        except BaseException:
+            if done is not None and ended is not None:
+                self.record.finished(done)  # pending: settle_pending writes its outcome
+            raise
+        if done is not None and ended is not None:
+            self._settled(done)
         errors.recovered("Fetch")
         return work
 
-    def release(self, conn: redis.Redis, done: Work) -> None:
+    def _settled(self, done: Work) -> None:
         self.record.settled(done.raw, ACK)
         self.record.finished(done)
+
+    def release(self, conn: redis.Redis, done: Work) -> None:
+        ended = self.record.ended_of(done.raw)
+        if ended is not None:  # its outcome, with no ack to ride with (best-effort: rule 4)
+            errors.best_effort("Results", lambda: self.strategy.ack(conn, done.raw, ended))
+        self._settled(done)
 
     def give_back(self, work: Work) -> bool:
         """A job fetched as the process stops: it exists only here, so it runs."""

@@ -38,7 +38,8 @@ from django.db import close_old_connections
 from .. import history
 from ..controls import expiry, limits
 from ..controls.errors import JobCancelled, JobExpired
-from ..core import departures, jobs, locks, middleware, payload
+from ..core import departures, jobs, locks, middleware, payload, progress, results
+from ..core.retry import Discard
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
 from ..store.codec import wire
@@ -50,11 +51,47 @@ log = logging.getLogger("cogworker_django")
 
 
 class Dropped:
-    """The outcome of a run that leaves without a retry: expired before it ran, or
-    cancelled. Acked like a success; the job's locks and listeners let go."""
+    """The outcome of a run that leaves without a retry: expired before it ran,
+    cancelled, or discarded by the job. Acked like a success; the job's locks and
+    listeners let go; ``status`` and ``error_class`` are what its kept result says."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: str = "cancelled", error_class: str = "") -> None:
         self.reason = reason
+        self.status = status
+        self.error_class = error_class
+
+    def ended(self, job: dict[str, Any]) -> results.Ended | None:
+        return kept(job, self.status, error=(self.error_class, self.reason, ""))
+
+
+def kept(job: dict[str, Any], status: str, **outcome: Any) -> results.Ended | None:
+    """What a run keeps of its outcome (results.ended); never raises: a result that can't
+    be built is logged and the run settles without it (rule 4)."""
+    try:
+        return results.ended(job, status, **outcome)
+    except Exception as exc:  # noqa: BLE001 - the settlement goes on without it
+        log.error(
+            "%s (jid %s): its result could not be kept: %s",
+            job.get("func"),
+            job.get("jid"),
+            errors.describe(exc),
+        )
+        return None
+
+
+def dropped_for(exc: BaseException) -> Dropped:
+    """A run the job cancelled or discarded itself (JobCancelled, Discard)."""
+    if isinstance(exc, Discard):
+        return Dropped(
+            f"discarded: {errors.safe_str(exc.reason, 500)}",
+            "discarded",
+            "cogworker_django.Discard",
+        )
+    return Dropped(
+        f"cancelled while running: {errors.safe_str(exc, 500)}",
+        "cancelled",
+        payload.error_class(exc),
+    )
 
 
 class RunChain:
@@ -119,6 +156,7 @@ class Settler:
     abandoned: bool
     _job_of_run: dict[str, Any] | None
     _on_filed: Callable[[str, bool], Any] | None  # a Reschedule's (limiters): around the filing
+    _returned: Any = None  # what the job function returned (kept as its result)
 
     @staticmethod
     def _expired(job: dict[str, Any], queue: str, now: float) -> Dropped:
@@ -129,7 +167,14 @@ class Settler:
         if history.enabled():
             run = history.capture(job, queue, now, 0.0, JobExpired(reason))
             errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
-        return Dropped(reason)
+        return Dropped(reason, "expired", payload.error_class(JobExpired(reason)))
+
+    def _ended_of(self, job: dict[str, Any], target: str) -> results.Ended | None:
+        """What a failed run filed in ``target`` keeps (none for a reschedule)."""
+        if target == "schedule":
+            return None
+        status = "retrying" if target == "retry" else "dead"
+        return kept(job, status, error=results.error_of(job))
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
         if locks.run_abandoned():
@@ -157,16 +202,17 @@ class Settler:
         return target, score
 
     def _file(self, work: Work, filing: Filing, job: dict[str, Any]) -> None:
-        """File a failed (or rescheduled) job and ack it in one script; if Redis can't
-        take it now, the record keeps it for the heartbeat."""
+        """File a failed (or rescheduled) job and ack it in one script, with the outcome
+        it keeps; if Redis can't take it now, the record keeps both for the heartbeat."""
         on_filed = self._on_filed if filing.target == "schedule" else None
         if on_filed is not None:
             errors.best_effort("Reschedule", lambda: on_filed(filing.payload, False))
+        ended = self._ended_of(job, filing.target)
         try:
-            self.strategy.file(connection.get_client(), work.raw, filing)
+            self.strategy.file(connection.get_client(), work.raw, filing, ended)
         except Exception as exc:  # noqa: BLE001
             errors.report("Settle", exc, f"{job['func']} (jid {job['jid']}) kept to file later")
-            self.record.settle_later(work.raw, filing)
+            self.record.settle_later(work.raw, filing, ended)
             return
         errors.recovered("Settle")  # (the heartbeat's retries recover it too)
         self._on_filed = None
@@ -203,15 +249,17 @@ class Settler:
             run = history.capture(job, queue, time.time(), 0.0, exc)
             errors.best_effort(history.COMPONENT, lambda: history.buffer.add(run))
         if isinstance(exc, JobCancelled):
-            departures.job_left(job, f"cancelled while running: {errors.safe_str(exc, 500)}")
+            dropped = dropped_for(exc)
+            departures.job_left(job, dropped.reason)
             errors.best_effort(
                 "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
             )
+            ended = dropped.ended(job)
             try:
-                self.strategy.ack(connection.get_client(), work.raw)
+                self.strategy.ack(connection.get_client(), work.raw, ended)
             except Exception as err:  # noqa: BLE001 - the heartbeat acks it later
                 errors.report("Ack", err)
-                self.record.settle_later(work.raw, ACK)
+                self.record.settle_later(work.raw, ACK, ended)
             return
         target, score = self._failed(job, exc)
         if target == "dead":
@@ -300,10 +348,12 @@ class Processor(Settler):
         so the heartbeat never acks it too (a second LREM could take the list entry of
         another copy of the same payload, still running)."""
         record = self.record
-        job = payload.decode(wire(work.raw), work.queue)
+        # The run's own dict: current_job() gives it, with progress() (core/results.py).
+        job = progress.RunningJob(payload.decode(wire(work.raw), work.queue))
         runner = jobs.resolve(job) if job["func"] != payload.UNPARSEABLE else None
         self._job_of_run = job
         self._on_filed = None
+        self._returned = None
         record.started(work)
         self.source.taken(work)  # after the record has it: known all along
         self.busy = True
@@ -352,11 +402,12 @@ class Processor(Settler):
         try:
             if outcome is None:
                 stats.counters.incr("processed")
-                self.record.settle_later(work.raw, ACK)
+                ended = kept(job, "succeeded", value=self._returned)
+                self.record.settle_later(work.raw, ACK, ended)
                 return True
             if isinstance(outcome, Dropped):
                 departures.job_left(job, outcome.reason)  # locks, task result, batch
-                self.record.settle_later(work.raw, ACK)
+                self.record.settle_later(work.raw, ACK, outcome.ended(job))
                 return True
             target, score = outcome
             if target != "schedule":
@@ -371,9 +422,12 @@ class Processor(Settler):
         settlement, before any middleware acts on the outcome (releases a lock, say)."""
         try:
             if self.watchdog is None:
-                return jobs.perform(job, runner)
-            # The job is this thread's current one already (process: jobs.running).
-            return self.watchdog.run(self, work, job, runner)
+                value = jobs.perform(job, runner)
+            else:
+                # The job is this thread's current one already (process: jobs.running).
+                value = self.watchdog.run(self, work, job, runner)
+            self._returned = value  # the job's own (a middleware's answer may differ)
+            return value
         finally:
             self._end_perform(work)
 
@@ -431,7 +485,10 @@ class Processor(Settler):
             errors.best_effort(
                 "Cancel", lambda: connection.get_client().zrem(keys.cancels(), job["jid"])
             )
-            return Dropped(f"cancelled while running: {errors.safe_str(exc, 500)}")
+            return dropped_for(exc)
+        except Discard as exc:
+            log.info("%s (jid %s) discarded: %s", job["func"], job["jid"], exc.reason)
+            return dropped_for(exc)
         except Exception as exc:  # noqa: BLE001 - every failure is filed
             return self._failed(job, exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit (or any BaseException)

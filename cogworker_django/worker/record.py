@@ -39,15 +39,26 @@ class Work:
 
 @dataclass(frozen=True)
 class Filing:
-    """A finished job still to be filed: ZADD ``payload`` to ``target`` at ``score``."""
+    """A finished job still to be filed: ZADD ``payload`` to ``target`` at ``score``;
+    ``on_dead``: the job its ``on_dead`` option names, pushed in the same step as a
+    filing in dead (retry control: exactly once), as (payload, score, queue): score ""
+    for its queue's list."""
 
     target: str  # "retry", "dead" or "schedule"
     score: float
     payload: str
+    on_dead: tuple[str, str, str] | None = None
 
     def unsettled_entry(self) -> str:
         """This filing as a ``P:unsettled`` entry (worker/unsettled.py reads it back)."""
-        return json.dumps({"target": self.target, "score": self.score, "payload": self.payload})
+        entry: dict[str, Any] = {
+            "target": self.target,
+            "score": self.score,
+            "payload": self.payload,
+        }
+        if self.on_dead is not None:
+            entry["on_dead"] = list(self.on_dead)
+        return json.dumps(entry)
 
 
 ACK = "ack"
@@ -111,6 +122,8 @@ class Record:
         self._performing_raws: dict[str, int] = {}
         self._guards: dict[str, threading.Lock] = {}  # raw -> guard (while_performing)
         self._pending: dict[str, str | Filing] = {}
+        # The outcome each pending settlement keeps (core/results.py), written with it.
+        self._ended: dict[str, Any] = {}
         self._handing_over = False
         self._settling: dict[int, Work] = {}  # id(work) -> a claimed run not yet settled
         self._claimed: dict[int, Work] = {}  # claimed runs, until they finish
@@ -168,14 +181,24 @@ class Record:
             if _pop(self._running, work) is not None:
                 self._claimed.pop(id(work), None)
 
-    def settle_later(self, raw: str, how: str | Filing) -> None:
+    def settle_later(self, raw: str, how: str | Filing, ended: Any = None) -> None:
+        """``raw``'s settlement (ACK, or a filing) is still to be made; ``ended``: the
+        run's outcome to keep (results.Ended), written with it."""
         with self._lock:
             self._pending[raw] = how
+            if ended is not None:
+                self._ended[raw] = ended
 
     def settled(self, raw: str, how: str | Filing | None = None) -> None:
         with self._lock:
             if how is None or self._pending.get(raw) == how:
                 self._pending.pop(raw, None)
+                self._ended.pop(raw, None)
+
+    def ended_of(self, raw: str) -> Any:
+        """The outcome to keep with ``raw``'s pending settlement (None for none)."""
+        with self._lock:
+            return self._ended.get(raw)
 
     def running(self) -> list[Work]:
         with self._lock:

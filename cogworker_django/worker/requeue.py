@@ -63,9 +63,13 @@ def requeue_from_list(
             job["enqueued_at"] = time.time()
             target, score = priority.return_key(queue), ""
         new = payload.encode(job)
-        if scripts.run(
-            "recover_job", conn, [source, target, *listing], [wire(raw), new, queue, score]
-        ):
+        script_keys, args = [source, target, *listing], [wire(raw), new, queue, score]
+        on_dead = failures.on_dead_of(job) if to_dead else None
+        if on_dead is not None:  # pushed with the filing, as a run's death pushes it
+            more_keys, more_args = failures.on_dead_placement(on_dead, home)
+            args += [len(script_keys) + 1, *more_args]
+            script_keys += more_keys
+        if scripts.run("recover_job", conn, script_keys, args):
             moved += 1
             if to_dead:
                 log.error(

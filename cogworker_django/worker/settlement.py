@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from ..core import results
 from ..store import connection, errors
 from .fetch import FetchStrategy
 from .record import ACK, Record
@@ -37,10 +38,10 @@ def settle_pending(record: Record, strategy: FetchStrategy, conn: Any) -> None:
         if how == ACK:
             if raw in record.running_raws():
                 continue  # a processor is still about to ack it with its next fetch
-            strategy.ack(conn, raw)
+            strategy.ack(conn, raw, record.ended_of(raw))
         else:
             assert not isinstance(how, str)
-            strategy.file(conn, raw, how)
+            strategy.file(conn, raw, how, record.ended_of(raw))
         record.settled(raw, how)
 
 
@@ -82,4 +83,8 @@ def _hand_over_once(record: Record, strategy: FetchStrategy) -> None:
         settle_pending(record, strategy, conn)
     except Exception as exc:  # noqa: BLE001 - what's left is handed over below
         errors.report("Shutdown settlement", exc)
+    # The outcomes of what is still pending (its acks are dropped, its filings handed
+    # to P:unsettled below): kept first, best-effort (rule 4).
+    ends = [e for e in map(record.ended_of, record.pending()) if e is not None]
+    errors.best_effort("Results", lambda: results.keep(conn, ends))
     strategy.hand_over(conn, record)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core import payload
 from ..store import errors, homes, keys, scripts
+from .failures import on_dead_placement
 from .fetch import text, wire
 from .record import Filing
 
@@ -61,7 +62,12 @@ def _file_home(conn: Any, home: str) -> int:
 
 def read_entry(entry: str) -> Filing:
     data = json.loads(wire(entry))
-    filing = Filing(data["target"], float(data["score"]), data["payload"])
+    on_dead = data.get("on_dead")
+    if on_dead is not None:
+        if not (isinstance(on_dead, list) and len(on_dead) == 3):
+            raise ValueError(f"on_dead {on_dead!r} is not [payload, score, queue]")
+        on_dead = tuple(str(part) for part in on_dead)
+    filing = Filing(data["target"], float(data["score"]), data["payload"], on_dead)
     if filing.target not in TARGETS:
         raise ValueError(f"unknown target {filing.target!r}")
     if not math.isfinite(filing.score):
@@ -75,14 +81,13 @@ def _file(conn: Any, home: str, entry: str, filing: Filing) -> int:
     """Into ``home``'s set: the entry was written to the list of the home the job was
     fetched from, and one script files it (one slot)."""
     target = {"retry": keys.retry, "dead": keys.dead, "schedule": keys.schedule}
-    return int(
-        scripts.run(
-            "file_unsettled",
-            conn,
-            [keys.unsettled(home), target[filing.target](home)],
-            [wire(entry), repr(filing.score), filing.payload],
-        )
-    )
+    script_keys = [keys.unsettled(home), target[filing.target](home)]
+    args: list[Any] = [wire(entry), repr(filing.score), filing.payload]
+    if filing.on_dead is not None and filing.target == "dead":
+        more_keys, more_args = on_dead_placement(filing.on_dead, home)
+        script_keys += more_keys
+        args += more_args
+    return int(scripts.run("file_unsettled", conn, script_keys, args))
 
 
 def _bury(conn: Any, home: str, entry: str, error_class: str, reason: str) -> int:

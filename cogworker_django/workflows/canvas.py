@@ -12,7 +12,12 @@ once, in one round trip, and its ``then`` is the batch's on_success.
 
 from __future__ import annotations
 
-from ..core import client
+import time
+from typing import Any
+
+from ..core import client, payload
+from ..core.jobref import JobRef
+from ..core.results import JobFailed
 from . import context
 from .batch import Batch
 from .signatures import Signature, WorkflowError, signature
@@ -58,17 +63,75 @@ class Chain:
     def __repr__(self) -> str:
         return f"chain({', '.join(map(repr, self.steps))})"
 
-    def enqueue(self, *, description: str = "") -> ChainBatch:
-        """Push the first step; returns the chain's batch (``.bid``, ``.status()``)."""
+    def enqueue(self, *, description: str = "") -> ChainRef:
+        """Push the first step; returns the reference of the last one (its jid is chosen
+        now), whose ``result()`` is the chain's final value; ``.batch`` is the chain's
+        batch (``.bid``, ``.batch.status()``)."""
         _refuse_nesting("chain")
-        rest = [s.spec() for s in self.steps[1:]]
-        shown = description or " -> ".join(s.func.rsplit(".", 1)[-1] for s in self.steps)
-        batch = ChainBatch(len(self.steps), "", shown)
-        first = self.steps[0].build(bid=batch.bid, chain=rest, step=1)
+        steps = [*self.steps[:-1], self.steps[-1].with_jid(payload.new_jid())]
+        rest = [s.spec() for s in steps[1:]]
+        shown = description or " -> ".join(s.func.rsplit(".", 1)[-1] for s in steps)
+        batch = ChainBatch(len(steps), "", shown)
+        first = steps[0].build(bid=batch.bid, chain=rest, step=1)
         batch.note_first_step(first["jid"])
         with batch:
             client.push(first)
-        return batch
+        last = steps[-1].jid if len(steps) > 1 else first["jid"]
+        return ChainRef(str(last), batch)
+
+
+class ChainRef(JobRef):
+    """A chain's reference: the :class:`~cogworker_django.JobRef` of its last step, so
+    ``result()`` is the chain's final value; a step that ends in dead stops the chain,
+    and ``result()`` then raises :class:`~cogworker_django.JobFailed` for that step.
+    ``batch`` (and ``bid``) is the chain's batch."""
+
+    batch: ChainBatch
+
+    def __new__(cls, jid: str, batch: ChainBatch) -> ChainRef:
+        ref = super().__new__(cls, jid)
+        ref.batch = batch
+        return ref
+
+    @property
+    def bid(self) -> str:
+        return self.batch.bid
+
+    def status(self) -> str | None:
+        status = super().status()
+        if status is None and self._stopped() is not None:
+            return "dead"
+        return status
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The last step's return value; waits in slices, each followed by a look at the
+        chain's batch (a stopped chain's last step never runs)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return super().result(STOP_LOOK if left is None else min(STOP_LOOK, left))
+            except TimeoutError:
+                failure = self._stopped()
+                if failure is not None:
+                    raise JobFailed(
+                        failure.jid,
+                        "dead",
+                        failure.error_class,
+                        f"the chain stopped at this step: {failure.error_message}",
+                    ) from None
+                if left is not None and left <= STOP_LOOK:
+                    raise
+
+    def _stopped(self) -> Any:
+        """The failure that stopped the chain (a step in dead), or None."""
+        record = self.batch.status()
+        failures = getattr(record, "failures", None) or ()
+        return next((f for f in failures if f.dead), None)
+
+
+# How often a chain's result() looks whether a step stopped the chain.
+STOP_LOOK = 1.0
 
 
 class Group:

@@ -62,6 +62,9 @@ class Signature:
         # The job function or using() variant it came from (for enqueue()); None for a
         # signature read back from Redis.
         self.enqueuer = enqueuer
+        # The jid its payload is built with, when given in advance (a chain's last step:
+        # its reference is returned before it exists); None: a new one each build.
+        self.jid: str | None = None
         self.unique = opts.get("unique")
         payload.check_arguments(func, self.args, self.kwargs)
         payload.encode({"func": func, "args": self.args, "kwargs": self.kwargs})
@@ -89,7 +92,7 @@ class Signature:
             )
 
     def spec(self) -> dict[str, Any]:
-        return {
+        spec = {
             "func": self.func,
             "args": self.args,
             "kwargs": self.kwargs,
@@ -97,6 +100,22 @@ class Signature:
             "retry": self.options["retry"],
             "results": self.wants_results,
         }
+        if self.jid is not None:
+            spec["jid"] = self.jid
+        return spec
+
+    def with_jid(self, jid: str) -> Signature:
+        """This signature, built with ``jid`` (a chain's last step, referenced ahead)."""
+        copy = Signature(
+            self.func,
+            self.args,
+            self.kwargs,
+            {**self.options, "unique": self.unique},
+            wants_results=self.wants_results,
+            enqueuer=self.enqueuer,
+        )
+        copy.jid = jid
+        return copy
 
     def spec_json(self) -> str:
         return payload.encode(self.spec())
@@ -107,19 +126,24 @@ class Signature:
             spec = json.loads(spec)
         if not isinstance(spec, dict) or not isinstance(spec.get("func"), str):
             raise WorkflowError(f"not a signature: {spec!r}")
-        return cls(
+        sig = cls(
             spec["func"],
             spec.get("args") or [],
             spec.get("kwargs") or {},
             {"queue": spec.get("queue") or "default", "retry": spec.get("retry", True)},
             wants_results=bool(spec.get("results")),
         )
+        if isinstance(spec.get("jid"), str) and spec["jid"]:
+            sig.jid = spec["jid"]
+        return sig
 
     def build(self, first: Any = _NOTHING, **extra: Any) -> dict[str, Any]:
         """A fresh payload (new jid) of this signature; ``first`` is put before its
         arguments (a chain step's input). Raises as payload.build does on a value JSON
         can't hold or a payload over MAX_PAYLOAD_BYTES."""
         args = self.args if first is _NOTHING else [first, *self.args]
+        if self.jid is not None:
+            extra.setdefault("jid", self.jid)
         return payload.build(
             self.func,
             args,

@@ -546,4 +546,5 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.close()
 
 
-from . import async_jobs  # noqa: E402, F401 - the async jobs (tests/worker/test_async_*.py)
+# The async jobs (tests/worker/test_async_*.py); results, progress, retry control (tests/core).
+from . import async_jobs, result_jobs  # noqa: E402, F401

@@ -115,7 +115,10 @@ def test_these_tests_pass_in_a_checkout_named_after_the_package(tmp_path):
     copy's own package."""
     checkout = tmp_path / "cogworker_django"
     listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
     ).stdout.split(b"\0")
     files = [f.decode() for f in listed if f] or [
         str(p.relative_to(ROOT))

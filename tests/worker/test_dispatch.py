@@ -40,7 +40,7 @@ class Counting(ReliableFetch):
         self.reply_gate: threading.Event | None = None
         self.fail_give_back: list[BaseException] = []
 
-    def fetch_many(self, conn, acks, count):
+    def fetch_many(self, conn, acks, count, ends=()):
         self.calls.append((len(acks), count))
         number = len(self.calls)
         if self.gate is not None:
@@ -49,7 +49,7 @@ class Counting(ReliableFetch):
             raise self.fail_call.pop(number)
         if self.fail:
             raise self.fail.pop(0)
-        works = super().fetch_many(conn, acks, count)
+        works = super().fetch_many(conn, acks, count, ends)
         if self.reply_gate is not None:
             self.reply_gate.wait(5)
         return works

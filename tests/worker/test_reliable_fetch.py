@@ -161,6 +161,8 @@ def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, floa
         )
     assert w.stop() == 0
     assert int(client.get(f"{prefix}:stat:processed") or 0) == n  # flushed at the stop
+    # Every job kept its outcome (JOB_RESULT_TTL's default), within the counts above.
+    assert sum(1 for _ in client.scan_iter(f"{prefix}:result:*", count=1000)) == n
     client.close()
     return mon.counts, took, mon.scripts
 

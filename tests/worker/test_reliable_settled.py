@@ -12,7 +12,7 @@ import time
 
 from testapp import jobs as tj
 
-from cogworker_django.store import keys
+from cogworker_django.store import keys, scripts
 
 from ..helpers import FAST_SETTINGS, ReplyCutter, wait_until
 from .test_reliable_fetch import Monitor
@@ -46,8 +46,11 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
         w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
         # No stop: the worker acks it by itself once writes work again.
         wait_until(lambda: c.llen(inprogress) == 0, 15, message="the retried ack")
-    # Acked once, by the heartbeat's retry (LREM), never by the fetch that carried it.
-    assert [line.split(" ", 1)[0].upper() for line in mon.lines] == ["LREM"], mon.lines
+    # Acked once, by the heartbeat's retry, never by the fetch that carried it: the fetch
+    # script asking for no job, to keep the run's result with the ack (core/results.py).
+    (ack,) = mon.lines
+    assert ack.startswith(f"EVALSHA {scripts.get('fetch').sha}"), mon.lines
+    assert ack.rstrip().endswith(" 0"), ack  # no job asked for
     other = worker(redis_url=server.url, settings=settings)
     # Two orphan thresholds of both workers beating and reconciling: nobody runs it again.
     deadline = time.monotonic() + 2 * FAST_SETTINGS["ORPHAN_THRESHOLD"]

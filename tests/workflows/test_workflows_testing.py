@@ -69,8 +69,9 @@ def test_fake_on_complete_counts_a_failure_and_on_success_waits(r, prefix):
 
 def test_inline_chain_passes_each_return_value_on(r, prefix):
     with testing.inline():
-        batch = chain(tj.wf_add.s(1, 2), tj.wf_add.s(10), tj.wf_add.s(100)).enqueue()
-        status = batch.status()
+        ref = chain(tj.wf_add.s(1, 2), tj.wf_add.s(10), tj.wf_add.s(100)).enqueue()
+        status = ref.batch.status()
+        assert ref.result(timeout=0) == 113  # the last step's value, kept in memory
     assert status.kind == "chain" and status.state == "succeeded"
     assert (status.steps, status.total, status.succeeded) == (3, 3, 3)
 

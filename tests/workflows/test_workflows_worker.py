@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from testapp import jobs as tj
 
-from cogworker_django import Batch, api, chain, group
+from cogworker_django import Batch, JobFailed, api, chain, group
 from cogworker_django.store import connection, keys
 from cogworker_django.workflows.middleware import BatchMiddleware
 
@@ -108,6 +109,11 @@ def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(inworker,
     (failure,) = status.failures
     assert failure.dead and failure.error_class == "RuntimeError"
     assert [m.state for m in api.Batches().members(batch.bid)] == ["succeeded", "dead"]
+    # The chain's reference is its last step's: stopped, it says so and names the step.
+    assert batch.status() == "dead"
+    with pytest.raises(JobFailed, match="the chain stopped at this step") as stopped:
+        batch.result(timeout=3)
+    assert stopped.value.jid == failure.jid
     assert [e["x"] for e in trace(r) if e["kind"] == "add"] == [1]
     connection.get_client().set(f"{prefix}:test:wf:fixed", "1")
     # The batch counts the step dead when it fails for good, just before the step is
@@ -117,6 +123,7 @@ def test_a_chain_step_in_dead_stops_the_chain_and_its_retry_resumes_it(inworker,
     api.DeadSet().retry(record)
     wait_until(lambda: api.Batches().get(batch.bid).state == "succeeded", 30, message="resumed")
     assert [(e["x"], e["y"]) for e in trace(r) if e["kind"] == "add"] == [(1, 1), (2, 5)]
+    assert batch.result(timeout=10) == 7  # the chain's final value
 
 
 def test_group_then_runs_once_with_the_results_in_order(inworker, r, prefix):

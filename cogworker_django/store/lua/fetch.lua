@@ -2,9 +2,11 @@
 -- jobs, each the first found in the weighted queue order, into this process's
 -- in-progress list. One round trip whatever the number of queues, acks and jobs.
 -- KEYS[1] = P:inprogress:<id>, KEYS[2] = P:paused, KEYS[3..m+2] = P:queue:<q> in fetch
--- order, then optionally KEYS[m+3..2m+2] = P:pqueue:<q> in the same order
--- ARGV[1] = number of acks A, ARGV[2..A+1] = raw payloads to ack, ARGV[A+2] = N (jobs
--- wanted, 0 to only ack), ARGV[A+3..A+m+2] = the queue names
+-- order, then optionally KEYS[m+3..2m+2] = P:pqueue:<q> in the same order, then for each
+-- of R results kept with the acks: P:result:<jid>, P:ended:<jid> (the last 2R keys)
+-- ARGV[1] = number of acks A, ARGV[2..A+1] = raw payloads to ack, ARGV[A+2] = R, then R
+-- results as lua/include/keep_result.lua reads them (ttl, terminal, n, n pairs), then
+-- N (jobs wanted, 0 to only ack), then the m queue names
 -- Returns {queue name, raw payload, queue name, raw payload, ...} (empty when every
 -- unpaused queue is empty).
 -- A paused set or a queue of the wrong type is skipped (pcall): the key guard moves it
@@ -16,18 +18,26 @@
 -- "<stamp>|<payload>": the stamp is dropped and the bare payload goes to the in-progress
 -- list, added before it is removed (rule 2). Cost, in this same script (no extra round
 -- trip): one EXISTS over every zset, and only when one exists a ZRANGE per queue visited.
+--@include keep_result
 local acks = tonumber(ARGV[1])
 for i = 2, acks + 1 do
   redis.call("LREM", KEYS[1], 1, ARGV[i])
 end
-local wanted = tonumber(ARGV[acks + 2])
-local first = acks + 3
+-- The acked runs' results, in the same step as their acks (core/results.py).
+local results = tonumber(ARGV[acks + 2])
+local at = acks + 3
+local result_keys = #KEYS - 2 * results
+for k = 1, results do
+  at = keep_result(KEYS[result_keys + 2 * k - 1], KEYS[result_keys + 2 * k], at)
+end
+local wanted = tonumber(ARGV[at])
+local first = at + 1
 local m = #ARGV - first + 1
 local taken = {}
 if wanted < 1 or m < 1 then
   return taken
 end
-local with_priority = #KEYS == 2 + 2 * m
+local with_priority = result_keys == 2 + 2 * m
   and redis.call("EXISTS", unpack(KEYS, 3 + m, 2 + 2 * m)) > 0
 local open = {}
 for i = 1, m do

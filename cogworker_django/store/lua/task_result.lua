@@ -1,5 +1,6 @@
 -- The result of one django.tasks task: P:result:<id>, a hash (tasks/store.py).
--- KEYS[1] = P:result:<id>
+-- KEYS[1] = P:result:<id>, KEYS[2] = P:ended:<id> (optional: an end wakes the callers
+-- of JobRef.result() blocked on it, when one registered: core/results.py)
 -- ARGV[1] = mode: "create" (the enqueuer), "start" or "end" (a worker's run)
 -- ARGV[2] = TTL in seconds, set again by every write
 -- ARGV[3] = token of this run ("" for create)
@@ -78,5 +79,11 @@ end
 redis.call("EXPIRE", key, ARGV[2])
 if mode == "start" then
   return redis.call("HGETALL", key)
+end
+local status = redis.call("HGET", key, "status")
+if KEYS[2] and (status == "SUCCESSFUL" or status == "FAILED")
+  and redis.call("HEXISTS", key, "waiting") == 1 then
+  redis.call("RPUSH", KEYS[2], "1")
+  redis.call("EXPIRE", KEYS[2], ARGV[2])
 end
 return 1
