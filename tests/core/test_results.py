@@ -241,3 +241,25 @@ def test_the_test_modes_keep_results_and_progress():
             ref.result(timeout=0)
         assert rj.add.perform_one() == 4
         assert ref.result(timeout=0) == 4
+
+
+def test_result_of_a_cancelled_and_of_an_expired_job(cogworker_worker, r, prefix, configure):
+    from testapp import jobs as tj
+
+    from cogworker_django import api
+
+    configure(HEARTBEAT_INTERVAL=0.5)  # the cancel flag reaches the run at a beat
+    expired = tj.expiring.enqueue("late")
+    time.sleep(2.5)  # past its expires_in (2 s) before any worker takes it
+    running = tj.cooperative_cancel.enqueue("c")
+    cogworker_worker(concurrency=2)
+    wait_until(lambda: r.hget(tj.runs_key(), "c") == "1", 10, message="running")
+    assert api.cancel(str(running)) == "running"
+    with pytest.raises(JobFailed) as cancelled:
+        running.result(timeout=15)
+    assert cancelled.value.status == "cancelled" and running.state == "REVOKED"
+    with pytest.raises(JobFailed) as late:
+        expired.result(timeout=15)
+    assert late.value.status == "expired" and "expires_at" in late.value.message
+    assert expired.status() == "expired" and expired.state == "REVOKED"
+    assert r.hget(tj.runs_key(), "late") is None  # never ran
