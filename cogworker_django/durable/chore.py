@@ -1,6 +1,7 @@
 """The worker's part: every poll, relay what is left in the outboxes and say when a row
-has waited too long (the Durable plugin, worker/plugins.py, makes it a poller timer; it
-runs on a thread of its own)."""
+has waited too long (the Durable plugin, worker/plugins.py, makes it a poller timer; each
+round runs on a thread of its own, started for it: a database that hangs never holds up
+the chores thread)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ WARN_EVERY = 60.0
 
 
 class Chore:
-    """``chore(conn)``, the poller's timer: wakes the chore's own thread, which runs
-    :meth:`run_once` (a round already running is not started again), and returns at
-    once. The databases are not the poller's to wait for: a database that hangs (a
-    failover behind a firewall that drops packets holds a connect for minutes) must not
-    stop the poller's moves of due jobs and its orphan recovery, which need only Redis.
+    """``chore(conn)``, the poller's timer: starts a round of :meth:`run_once` on a thread
+    of its own ("durable-relay", which ends when no round is asked for any more; a round
+    asked for while one runs follows it), and returns at once. The databases are not the
+    poller's to wait for: a database that hangs (a failover behind a firewall that drops
+    packets holds a connect for minutes) must not stop the poller's moves of due jobs and
+    its orphan recovery, which need only Redis.
     """
 
     def __init__(self) -> None:
@@ -45,28 +47,32 @@ class Chore:
     def __call__(self, conn: Any) -> None:
         self._conn = conn
         with self._thread_lock:
+            self._wake.set()
+            if self._stopping:
+                return
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="durable-relay", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
 
     def _loop(self) -> None:
         while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping:
-                return
+            with self._thread_lock:
+                if self._stopping or not self._wake.is_set():
+                    self._thread = None  # (the next round starts a new one)
+                    return
+                self._wake.clear()
             errors.best_effort(relay.COMPONENT, lambda: self.run_once(self._conn))
 
     def stop(self, timeout: float = 5.0) -> None:
         """End the chore's thread after its round (a worker's exit ends it anyway: it is
         a daemon; a test ends it so no thread of its outlives the test)."""
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        with self._thread_lock:
+            self._stopping = True
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def run_once(self, conn: Any) -> None:
         """Relay every database's leftovers (:func:`relay.relay_all`), with a backoff of

@@ -22,7 +22,7 @@ from .recorder import (
     enabled,
     record_text,
 )
-from .writer import HistoryFlusher, Writer, flush, flush_safely, writer
+from .writer import Writer, flush, flush_safely, writer
 
 __all__ = [
     "BACKOFF_FIRST",
@@ -33,7 +33,6 @@ __all__ = [
     "MAX_BUFFERED",
     "WRITE_CHUNK",
     "Buffer",
-    "HistoryFlusher",
     "HistoryMiddleware",
     "Writer",
     "as_dict",

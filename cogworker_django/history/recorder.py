@@ -9,7 +9,7 @@ Duties:
   entry name;
 - records go to this process's in-memory :data:`buffer` (a tuple each: the hot path
   does as little as it can), never one write per job (docs/internals.md);
-  :class:`HistoryFlusher` writes them in batches to ``P:history``, one stream entry per
+  the worker's History chore writes them in batches to ``P:history``, one stream entry per
   run (field ``run``: the record as JSON) capped at ``HISTORY_MAX_RUNS`` (MAXLEN ~), by
   one script call per :data:`WRITE_CHUNK` runs, every :data:`FLUSH_INTERVAL` or sooner
   when :data:`FLUSH_BATCH` runs wait; the launcher flushes once more at shutdown;
@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from .. import conf
@@ -78,7 +79,8 @@ class Buffer:
         self._lock = threading.Lock()
         self._runs: deque[Run] = deque()
         self.dropped = 0
-        self.wakeup = threading.Event()
+        # Called once FLUSH_BATCH runs wait: a worker's History plugin wakes its flush.
+        self.on_full: Callable[[], Any] | None = None
         # Set at a worker's start (its History plugin, worker/plugins.py); a fallback for others.
         self.worker = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
@@ -88,9 +90,10 @@ class Buffer:
             if len(self._runs) > MAX_BUFFERED:
                 self._runs.popleft()
                 self.dropped += 1
-            full = len(self._runs) >= FLUSH_BATCH
-        if full and not self.wakeup.is_set():
-            self.wakeup.set()
+            full = len(self._runs) == FLUSH_BATCH  # (once per batch, not once per run)
+        on_full = self.on_full
+        if full and on_full is not None:
+            on_full()
 
     def take(self, n: int) -> list[Run]:
         with self._lock:

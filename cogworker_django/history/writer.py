@@ -1,6 +1,6 @@
 """Run history, the writing side: the buffered runs (history/recorder.py) written in
 batches to ``P:history``, one stream entry per run, capped at ``HISTORY_MAX_RUNS``, by one
-script call (lua/history_add.lua) per ``WRITE_CHUNK`` runs; a thread does it every
+script call (lua/history_add.lua) per ``WRITE_CHUNK`` runs; the worker's History chore does it every
 ``FLUSH_INTERVAL`` (or sooner when ``FLUSH_BATCH`` runs wait), and the launcher once more
 at shutdown. An outage keeps the runs for the next write; a deterministic error (the key
 of the wrong type) drops that batch and backs off (errors.Backoff) until the key guard
@@ -20,7 +20,6 @@ from .recorder import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
     COMPONENT,
-    FLUSH_INTERVAL,
     MAX_BUFFERED,
     WRITE_CHUNK,
     Run,
@@ -112,29 +111,3 @@ def flush_safely(conn: redis.Redis | None = None) -> bool:
     if not len(buffer) and not buffer.dropped:
         return True
     return errors.best_effort(COMPONENT, lambda: flush(conn))
-
-
-class HistoryFlusher:
-    """Worker component: a thread flushing the buffer every FLUSH_INTERVAL, or as soon
-    as FLUSH_BATCH runs wait. The launcher flushes once more after the processors stop."""
-
-    def __init__(self, worker: str) -> None:
-        buffer.worker = worker
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="history", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        buffer.wakeup.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            buffer.wakeup.wait(FLUSH_INTERVAL)
-            buffer.wakeup.clear()
-            flush_safely()

@@ -17,7 +17,7 @@ extend or release a newer run's lock):
   then (:class:`LockRefresher`), so a run whose process dies frees the entry within
   the active TTL; re-taken, not just extended, on the first beat after a failed one
   (Redis may have been away longer than the TTL); a refresh and the end of the run's
-  ``perform`` are ordered (``Record.while_performing``), so a refresh never lands after
+  ``perform`` are ordered (``Ledger.while_performing``), so a refresh never lands after
   the extension below and cuts it back;
 - extended on a retried failure to cover the backoff (processor, through
   ``locks.extend_job_locks``); released on success, on the terminal failure, and when
@@ -121,10 +121,10 @@ _MARKER = "periodic_until_executed"
 
 class LockRefresher:
     """On every heartbeat (the worker's Periodic plugin): keep the locks of this
-    process's performing runs alive. ``record`` is the worker's (worker/record.Record)."""
+    process's performing runs alive. ``ledger`` is the worker's (worker/ledger.Ledger)."""
 
-    def __init__(self, record: Any) -> None:
-        self.record = record
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
         # A beat whose refresh hit an outage: the next one re-takes, as after a failed beat.
         self._retake_next = False
 
@@ -132,14 +132,14 @@ class LockRefresher:
         retake = recovering or self._retake_next
         self._retake_next = False
         ttl = active_ttl()
-        record = self.record
-        for raw in record.performing():
+        ledger = self.ledger
+        for raw in ledger.performing():
             if _MARKER not in raw:
                 continue
             held = held_lock(payload.decode(raw))
             if held is None:
                 continue
-            with record.while_performing(raw) as still:
+            with ledger.while_performing(raw) as still:
                 if still:
                     self._refresh(held, ttl, retake, conn)
 

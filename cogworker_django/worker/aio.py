@@ -11,18 +11,18 @@ Duties:
   path costs what it did);
 - run up to ``ASYNC_CONCURRENCY`` jobs at once, each in a task of its own
   (worker/aio_run.py); a job handed in while every slot is taken waits here, in order;
-- hand each slot back to the job source as it comes free (:class:`Freed`), with the
-  job to ack if it succeeded: the ack leaves with the next fetch, as a processor
-  thread's does (dispatch.py), and the next fetch asks for a job for the slot;
-- the heartbeat's view: :meth:`known` (handed in, not started), :meth:`busy`, and every
-  running job on the work board (the admin's Busy page);
+- hand each slot back to the job source as it comes free (:class:`Freed`); a success's
+  ack is in the ledger and leaves with the next fetch, as a processor thread's does
+  (dispatch.py), and the next fetch asks for a job for the slot;
+- the heartbeat's view: :meth:`busy`; every job handed in or running is in the ledger
+  (FETCHED until it starts), which is also the work board (the admin's Busy page);
 - at shutdown: running jobs get the shutdown timeout (:meth:`wait_idle`); those still
   running are cancelled once the hand-over has begun (:meth:`cancel_running`), so they
-  settle nothing and their jobs are requeued, never filed too (record.py); jobs not
+  settle nothing and their jobs are requeued, never filed too (ledger.py); jobs not
   started stay on the in-progress list for the hand-over; then the loop is closed.
 
 The in-progress list stays the record of every job taken (a SIGKILL loses none), and
-the process's Record knows every running async job exactly as it knows a thread's.
+the process's ledger knows every async job exactly as it knows a thread's.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from ..core import jobs, payload
 from ..store import errors
 from ..store.codec import wire
 from .aio_run import AsyncRun, note_connections
+from .ledger import Control, Ledger, Work
 from .loopwatch import LoopWatch
-from .record import Control, Record, Work, WorkBoard
 
 log = logging.getLogger("cogworker_django")
 
@@ -52,15 +52,14 @@ CLOSE_WAIT = 2.0
 
 
 class Freed:
-    """Handed in to the job source as async runs end: ``slots`` came free, and
-    ``works`` (the successes) are to ack with the next fetch. One per turn of the loop
-    however many runs ended in it: each hand-in wakes the feeder thread."""
+    """Handed in to the job source as async runs end: ``slots`` came free (their
+    successes' acks wait in the ledger). One per turn of the loop however many runs
+    ended in it: each hand-in wakes the feeder thread."""
 
-    __slots__ = ("slots", "works")
+    __slots__ = ("slots",)
 
-    def __init__(self, slots: int, works: list[Work]) -> None:
+    def __init__(self, slots: int) -> None:
         self.slots = slots
-        self.works = works
 
 
 class Sorter:
@@ -96,19 +95,17 @@ class AsyncSide:
         self,
         capacity: int,
         *,
-        record: Record,
+        ledger: Ledger,
         strategy: Any,
         control: Control,
-        board: WorkBoard,
         watchdog: Any,
         chain: Any,
         hand_in: Callable[[Freed], None],
     ) -> None:
         self.capacity = capacity
-        self.record = record
+        self.ledger = ledger
         self.strategy = strategy
         self.control = control
-        self.board = board
         self.watchdog = watchdog
         self.chain = chain
         self.hand_in = hand_in
@@ -118,11 +115,9 @@ class AsyncSide:
         # with no async side (worker/aio_chain.py). At most one per slot is ever busy.
         self.executor = ThreadPoolExecutor(max_workers=capacity, thread_name_prefix="async-helper")
         self.runs: dict[int, AsyncRun] = {}  # running now (loop thread only)
-        self._waiting: dict[int, Work] = {}  # handed in, not started (read by the heartbeat)
         self._backlog: deque[tuple[Work, dict[str, Any]]] = deque()
         self._taken = 0  # slots in use (loop thread only; read elsewhere as a number)
         self._freed_slots = 0  # slots freed in this turn of the loop, not yet handed in
-        self._freed_works: list[Work] = []  # their successes, to ack
         self._names = itertools.count()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -136,14 +131,9 @@ class AsyncSide:
         return self.sorter.job_of(work) if self.sorter.active else None
 
     def submit(self, items: list[tuple[Work, dict[str, Any]]]) -> None:
-        """Jobs for this loop, fetched for its free slots (one wake-up for them all)."""
-        for work, _job in items:
-            self._waiting[id(work)] = work  # known before the loop can start it
+        """Jobs for this loop, fetched for its free slots (one wake-up for them all; each
+        is in the ledger, FETCHED, until it starts)."""
         self.loop.call_soon_threadsafe(self._take, items)
-
-    def known(self) -> set[str]:
-        """Jobs handed in and not started (known to this process)."""
-        return {w.raw for w in self._waiting.copy().values()}
 
     def busy(self) -> int:
         return self._taken
@@ -161,24 +151,24 @@ class AsyncSide:
         if self.control.stopping.is_set():
             return  # left listed (and known) for the hand-over to requeue
         run = AsyncRun(self, work, job, f"async-{next(self._names)}")
-        run.begin()  # in the record before it leaves the waiting jobs
-        self._waiting.pop(id(work), None)
+        run.begin()  # started in the ledger
         self._taken += 1
         self.started_runs += 1
         self.runs[id(run)] = run
         run.outer = self.loop.create_task(self._drive(run))
 
     async def _drive(self, run: AsyncRun) -> None:
-        done: Work | None = None
         try:
-            done = await run.process()
+            await run.process()
         except BaseException as exc:  # noqa: BLE001 - a bug: logged, the slot still comes back
             log.error("%s failed: %s", run.name, errors.describe(exc), exc_info=exc)
+            if not run.abandoned:
+                self.ledger.forget(run.attempt.work)  # the reconcile requeues its job
         finally:
             self.runs.pop(id(run), None)
-            self.free(run, done)
+            self.free(run)
 
-    def free(self, run: AsyncRun, done: Work | None) -> None:
+    def free(self, run: AsyncRun) -> None:
         """The run's slot comes back (once per run; on the loop thread): a waiting job
         starts, and the job source is told."""
         if run.slot_freed:
@@ -188,21 +178,19 @@ class AsyncSide:
         if not self._freed_slots:
             self.loop.call_soon(self._hand_freed_in)
         self._freed_slots += 1
-        if done is not None:
-            self._freed_works.append(done)
         backlog = self._backlog
         while backlog and self._taken < self.capacity:
             self._start(*backlog.popleft())
 
     def _hand_freed_in(self) -> None:
-        freed = Freed(self._freed_slots, self._freed_works)
-        self._freed_slots, self._freed_works = 0, []
+        freed = Freed(self._freed_slots)
+        self._freed_slots = 0
         self.hand_in(freed)
 
     def free_threadsafe(self, run: AsyncRun) -> None:
         """From another thread (the watchdog abandoned the run): its slot comes back."""
         try:
-            self.loop.call_soon_threadsafe(self.free, run, None)
+            self.loop.call_soon_threadsafe(self.free, run)
         except RuntimeError:
             pass  # the loop is closed: nothing runs any more
 
@@ -212,7 +200,7 @@ class AsyncSide:
         self._thread = threading.Thread(target=self._serve, name="event-loop", daemon=True)
         self._thread.start()
         self._ready.wait(10)
-        self.watch.start()
+        self.watchdog.also.append(self.watch.look)
 
     def _serve(self) -> None:
         loop = self.loop
@@ -244,9 +232,6 @@ class AsyncSide:
         while self._taken > 0 and not force.is_set() and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def still_running(self) -> list[str]:
-        return [self.board.describe(run.name) for run in list(self.runs.values())]
-
     def cancel_running(self, wait: float) -> int:
         """Cancel every job still running (the hand-over has begun: none of them
         settles, each is requeued) and wait up to ``wait`` for them to unwind; returns
@@ -266,7 +251,8 @@ class AsyncSide:
 
     def stop(self) -> None:
         """Close the loop (after the hand-over): what still runs on it is cancelled."""
-        self.watch.stop()
+        if self.watch.look in self.watchdog.also:
+            self.watchdog.also.remove(self.watch.look)
         thread = self._thread
         if thread is not None and thread.is_alive():
             try:

@@ -8,15 +8,14 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from .record import Record, WorkBoard
+from .ledger import Ledger
 
 
 class Side(Protocol):
     loop: asyncio.AbstractEventLoop
     executor: ThreadPoolExecutor
-    record: Record
+    ledger: Ledger
     strategy: Any
-    board: WorkBoard
     watchdog: Any
     chain: Any
     runs: dict[int, Any]  # running now, by slot (the loop thread's)

@@ -38,21 +38,20 @@ Why this shape (docs/performance.md "The run layer"):
   ``IDLE_FIRST_PAUSE`` up to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent
   at once; while Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
   ``ERROR_MAX_PAUSE`` and reports the outage once (errors.report); the acks a failed
-  fetch carried stay pending in the record for the heartbeat to send.
+  fetch carried stay PENDING in the ledger for the heartbeat to send.
 
-Jobs fetched but not yet recorded by a thread are on the in-progress list like any other:
-the shutdown hand-over requeues them, and the heartbeat's reconcile counts them as known
-(:meth:`Dispatcher.known`) until their thread has recorded them. A fetch that returns
-after the stop began starts nothing; one that returns after the process went quiet
-starts nothing either, and the feeder puts its jobs back on their queues at once.
+Every job a fetch brings is in the ledger (worker/ledger.py) from the fetch's return,
+FETCHED until its thread or loop slot starts it: the shutdown hand-over requeues it if
+none does, and the heartbeat's reconcile knows it. A fetch that returns after the stop
+began starts nothing; one that returns after the process went quiet starts nothing
+either, and the feeder puts its jobs back on their queues at once. The acks are the
+ledger's too: a finished job waits there (ACK) until a fetch carries its ack (ACKING),
+and leaves it when that fetch returns, or is left PENDING for the heartbeat to ack if
+that fetch fails.
 
-The dispatcher owns the record's side of acks: a finished job handed in stays *running*
-in the record until the fetch carrying its ack returns (then it is settled), or, if that
-fetch fails, is left *pending* for the heartbeat to ack.
-
-Its state (the acks, the threads waiting, the jobs asked for by the fetches out, the free
-connections, the event loop's free slots, the backoffs) is kept under one lock, held only
-to read and change it, never across a round trip.
+The dispatcher only schedules: its state (the threads waiting, the jobs asked for by the
+fetches out, the free connections, the event loop's free slots, the backoffs) is kept
+under one lock, held only to read and change it, never across a round trip.
 """
 
 from __future__ import annotations
@@ -65,7 +64,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..store import connection, errors
-from .record import ACK, Control, Record, Work
+from .background import Background
+from .ledger import Control, Ledger, Work
 
 log = logging.getLogger("cogworker_django")
 
@@ -92,9 +92,6 @@ PROBE_PAUSE = 5.0
 # splits them. So two from SECOND_FETCH_FROM threads on, else one.
 FETCHES_OUT = 2
 SECOND_FETCH_FROM = 50
-# A feeder loop that raised (a bug, never an outage: those are caught and reported)
-# starts again after this pause; its state (threads waiting, acks) is kept.
-RESTART_PAUSE = 1.0
 
 
 def _since(link: Any, began: float) -> float:
@@ -114,27 +111,29 @@ class BatchFetch(Protocol):
         self, conn: Any, acks: list[str], count: int, ends: Sequence[Any] = ()
     ) -> list[Work]: ...
 
-    def ack(self, conn: Any, raw: str, ended: Any = None) -> None: ...
-
     def give_back(self, conn: Any, raws: list[str]) -> int: ...
 
 
+def _ends(acks: list[Work]) -> list[Any]:
+    """The outcomes the acked runs keep (core/results.py): written with their acks."""
+    return [w.ended for w in acks if w.ended is not None]
+
+
 class Dispatcher:
-    """The processor threads' side (:meth:`next`, :meth:`release`, :meth:`give_back`),
-    the feeder thread's (:meth:`start`, :meth:`join`), the event loop's
-    (:meth:`hand_in`), and what the heartbeat and the shutdown read (:meth:`known`,
-    :meth:`flush`)."""
+    """The processor threads' side (:meth:`next`, :meth:`give_back`), the feeder
+    thread's (:meth:`start`, :meth:`join`), the event loop's (:meth:`hand_in`), and the
+    shutdown's (:meth:`flush`)."""
 
     def __init__(
         self,
         strategy: BatchFetch,
-        record: Record,
+        ledger: Ledger,
         control: Control,
         concurrency: int,
         fetches_out: int | None = None,
     ) -> None:
         self.strategy = strategy
-        self.record = record
+        self.ledger = ledger
         self.control = control
         self.concurrency = concurrency
         if fetches_out is None:
@@ -148,32 +147,25 @@ class Dispatcher:
         self._ready: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._freed: queue.SimpleQueue[Any] = queue.SimpleQueue()  # the loop's (hand_in)
-        # Fetched and not yet in the record (id -> work): the heartbeat's "known". A job
-        # leaves it only once its thread has recorded it as started (:meth:`taken`), so
-        # it is never in neither. Plain dict operations, atomic under the interpreter lock.
-        self._fetched: dict[int, Work] = {}
         # Plain jobs a fetch brought back after the process went quiet, for the feeder to
         # put back on their queues (:meth:`_give_back_stranded`; under the lock).
         self._stranded: list[Work] = []
         # Under the lock:
         self._wanting = 0  # threads free with no job on its way (waiting or fetching)
-        self._acks: list[Work] = []  # finished jobs to ack with the next fetch
         self._coming = 0  # jobs asked for by the fetches out (for threads and the loop)
         self._not_before = 0.0  # (monotonic) the queues ran dry: only the feeder polls
         self._idle_pause = IDLE_FIRST_PAUSE
         self._error_until = 0.0  # (monotonic) Redis was away: no fetch before this
         self._error_pause = IDLE_FIRST_PAUSE
         self._nudged = False  # (nudge: fetch now, the idle pause is over)
-        self._thread: threading.Thread | None = None
+        self._feeder = Feeder(self)
         # One connection per fetch out; the free ones (under the lock).
         self._links = [connection.Held() for _ in range(fetches_out)]
         self._free_links = list(self._links)
         # The feeder has exited (under the lock): a link coming back from a fetch is
         # closed by the thread that brings it back, never while another thread reads it.
         self._links_closed = False
-        # The fetches out (id of the link -> the fetch's number; under the lock), for the
-        # heartbeat's reconcile (:meth:`in_flight`).
-        self._out: dict[int, int] = {}
+        # Fetches are numbered (under the lock): the ledger knows the ones out by number.
         self._sent = 0
         # The event loop's side (aio.AsyncSide, set by the manager): its free slots are
         # asked for with the threads', and the async jobs a fetch brings go to it. Each
@@ -208,14 +200,12 @@ class Dispatcher:
 
     # The processor threads' side ----------------------------------------------------------
 
-    def next(self, conn: Any, done: Work | None) -> Work | None:
-        """Hand in ``done`` (a finished job to ack) and get the next job: fetched by this
-        thread when a connection is free, else waited for; None once the process is
-        quiet (the caller leaves its loop)."""
+    def next(self, conn: Any) -> Work | None:
+        """The next job (the acks waiting in the ledger go with the fetch that brings
+        it): fetched by this thread when a connection is free, else waited for; None once
+        the process is quiet (the caller leaves its loop)."""
         control = self.control
         with self._lock:
-            if done is not None:
-                self._acks.append(done)
             self._wanting += 1
             now = time.monotonic()
             own = (
@@ -226,14 +216,14 @@ class Dispatcher:
                 and not control.quiet.is_set()
             )
             if own:
-                link = self._take_link()
-                acks, self._acks = self._acks, []
+                link, number = self._take_link()
+                acks = self.ledger.take_acks()
                 wanted = self._wanted()
                 self._coming += wanted
             elif self._free_links:
                 self._wake.put(None)  # the feeder's to fetch (an ack goes at once)
         if own:
-            work = self._own_fetch(link, acks, wanted)
+            work = self._own_fetch(link, number, acks, wanted)
             if work is not None:
                 return work
         return self._wait()
@@ -249,16 +239,16 @@ class Dispatcher:
                 if control.quiet.is_set():
                     return None
                 continue
-            return work  # known until its thread records it (taken)
+            return work  # FETCHED in the ledger until its thread starts it
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
-    def _own_fetch(self, link: Any, acks: list[Work], wanted: int) -> Work | None:
+    def _own_fetch(self, link: Any, number: int, acks: list[Work], wanted: int) -> Work | None:
         """This thread sends a fetch on ``link``: one round trip for it and the threads
         waiting that no fetch out asked for; its own job, or None (it then waits like
         the others)."""
         began = time.monotonic()
         try:
-            works = self._round_trip(link, acks, wanted)
+            works = self._round_trip(link, number, acks, wanted)
         except Exception as exc:  # noqa: BLE001 - Redis away: the feeder backs off and retries
             errors.report("Fetch", exc, began=_since(link, began))
             with self._lock:
@@ -276,16 +266,17 @@ class Dispatcher:
             self.own_fetches += 1
             self._done_with(link, wanted)
             plain = self._hand_out(works, wanted, keep=1)
-            more = self._acks or self._wanted()
+            more = self.ledger.has_acks() or self._wanted()
         if more:
             self._wake.put(None)  # threads came free during the fetch: the feeder's turn
         return plain
 
     def hand_in(self, freed: Any) -> None:
-        """The event loop's side: slots came free (an aio.Freed, with the jobs to ack).
-        Never waits: the loop that every async job shares doesn't take the dispatcher's
-        lock (its holder may itself be waiting for the interpreter lock behind a hundred
-        threads); the feeder, woken, takes the slots and acks in (:meth:`_take_freed`)."""
+        """The event loop's side: slots came free (an aio.Freed; their acks wait in the
+        ledger). Never waits: the loop that every async job shares doesn't take the
+        dispatcher's lock (its holder may itself be waiting for the interpreter lock
+        behind a hundred threads); the feeder, woken, takes the slots in
+        (:meth:`_take_freed`)."""
         self._freed.put(freed)
         self._wake.put(None)
 
@@ -298,46 +289,11 @@ class Dispatcher:
             except queue.Empty:
                 return
             self._aio_free += freed.slots
-            self._acks.extend(freed.works)
-
-    def release(self, conn: Any, done: Work) -> None:
-        """A thread leaving its loop with a finished job: ack it alone now (if that fails
-        it stays pending for the heartbeat or the hand-over)."""
-        try:
-            self.strategy.ack(conn, done.raw, self.record.ended_of(done.raw))
-        except Exception as exc:  # noqa: BLE001 - stays pending for the heartbeat/shutdown
-            errors.report("Ack", exc)
-        else:
-            self.record.settled(done.raw, ACK)
-        self.record.finished(done)
-
-    def taken(self, work: Work) -> None:
-        """``work``'s thread has recorded it as started: the record knows it now."""
-        self._fetched.pop(id(work), None)
 
     def give_back(self, work: Work) -> bool:
-        """A job taken as the process stops: not run, kept listed (and known) for the
-        hand-over to requeue."""
-        self._fetched[id(work)] = work
+        """A job taken as the process stops: not run, kept listed (and FETCHED in the
+        ledger) for the hand-over to requeue."""
         return True
-
-    # What the heartbeat and the shutdown read ---------------------------------------------
-
-    def known(self) -> set[str]:
-        """Jobs fetched and not yet recorded by their thread or started on the event
-        loop (known to this process)."""
-        known = {w.raw for w in self._fetched.copy().values()}
-        if self.aio is not None:
-            known |= self.aio.known()
-        return known
-
-    def in_flight(self) -> set[int]:
-        """The fetches out now, by number (each fetch has its own): the heartbeat's
-        reconcile takes a listed job it doesn't know for a lost reply only once every
-        fetch that was out when it first saw the job has come back (a reply held up for
-        longer than two beats still brings its jobs here to run)."""
-        with self._lock:
-            return set(self._out.values())
 
     def attach_loop(self, aio: Any) -> None:
         """Fetch for the event loop's slots too (before :meth:`start`)."""
@@ -349,82 +305,71 @@ class Dispatcher:
         failure; the hand-over then drops them from the list, as pending acks)."""
         with self._lock:
             self._take_freed()
-            acks, self._acks = self._acks, []
+        acks = self.ledger.take_acks()
         if not acks:
             return
         try:
-            self.strategy.fetch_many(conn, [a.raw for a in acks], 0, self._ends(acks))
-        finally:
-            for work in acks:
-                self.record.finished(work)
-        for work in acks:
-            self.record.settled(work.raw, ACK)
+            self.strategy.fetch_many(conn, [a.raw for a in acks], 0, _ends(acks))
+        except BaseException:
+            self.ledger.acks_failed(acks)
+            raise
+        self.ledger.acks_sent(acks)
 
     # The feeder thread --------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
-        self._thread.start()
+        self._feeder.start()
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the feeder to stop (it stops once the process is
         stopping and no fetch of its is out); True when a fetch (the feeder's or a
         processor thread's) was out when this was called (what it took after the
         hand-over needs a second pass)."""
-        thread = self._thread
         was_fetching = len(self._free_links) < self.fetches_out
-        if thread is None:
-            return was_fetching
         self._wake.put(None)
-        thread.join(timeout)
-        return was_fetching or thread.is_alive()
+        return not self._feeder.join(timeout) or was_fetching
 
-    def _run(self) -> None:
-        try:
-            while not self.control.stopping.is_set():
-                try:
-                    self._feed()
-                except BaseException as exc:  # noqa: BLE001 - a bug must not stop every thread
-                    log.error("the feeder failed: %s", errors.describe(exc), exc_info=exc)
-                    self.control.stopping.wait(RESTART_PAUSE)
-        finally:
-            # Only the free links: one a processor thread is reading its own fetch's
-            # reply on is closed when that fetch comes back (_done_with). Closing it
-            # under the thread failed its fetch at once (EBADF) or, when the descriptor
-            # was reused by another connection meanwhile, left it reading that
-            # connection's socket until its timeout.
-            with self._lock:
-                self._links_closed = True
-                free = list(self._free_links)
-            for link in free:
-                link.close()
-
-    def _feed(self) -> None:
+    def feed_once(self) -> float | None:
+        """(The feeder thread.) One turn: a fetch, or the seconds to wait for the next."""
         control = self.control
-        while not control.stopping.is_set():
-            if control.quiet.is_set() and time.monotonic() >= self._error_until:
-                self._give_back_stranded()  # (while Redis is away, at the fetches' pace)
-            claimed = self._claim()
-            if not isinstance(claimed, tuple):
-                self._pause(claimed)
-                continue
-            link, acks, wanted = claimed
-            began = time.monotonic()
-            try:
-                works = self._round_trip(link, acks, wanted)
-            except Exception as exc:  # noqa: BLE001 - Redis away: back off, report once
-                errors.report("Fetch", exc, began=_since(link, began))
-                with self._lock:
-                    self._failed()
-                    self._done_with(link, wanted)
-                continue
-            except BaseException:
-                with self._lock:
-                    self._done_with(link, wanted)  # (the loop restarts without it)
-                raise
+        if control.stopping.is_set():
+            self._feeder.stop()
+            return None
+        if control.quiet.is_set() and time.monotonic() >= self._error_until:
+            self._give_back_stranded()  # (while Redis is away, at the fetches' pace)
+        claimed = self._claim()
+        if not isinstance(claimed, tuple):
+            return max(0.0, claimed - time.monotonic())
+        link, number, acks, wanted = claimed
+        began = time.monotonic()
+        try:
+            works = self._round_trip(link, number, acks, wanted)
+        except Exception as exc:  # noqa: BLE001 - Redis away: back off, report once
+            errors.report("Fetch", exc, began=_since(link, began))
             with self._lock:
+                self._failed()
                 self._done_with(link, wanted)
-                self._hand_out(works, wanted, keep=0)
+            return 0.0
+        except BaseException:
+            with self._lock:
+                self._done_with(link, wanted)  # (the thread goes on without it)
+            raise
+        with self._lock:
+            self._done_with(link, wanted)
+            self._hand_out(works, wanted, keep=0)
+        return 0.0
+
+    def close_links(self) -> None:
+        """(The feeder, as it ends.) Only the free links: one a processor thread is
+        reading its own fetch's reply on is closed when that fetch comes back
+        (_done_with). Closing it under the thread failed its fetch at once (EBADF) or,
+        when the descriptor was reused by another connection meanwhile, left it reading
+        that connection's socket until its timeout."""
+        with self._lock:
+            self._links_closed = True
+            free = list(self._free_links)
+        for link in free:
+            link.close()
 
     def _give_back_stranded(self) -> None:
         """(The feeder, while quiet.) Plain jobs fetched that no thread will take (the
@@ -458,12 +403,11 @@ class Dispatcher:
                 self._failed()
             return
         errors.recovered("Quiet give-back")
-        for work in stranded:
-            self._fetched.pop(id(work), None)
+        self.ledger.given_back(stranded)
         if given:
             log.info("quiet: put %d job(s) fetched but not started back on their queues", given)
 
-    def _claim(self) -> tuple[Any, list[Work], int] | float:
+    def _claim(self) -> tuple[Any, int, list[Work], int] | float:
         """A connection, the acks and the jobs to ask for, when there is something to send
         now; else when to look again (monotonic)."""
         with self._lock:
@@ -477,16 +421,17 @@ class Dispatcher:
                 self._nudged = False
                 self._not_before, self._idle_pause = 0.0, IDLE_FIRST_PAUSE
             wanted = self._wanted()
-            if self._acks or (wanted and now >= self._not_before):
-                acks, self._acks = self._acks, []
+            if self.ledger.has_acks() or (wanted and now >= self._not_before):
+                link, number = self._take_link()
                 self._coming += wanted
-                return self._take_link(), acks, wanted
+                return link, number, self.ledger.take_acks(), wanted
             if wanted:
                 return self._not_before  # the queues ran dry: poll after the pause
             return now + WAIT_SLICE  # every thread is busy: wait for one
 
-    def _pause(self, until: float) -> None:
-        wait = min(WAIT_SLICE, until - time.monotonic())
+    def pause(self, seconds: float | None) -> None:
+        """(The feeder.) Wait up to ``seconds`` (at most WAIT_SLICE) for a wake-up."""
+        wait = WAIT_SLICE if seconds is None else min(WAIT_SLICE, seconds)
         if wait <= 0:
             return
         try:
@@ -533,42 +478,35 @@ class Dispatcher:
             return max(0, min(self.concurrency + threads, self._aio_free))
         return max(0, threads)
 
-    def _round_trip(self, link: Any, acks: list[Work], wanted: int) -> list[Work]:
-        """One fetch on ``link``: every ack given, and up to ``wanted``
-        jobs. A failure leaves the acks pending in the record (the heartbeat's to retry)."""
+    def _round_trip(self, link: Any, number: int, acks: list[Work], wanted: int) -> list[Work]:
+        """One fetch on ``link``: every ack given, and up to ``wanted`` jobs, which enter
+        the ledger in the step the fetch leaves it. A failure leaves the acks PENDING in
+        the ledger (the heartbeat's to retry)."""
         try:
-            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted, self._ends(acks))
+            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted, _ends(acks))
         except BaseException:
-            for work in acks:
-                self.record.finished(work)  # its ack stays pending: the heartbeat's to retry
+            self.ledger.fetched(number, ())
+            self.ledger.acks_failed(acks)
             raise
         errors.recovered("Fetch")  # (logged before any job this fetch took can start)
-        for work in acks:
-            self.record.settled(work.raw, ACK)
-            self.record.finished(work)
+        self.ledger.fetched(number, works)
+        self.ledger.acks_sent(acks)
         self.acks_sent += len(acks)
         return works
 
-    def _ends(self, acks: list[Work]) -> list[Any]:
-        """The outcomes the acked runs keep (core/results.py): written with their acks."""
-        if not acks:
-            return []
-        ended_of = self.record.ended_of
-        return [e for e in map(ended_of, (a.raw for a in acks)) if e is not None]
-
-    def _take_link(self) -> Any:
-        """(Under the lock.) A free connection for a fetch about to be sent, numbered."""
+    def _take_link(self) -> tuple[Any, int]:
+        """(Under the lock.) A free connection for a fetch about to be sent, and the
+        fetch's number (out in the ledger from now: the reconcile waits for it)."""
         link = self._free_links.pop()
         self._sent += 1
-        self._out[id(link)] = self._sent
-        return link
+        self.ledger.fetch_out(self._sent)
+        return link, self._sent
 
     def _done_with(self, link: Any, wanted: int) -> None:
         """(Under the lock.) A fetch came back (or failed): its connection is free, and
         the jobs it asked for are no longer on their way; once the feeder has exited,
         its connection is closed (no round trip: the socket only)."""
         self._free_links.append(link)
-        self._out.pop(id(link), None)
         self._coming -= wanted
         if self._links_closed:
             link.close()
@@ -591,9 +529,6 @@ class Dispatcher:
         if self.aio is not None and works:
             works = self._to_loop(works)
         self._wanting -= len(works)
-        fetched = self._fetched
-        for work in works:
-            fetched[id(work)] = work  # known until its thread records it
         if self.control.stopping.is_set():
             return None  # listed, known: the hand-over's
         if self.control.quiet.is_set():
@@ -626,3 +561,25 @@ class Dispatcher:
         else:
             self._probe_at = time.monotonic() + PROBE_PAUSE
         return plain
+
+
+class Feeder(Background):
+    """The dispatcher's thread (background.Background): sends the fetches no processor
+    thread could, polls while the queues are empty, retries while Redis is away. A turn
+    that raised (a bug, never an outage: those are reported) is followed by the next
+    after a pause, with the dispatcher's state (threads waiting, acks) kept."""
+
+    name = "feeder"
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        super().__init__()
+        self.dispatcher = dispatcher
+
+    def step(self) -> float | None:
+        return self.dispatcher.feed_once()
+
+    def rest(self, seconds: float | None) -> None:
+        self.dispatcher.pause(seconds)
+
+    def last(self) -> None:
+        self.dispatcher.close_links()

@@ -24,7 +24,7 @@ from .. import conf
 from ..core import jobs, middleware, payload, retry
 from ..store import codec, errors, homes, keys
 from ..store.codec import wire
-from .record import Filing, Work
+from .ledger import Filing, Work
 
 log = logging.getLogger("cogworker_django")
 

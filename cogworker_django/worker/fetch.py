@@ -39,7 +39,7 @@ from ..core import payload, priority, results
 from ..store import connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
-from .record import ACK, Filing, Record, Work
+from .ledger import ACKING, FETCHED, PENDING, Filing, Ledger, Work
 
 log = logging.getLogger("cogworker_django")
 
@@ -89,7 +89,7 @@ class FetchStrategy:
         home whose retry, dead and schedule sets it is filed in."""
         return "", keys.home_of(queue_of(raw, self.fallback))
 
-    def source(self, record: Record, control: Any, concurrency: int) -> Any:
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
         raise NotImplementedError
 
     def ack(self, conn: redis.Redis, raw: str, ended: Any = None) -> None:
@@ -131,14 +131,14 @@ class FetchStrategy:
         if apart:
             errors.best_effort("Results", lambda: results.keep(conn, apart))
 
-    def hand_over(self, conn: redis.Redis, record: Record) -> None:
+    def hand_over(self, conn: redis.Redis, ledger: Ledger) -> None:
         raise NotImplementedError
 
     def beat(self, pipe: Any) -> list[str]:
         """Queue this mode's registry writes on the beat's pipeline; their names."""
         return []
 
-    def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
+    def after_beat(self, conn: redis.Redis, ledger: Ledger) -> None:
         """After a successful beat (best-effort)."""
 
     def forget(self, conn: redis.Redis) -> None:
@@ -173,10 +173,10 @@ class ReliableFetch(FetchStrategy):
         self._unknown_last_beat: set[tuple[str, str]] = set()
         self._out_last_beat: set[int] = set()  # the fetches out at that look
 
-    def source(self, record: Record, control: Any, concurrency: int) -> Any:
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
         from .dispatch import Dispatcher
 
-        return Dispatcher(self, record, control, concurrency)
+        return Dispatcher(self, ledger, control, concurrency)
 
     # Taking and settling -----------------------------------------------------------------
 
@@ -289,31 +289,31 @@ class ReliableFetch(FetchStrategy):
 
     # Shutdown ----------------------------------------------------------------------------
 
-    def hand_over(self, conn: redis.Redis, record: Record) -> None:
+    def hand_over(self, conn: redis.Redis, ledger: Ledger) -> None:
         """Settle this process's list in one atomic script (lua/handover.lua): pending
         acks dropped, finished-but-unfiled jobs to ``P:unsettled``, everything else on
         the list (unfinished jobs, a lost fetch reply) back on its queue. Raises if it
         could not run (nothing changed then)."""
-        pending = record.pending()
-        by_home: dict[str, dict[str, Any]] = {home: {} for home in self.lists}
-        for raw, how in pending.items():
-            by_home[self.settle_keys(raw)[1]][raw] = how
+        by_home: dict[str, list[Work]] = {home: [] for home in self.lists}
+        for work in ledger.works(PENDING, ACKING):  # (ACKING: an ack whose fetch never came back)
+            by_home[self.settle_keys(work.raw)[1]].append(work)
         for home, queues in self.groups:
-            self._hand_over_home(conn, record, home, queues[0], by_home[home])
+            self._hand_over_home(conn, home, queues[0], by_home[home])
+            ledger.handed_over(by_home[home])
 
     def _hand_over_home(
-        self, conn: redis.Redis, record: Record, home: str, fallback: str, pending: dict
+        self, conn: redis.Redis, home: str, fallback: str, pending: list[Work]
     ) -> None:
         """One home's list, in one script (a home once settled has nothing left to
         settle, so a retry after another home failed repeats nothing)."""
-        acks = [raw for raw, how in pending.items() if how == ACK]
-        filings = {raw: how for raw, how in pending.items() if how != ACK}
+        acks = [w.raw for w in pending if w.filing is None]
+        filings = [w for w in pending if w.filing is not None]
         listed = Counter(text(r) for r in conn.lrange(self.lists[home], 0, -1))
         # Every copy on the list is requeued, except one per pending settlement (two
         # identical payloads are two jobs).
-        for raw in pending:
-            if listed[raw] > 0:
-                listed[raw] -= 1
+        for work in pending:
+            if listed[work.raw] > 0:
+                listed[work.raw] -= 1
         requeue = list(listed.elements())
         if not (requeue or pending):
             return
@@ -322,15 +322,13 @@ class ReliableFetch(FetchStrategy):
             for r in requeue
         ]
         args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
-        for raw, filing in filings.items():
-            assert isinstance(filing, Filing)
-            args += [wire(raw), filing.unsettled_entry()]
+        for work in filings:
+            assert work.filing is not None
+            args += [wire(work.raw), work.filing.unsettled_entry()]
         args += map(wire, requeue)
         _acked, handed, requeued = scripts.run(
             "handover", conn, [self.lists[home], keys.unsettled(home), *queue_keys], args
         )
-        for raw, how in pending.items():
-            record.settled(raw, how)
         if requeued:
             log.warning("requeued %d job(s) unfinished at shutdown", requeued)
         if handed:
@@ -350,7 +348,7 @@ class ReliableFetch(FetchStrategy):
         pipe.sadd(keys.inprogress_homes(self.identity), *self.lists)
         return ["in-progress registry", "last-beat stamp", "in-progress homes"]
 
-    def after_beat(self, conn: redis.Redis, record: Record, source: Any) -> None:
+    def after_beat(self, conn: redis.Redis, ledger: Ledger) -> None:
         """Requeue jobs on this process's list that it does not know it has (a fetch whose
         reply was lost): only those seen unknown on two beats in a row, and only once
         every fetch that was out at the first of them has come back, so a fetch in
@@ -359,13 +357,10 @@ class ReliableFetch(FetchStrategy):
         listed = {
             (home, text(r)) for home in self.lists for r in conn.lrange(self.lists[home], 0, -1)
         }
-        # In this order, each read after the last: a fetch that wrote a listed job is out
-        # now, or has handed its jobs out (in one step under the dispatcher's lock) before
-        # the source's jobs are read; a job moves from the source to the record by being
-        # recorded first, so it is in whichever of the two is read when.
-        out = source.in_flight()
-        known = source.known()
-        known |= record.running_raws() | set(record.pending())
+        # Read after the list: a fetch that wrote a listed job is out now, or its jobs are
+        # in the ledger (they enter it in the step the fetch leaves it: one snapshot).
+        snapshot = ledger.snapshot()
+        known, out = snapshot.known, set(snapshot.fetches_out)
         unknown = {(home, raw) for home, raw in listed if raw not in known}
         if self._out_last_beat & out:
             confirmed: set[tuple[str, str]] = set()  # one may yet bring them: next beat
@@ -432,8 +427,8 @@ class BasicFetch(FetchStrategy):
         # Jobs the hand-over pushed already, across its retries (each pushed once).
         self._handed: set[int] = set()
 
-    def source(self, record: Record, control: Any, concurrency: int) -> Any:
-        return BasicSource(self, record)
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
+        return BasicSource(self, ledger)
 
     def beat(self, pipe: Any) -> list[str]:
         # The last-beat stamp, as reliable fetch writes it: a process that claimed
@@ -498,23 +493,22 @@ class BasicFetch(FetchStrategy):
         if ended is not None:
             results.keep(conn, [ended])
 
-    def hand_over(self, conn: redis.Redis, record: Record) -> None:
-        """No in-progress list: requeue from the record. Each job is pushed once (across
+    def hand_over(self, conn: redis.Redis, ledger: Ledger) -> None:
+        """No in-progress list: requeue from the ledger (every job started and not
+        settled, and any fetched and not started). Each job is pushed once (across
         retries); raises if any could not be pushed, so the caller retries the rest."""
-        pending = record.pending()
         moved = 0
         failure: Exception | None = None
         items: list[tuple[int, str, bytes]] = []
-        for work in record.running():
-            if work.raw not in pending:
-                items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
+        for work in [*ledger.running(), *ledger.works(FETCHED)]:
+            items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
         unsettled = set()
-        for raw, how in pending.items():
-            if isinstance(how, Filing):
-                entry = how.unsettled_entry().encode()
-                key = keys.unsettled(self.settle_keys(raw)[1])
+        for work in ledger.works(PENDING):
+            if work.filing is not None:
+                entry = work.filing.unsettled_entry().encode()
+                key = keys.unsettled(self.settle_keys(work.raw)[1])
                 unsettled.add(key)
-                items.append((hash((raw, how)), key, entry))
+                items.append((id(work), key, entry))
         for ident, key, value in items:
             if ident in self._handed:
                 continue
@@ -534,39 +528,25 @@ class BasicFetch(FetchStrategy):
 
 class BasicSource:
     """Basic fetch's job source: each thread fetches for itself (BRPOP), and a finished
-    job needs no ack (BRPOP removed it from Redis)."""
+    job needs no ack (BRPOP removed it from Redis): only the outcomes the runs keep,
+    written with the next fetch (or by the heartbeat when it fails)."""
 
-    def __init__(self, strategy: BasicFetch, record: Record) -> None:
+    def __init__(self, strategy: BasicFetch, ledger: Ledger) -> None:
         self.strategy = strategy
-        self.record = record
+        self.ledger = ledger
 
-    def next(self, conn: redis.Redis, done: Work | None) -> Work | None:
+    def next(self, conn: redis.Redis) -> Work | None:
         """The next job (None when every queue stayed empty); raises while Redis is away
-        (the processor reports it and backs off). The outcome ``done`` keeps rides with
-        this fetch; if the fetch fails it stays pending, for the heartbeat to write."""
-        ended = self.record.ended_of(done.raw) if done is not None else None
-        if done is not None and ended is None:
-            self._settled(done)
+        (the processor reports it and backs off)."""
+        done = self.ledger.take_acks()
         try:
-            work = self.strategy.fetch(conn, ends=[ended] if ended is not None else [])
+            work = self.strategy.fetch(conn, ends=[w.ended for w in done if w.ended is not None])
         except BaseException:
-            if done is not None and ended is not None:
-                self.record.finished(done)  # pending: settle_pending writes its outcome
+            self.ledger.acks_failed(done)  # the heartbeat writes their outcomes
             raise
-        if done is not None and ended is not None:
-            self._settled(done)
+        self.ledger.acks_sent(done)
         errors.recovered("Fetch")
         return work
-
-    def _settled(self, done: Work) -> None:
-        self.record.settled(done.raw, ACK)
-        self.record.finished(done)
-
-    def release(self, conn: redis.Redis, done: Work) -> None:
-        ended = self.record.ended_of(done.raw)
-        if ended is not None:  # its outcome, with no ack to ride with (best-effort: rule 4)
-            errors.best_effort("Results", lambda: self.strategy.ack(conn, done.raw, ended))
-        self._settled(done)
 
     def give_back(self, work: Work) -> bool:
         """A job fetched as the process stops: it exists only here, so it runs."""
@@ -582,14 +562,13 @@ class BasicSource:
         """No fetching of its own to wait for (the processor threads' are waited for)."""
         return False
 
-    def known(self) -> set[str]:
-        return set()
-
-    def taken(self, work: Work) -> None:
-        """Nothing to forget: this source keeps no job it fetched."""
-
     def flush(self, conn: redis.Redis) -> None:
-        """Nothing waits for an ack."""
+        """The outcomes of the last runs, at shutdown (best-effort, rule 4)."""
+        done = self.ledger.take_acks()
+        ends = [w.ended for w in done if w.ended is not None]
+        if ends:
+            errors.best_effort("Results", lambda: results.keep(conn, ends))
+        self.ledger.acks_sent(done)
 
 
 def for_mode(mode: str, identity: str, queues: tuple[QueueSpec, ...]) -> FetchStrategy:

@@ -1,4 +1,6 @@
-"""The heartbeat: this process's presence and registries, every ``HEARTBEAT_INTERVAL``.
+"""The heartbeat: this process's presence and registries, every ``HEARTBEAT_INTERVAL``,
+and the admin's signals to it (quiet, stop, cancel) between beats: one thread
+(background.Background), which waits for those signals on its pub/sub channel.
 
 Duties, each beat:
 - the presence key ``P:process:<id>`` (info, busy, quiet; TTL a few beats): the one
@@ -10,7 +12,7 @@ Duties, each beat:
 - then, each best-effort: the stats flush, pending settlements, deferred lock releases,
   the hooks given to it (the plugins' ``beat``: lock refreshes, limiter lease refreshes,
   the cancel flags of the runs in progress, deferred task results), and the fetch strategy's own step after a beat (reliable fetch
-  reconciles its in-progress list with the record).
+  reconciles its in-progress list with the ledger).
 
 What differs by fetch mode (the registries written, the reconcile, the clean-up at exit)
 is the fetch strategy's (fetch.py): nothing here branches on the mode.
@@ -43,8 +45,9 @@ from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
 from ..store import connection, errors, keys, listing, scripts
+from .background import Background
 from .fetch import FetchStrategy
-from .record import Record
+from .ledger import Ledger
 from .settlement import settle_pending
 
 
@@ -62,8 +65,7 @@ class Pool(Protocol):
     identity: str
     concurrency: int
     fetcher: FetchStrategy
-    record: Record
-    source: Any
+    ledger: Ledger
 
     @property
     def quieted(self) -> bool: ...
@@ -169,7 +171,9 @@ def _rss_kb() -> int | None:
     return None
 
 
-class Heartbeat:
+class Heartbeat(Background):
+    name = "heartbeat"
+
     def __init__(
         self,
         manager: Pool,
@@ -178,6 +182,7 @@ class Heartbeat:
         on_stop_signal: Callable[[], None],
         hooks: Sequence[tuple[str, Callable[[Beat], None]]] = (),
     ) -> None:
+        super().__init__()
         self.manager = manager
         # (name, hook): called after each beat's presence write (the worker's plugins:
         # worker/plugins.py); a failure is reported under the name.
@@ -187,29 +192,36 @@ class Heartbeat:
         self.interval = conf.get().HEARTBEAT_INTERVAL
         self.started_at = time.time()
         self._on_stop_signal = on_stop_signal
-        self._stopping = threading.Event()
         self._beat_failed = False
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
-        self._threads: list[threading.Thread] = []
-        self._subscriber: Any = None
+        # The admin's signals: a pub/sub connection of its own (rest), and when to try
+        # it again after it failed (monotonic).
+        self._pubsub: Any = None
+        self._pubsub_client: Any = None
+        self._subscribe_at = 0.0
 
     # Lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         self.beat()  # synchronous, raises if Redis is unreachable: see module docstring
-        for target, name in ((self._beat_loop, "heartbeat"), (self._subscribe_loop, "signals")):
-            t = threading.Thread(target=target, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
+        super().start()
 
     def stop(self) -> None:
-        """Stop both threads (never hangs: the subscriber polls with a timeout)."""
-        self._stopping.set()
-        for t in self._threads:
-            if t is not threading.current_thread():
-                t.join(3)
+        """Stop the thread (never hangs: its wait looks at the stop every SIGNAL_POLL)."""
+        super().stop()
+        self.join(3)
+
+    def first(self) -> None:
+        self.rest(self.interval)  # the first beat was written by start()
+
+    def step(self) -> float:
+        self.beat_safely()
+        return self.interval
+
+    def last(self) -> None:
+        self._close_pubsub()
 
     def remove_presence(self) -> None:
         conn = connection.get_client()
@@ -223,10 +235,6 @@ class Heartbeat:
             errors.report("Heartbeat", exc, "presence not removed at exit")
 
     # Beats -------------------------------------------------------------------------------
-
-    def _beat_loop(self) -> None:
-        while not self._stopping.wait(self.interval):
-            self.beat_safely()
 
     def beat_safely(self) -> bool:
         try:
@@ -319,46 +327,72 @@ class Heartbeat:
     def _after_beat(self, conn: Any, recovering: bool) -> None:
         errors.best_effort("Stats flush", lambda: stats.counters.flush(conn))
         pool = self.manager
-        if pool.record.pending():
+        if pool.ledger.pending():
             # Same component as the processors' own filing: one outage line, one recovery.
-            errors.best_effort("Settle", lambda: settle_pending(pool.record, pool.fetcher, conn))
+            errors.best_effort("Settle", lambda: settle_pending(pool.ledger, pool.fetcher, conn))
         beat = Beat(conn, recovering)
         for name, hook in self.hooks:
             errors.best_effort(name, functools.partial(hook, beat))
         locks.retry_deferred()
-        errors.best_effort(
-            "Reconcile", lambda: pool.fetcher.after_beat(conn, pool.record, pool.source)
-        )
+        errors.best_effort("Reconcile", lambda: pool.fetcher.after_beat(conn, pool.ledger))
 
-    # Signals from the admin --------------------------------------------------------------
+    # Signals from the admin, between beats ------------------------------------------------
 
-    def _subscribe_loop(self) -> None:
-        channel = keys.signal(self.identity)
-        while not self._stopping.is_set():
-            pubsub = client = None
+    def rest(self, seconds: float | None) -> None:
+        """Until the next beat is due: the admin's signals as they come (the pub/sub
+        channel read every SIGNAL_POLL at most, the stop looked at as often)."""
+        deadline = time.monotonic() + (self.interval if seconds is None else seconds)
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            wait = min(SIGNAL_POLL, left)
+            pubsub = self._subscribed()
+            if pubsub is None:
+                self._stop.wait(wait)
+                continue
             try:
-                client = connection.new_client()
-                pubsub = client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(channel)
-                errors.recovered("Signal subscriber")
-                while not self._stopping.is_set():
-                    message = pubsub.get_message(timeout=SIGNAL_POLL)
-                    if message and message.get("type") == "message":
-                        self._dispatch(message.get("data"))
+                message = pubsub.get_message(timeout=wait)
             except Exception as exc:  # noqa: BLE001 - reconnect after any error
-                if self._stopping.is_set():
+                if self.stopping:
                     return
                 errors.report("Signal subscriber", exc)
-                self._stopping.wait(1.0)
-            finally:
-                # Each attempt has its own client (and pool): close both, or every
-                # reconnect during an outage would leak one.
-                for closable in (pubsub, client):
-                    if closable is not None:
-                        try:
-                            closable.close()
-                        except Exception:  # noqa: BLE001
-                            pass
+                self._close_pubsub()
+                self._subscribe_at = time.monotonic() + 1.0
+                continue
+            if message and message.get("type") == "message":
+                self._dispatch(message.get("data"))
+
+    def _subscribed(self) -> Any:
+        """The pub/sub connection on this process's channel; None while it can't be made
+        (tried again a second later)."""
+        if self._pubsub is not None:
+            return self._pubsub
+        if time.monotonic() < self._subscribe_at:
+            return None
+        try:
+            self._pubsub_client = connection.new_client()
+            pubsub = self._pubsub_client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(keys.signal(self.identity))
+        except Exception as exc:  # noqa: BLE001 - Redis away: tried again
+            errors.report("Signal subscriber", exc)
+            self._close_pubsub()
+            self._subscribe_at = time.monotonic() + 1.0
+            return None
+        errors.recovered("Signal subscriber")
+        self._pubsub = pubsub
+        return pubsub
+
+    def _close_pubsub(self) -> None:
+        # Each attempt has its own client (and pool): close both, or every reconnect
+        # during an outage would leak one.
+        for closable in (self._pubsub, self._pubsub_client):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        self._pubsub = self._pubsub_client = None
 
     def _dispatch(self, data: Any) -> None:
         command = data.decode() if isinstance(data, bytes) else str(data)

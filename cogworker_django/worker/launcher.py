@@ -2,8 +2,13 @@
 
 Boot: settings and options are validated (by the command), job modules imported,
 periodic callables resolved on this main thread (rule 10), the fetch mode chosen, the
-first heartbeat written synchronously, then processors, poller and ticker start, and one
-summary line is logged.
+first heartbeat written synchronously, then the processors and the chores thread (the
+poller, orphan recovery, the plugins' chores: background.Chores) start, and one summary
+line is logged.
+
+Shutdown: the stop order is one list (:meth:`Launcher.stop_steps`): what stops first
+stops taking new work; the chores (periodic ticks among them: rule 16) go on until the
+running jobs are done and handed over.
 
 Signals: TERM/INT stop gracefully (a second one cuts the wait short: the hand-over still
 runs, then the process exits), TSTP quiets, TTIN logs every thread's stack.
@@ -32,6 +37,7 @@ from ..observe import stats
 from ..store import connection, errors
 from . import fetch
 from . import plugins as plugin_list
+from .background import Chore, Chores
 from .heartbeat import Heartbeat
 from .manager import Manager
 from .plugins import Plugin, RunContext
@@ -114,7 +120,10 @@ class Launcher:
         self._stopping = False
         self._stop_signal_at: float | None = None
         self._force = threading.Event()
-        self.components: list[Any] = []  # started after the processors, stopped before them
+        # The plugins' components with a lifecycle of their own (start, stop); their
+        # chores go on the chores thread.
+        self.components: list[Any] = []
+        self.chores = Chores(connection.get_client)
         self.ctx: RunContext | None = None
 
     # Signals -----------------------------------------------------------------------------
@@ -166,7 +175,7 @@ class Launcher:
             identity=self.identity,
             queues=self.queues,
             started_at=self.started_at,
-            record=self.manager.record,
+            ledger=self.manager.ledger,
             watchdog=self.manager.watchdog,
             nudge=getattr(self.manager.source, "nudge", None),
             recovered_once=lambda: self.recovery.completed_once,
@@ -179,9 +188,14 @@ class Launcher:
         )
         self.recovery = OrphanRecovery(self.identity, self.heartbeat, self.queues[0].name)
         self.poller = Poller(self.recovery)
+        plugin_chores: list[Chore] = []
         for plugin in self.plugins:
-            self.components.extend(plugin.start(self.ctx))
+            for part in plugin.start(self.ctx):
+                (plugin_chores if isinstance(part, Chore) else self.components).append(part)
             self.poller.timers.extend(plugin.timers(self.ctx))
+        self.chores.add(self.poller.chore())
+        for chore in plugin_chores:
+            self.chores.add(chore)
 
         self.heartbeat.start()
         s = conf.get()
@@ -201,7 +215,7 @@ class Launcher:
             s.PREFIX,
         )
         self.manager.start()
-        self.poller.start()
+        self.chores.start()
         for c in self.components:
             c.start()
 
@@ -239,22 +253,33 @@ class Launcher:
 
     def shutdown(self) -> int:
         """Stop the parts (after ``manager.begin_stop``): what TERM leads to."""
-        for c in self.components:
-            errors.best_effort("Shutdown", c.stop)
-        self.poller.stop()
-        self.manager.stop(self.shutdown_timeout, self._force)
-        # Last chance for releases deferred by a recent outage (they live in memory).
-        locks.retry_deferred()
-        errors.best_effort("Stats flush", lambda: stats.counters.flush(connection.get_client()))
-        ctx = self.ctx
-        assert ctx is not None
-        for plugin in self.plugins:
-            # What each keeps in memory (history: the runs that finished during the wait).
-            errors.best_effort(plugin.name, functools.partial(plugin.exit, ctx))
-        self.heartbeat.stop()
-        self.heartbeat.remove_presence()
+        for name, step in self.stop_steps():
+            errors.best_effort(name, step)
         log.info("cogworker %s stopped", self.identity)
         return 0
+
+    def stop_steps(self) -> list[tuple[str, Any]]:
+        """The stop order: (name, step), each run in turn, best-effort."""
+        ctx = self.ctx
+        assert ctx is not None
+        return [
+            *(("Shutdown", c.stop) for c in self.components),
+            # Running jobs finish (up to the shutdown timeout), the rest is handed over.
+            ("Shutdown", lambda: self.manager.stop(self.shutdown_timeout, self._force)),
+            # The chores went on meanwhile (a slot due during the drain fires: rule 16).
+            ("Shutdown", self._stop_chores),
+            # Last chance for releases deferred by a recent outage (they live in memory).
+            ("Lock release", locks.retry_deferred),
+            ("Stats flush", lambda: stats.counters.flush(connection.get_client())),
+            # What each plugin keeps in memory (history: the runs that finished meanwhile).
+            *((p.name, functools.partial(p.exit, ctx)) for p in self.plugins),
+            ("Heartbeat", self.heartbeat.stop),
+            ("Heartbeat", self.heartbeat.remove_presence),
+        ]
+
+    def _stop_chores(self) -> None:
+        self.chores.stop()
+        self.chores.join(connection.longest_call())
 
 
 def dump_threads() -> None:

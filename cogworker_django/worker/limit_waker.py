@@ -2,7 +2,8 @@
 limiter has room (controls/limits.py parks them: filed in the schedule, indexed in
 ``P:limit:<name>:waiting``).
 
-One per worker process, a thread that sleeps until the next moment room can appear:
+One per worker process, a chore of the chores thread (background.Chores) due at the next
+moment room can appear:
 
 - a lease released in this process (or freed as a dead process's): at once, on the
   releasing thread, so the room is offered before that thread fetches again;
@@ -23,14 +24,13 @@ waiting jobs.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from .. import conf
-from ..controls import limits
 from ..core import payload
 from ..store import codec, connection, errors, keys, scripts
+from .background import Chore
 from .fetch import text
 from .poller import move_scheduled
 
@@ -51,47 +51,26 @@ def hold() -> float:
     return 2 * conf.get().POLL_INTERVAL
 
 
-class LimitWaker:
+class LimitWaker(Chore):
     def __init__(self, nudge: Callable[[], Any] | None = None) -> None:
+        super().__init__(COMPONENT, self._look_all, conf.get().POLL_INTERVAL)
         # Tells this process's feeder that jobs were just queued (reliable fetch polls
         # with a pause once the queues run dry: the moved jobs need not wait for it).
         self._nudge = nudge
-        self._poke = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        limits.wake_hook = self.wake
-        self._thread = threading.Thread(target=self._loop, name="limit-waker", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        if limits.wake_hook == self.wake:
-            limits.wake_hook = None
-        self._stop.set()
-        self._poke.set()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def wake(self, names: tuple[str, ...], released: bool) -> None:
+    def wake_for(self, names: tuple[str, ...], released: bool) -> None:
         """A lease of these limiters was released: look now, on the caller's thread. Or
         a job was parked in them: the waker's loop looks at once and plans its next look
         (the end of a rate window)."""
         if released:
             self.look(names)
         else:
-            self._poke.set()
+            self.wake()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            pause = conf.get().POLL_INTERVAL
-            try:
-                pause = min(pause, self.look())
-                errors.recovered(COMPONENT)
-            except Exception as exc:  # noqa: BLE001 - Redis away: the next look retries
-                errors.report(COMPONENT, exc)
-            self._poke.wait(pause)
-            self._poke.clear()
+    def _look_all(self, conn: Any) -> float:
+        pause = min(conf.get().POLL_INTERVAL, self.look())
+        errors.recovered(COMPONENT)
+        return pause
 
     def look(self, names: tuple[str, ...] | None = None) -> float:
         """Move the waiting jobs that fit now; returns the seconds until room can next

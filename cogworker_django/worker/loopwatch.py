@@ -4,7 +4,8 @@ The loop runs a tick every ``TICK`` seconds; how late a tick runs is the loop's 
 (the ``cogworker_event_loop_lag_seconds`` metric: the worst of about ``LAG_WINDOW``). A coroutine that makes a blocking
 call (``time.sleep``, a sync HTTP or database client, CPU-bound work) holds the loop:
 no other async job moves until it returns. A watcher thread notices a tick overdue by
-``BLOCKED`` and notes which run's task the loop is in; when the loop comes back, the
+``BLOCKED`` and notes which run's task the loop is in (the watchdog's thread looks, at
+each of its ticks: timeouts.Watchdog.also); when the loop comes back, the
 late tick names it in a warning with its jid and how long it held the loop (and a hold
 still going on after ``LONG_HOLD`` is named at once). At most one warning per job
 function per ``WARN_EVERY``: a job that blocks on every run must not flood the log.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +53,6 @@ class LoopWatch:
         self._suspect: Any = None  # the run the loop was in while a tick was overdue
         self._named_long: Any = None  # the run named as holding the loop still
         self._warned: dict[str, float] = {}  # job function -> last warning (monotonic)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     # The loop's side ---------------------------------------------------------------------
 
@@ -86,28 +84,22 @@ class LoopWatch:
 
     # The watcher thread ------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._watch, name="loop-watch", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(TICK):
-            try:
-                overdue = time.monotonic() - self._due
-                if overdue < BLOCKED:
-                    continue
-                run = self._run_in_hand()
-                if run is None:
-                    continue
-                self._suspect = run
-                if overdue >= LONG_HOLD and self._named_long is not run:
-                    self._named_long = run
-                    self._warn(run, overdue, over=False)
-            except Exception as exc:  # noqa: BLE001 - the watch goes on
-                errors.report("Event loop watch", exc)
+    def look(self) -> None:
+        """(The watchdog's thread, each tick.) Is a tick of the loop overdue, and which
+        run's task is it in?"""
+        try:
+            overdue = time.monotonic() - self._due
+            if overdue < BLOCKED:
+                return
+            run = self._run_in_hand()
+            if run is None:
+                return
+            self._suspect = run
+            if overdue >= LONG_HOLD and self._named_long is not run:
+                self._named_long = run
+                self._warn(run, overdue, over=False)
+        except Exception as exc:  # noqa: BLE001 - the watch goes on
+            errors.report("Event loop watch", exc)
 
     def _run_in_hand(self) -> Any:
         """The run whose task the loop is in now (None: none of the runs')."""

@@ -1,8 +1,8 @@
-"""The processor threads of one worker process, its record of jobs, quiet and stop.
+"""The processor threads of one worker process, its ledger of jobs, quiet and stop.
 
 Duties:
-- build the process's run state (record, control, work board) and the job source from
-  the fetch strategy, and hand them to ``CONCURRENCY`` processors;
+- build the process's run state (the ledger, the control) and the job source from the
+  fetch strategy, and hand them to ``CONCURRENCY`` processors;
 - replace (and log) a processor whose thread died, as soon as it dies;
 - run the event loop of ``async def`` jobs (aio.py, with reliable fetch): its slots are
   fetched for with the threads', and it stops with them;
@@ -29,8 +29,8 @@ from ..controls.errors import JobTimeout
 from ..core import middleware
 from ..store import connection, errors
 from .fetch import FetchStrategy
+from .ledger import PERFORMING, SETTLING, Control, Ledger
 from .processor import Processor, RunChain
-from .record import Control, Record, WorkBoard
 from .settlement import hand_over
 from .timeouts import Watchdog, Watched
 
@@ -63,10 +63,9 @@ class Manager:
         if async_concurrency is None:
             async_concurrency = conf.get().ASYNC_CONCURRENCY
         self.async_concurrency = async_concurrency
-        self.record = Record()
+        self.ledger = Ledger()
         self.control = Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-        self.board = WorkBoard()
-        self.source = fetcher.source(self.record, self.control, concurrency)
+        self.source = fetcher.source(self.ledger, self.control, concurrency)
         # Set once the shutdown hand-over ran (for callers that wait on it).
         self.handed_over = False
         self._lock = threading.Lock()
@@ -87,10 +86,9 @@ class Manager:
             return None  # no async job registered: the plain path alone, as it was
         aio = AsyncSide(
             self.async_concurrency,
-            record=self.record,
+            ledger=self.ledger,
             strategy=self.fetcher,
             control=self.control,
-            board=self.board,
             watchdog=self.watchdog,
             chain=self._chain(),
             hand_in=self.source.hand_in,
@@ -104,11 +102,10 @@ class Manager:
     def _processor(self, index: int) -> Processor:
         return Processor(
             index,
-            record=self.record,
+            ledger=self.ledger,
             strategy=self.fetcher,
             source=self.source,
             control=self.control,
-            board=self.board,
             on_death=self._processor_died,
             chain=self._chain(),
             watchdog=self.watchdog,
@@ -132,11 +129,10 @@ class Manager:
         self.source.wake_waiting()
 
     def busy_count(self) -> int:
-        busy = sum(1 for p in self.processors if p.busy)
-        return busy + self.aio.busy() if self.aio is not None else busy
+        return self.ledger.busy()
 
     def work_snapshot(self) -> dict[str, str]:
-        return self.board.snapshot()
+        return self.ledger.board()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -239,9 +235,7 @@ class Manager:
         # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
         fetching = self._join_fetchers(connection.longest_call())
-        still = [self.board.describe(p.name) for p in self.processors if p.busy and p.alive()]
-        if self.aio is not None:
-            still += self.aio.still_running()
+        still = [self.ledger.describe(w) for w in self.ledger.works(PERFORMING, SETTLING)]
         if still:
             log.warning(
                 "%s: %d job(s) still running (%s) will be requeued",
@@ -253,12 +247,12 @@ class Manager:
         source = self.source
         errors.best_effort("Ack", lambda: source.flush(connection.get_client()))
         if self.aio is not None and self.aio.runs:
-            # Coroutines still running are refused their settlement from here (record.py),
+            # Coroutines still running are refused their settlement from here (ledger.py),
             # then cancelled: each unwinds (its finally blocks run) before the hand-over
             # requeues its job, and none is both requeued and filed.
-            self.record.begin_hand_over(connection.longest_call())
+            self.ledger.begin_hand_over(connection.longest_call())
             self.aio.cancel_running(CANCEL_UNWIND)
-        hand_over(self.record, self.fetcher, force)
+        hand_over(self.ledger, self.fetcher, force)
         self.handed_over = True
         if self._join_fetchers(connection.longest_call()) or fetching:
             # A fetch out at either wait (or a thread not yet gone) may have taken jobs
@@ -266,7 +260,7 @@ class Manager:
             # Control.stopping), even if it came back before the second wait looked: a
             # second pass requeues them now. Nearly every stop runs it; with nothing left
             # it is one LRANGE per home.
-            hand_over(self.record, self.fetcher, force)
+            hand_over(self.ledger, self.fetcher, force)
         self.watchdog.stop()
         if self.aio is not None:
             self.aio.stop()

@@ -10,8 +10,10 @@ registers itself anywhere):
   processor has its own chain); the list's order is the chain's, outermost first, and
   the user's ``COGWORKER["MIDDLEWARE"]["server"]`` runs inside all of them;
 - ``start(ctx)``: once the process's run state exists (:class:`RunContext`), before the
-  first job can run; returns the plugin's components (objects with ``start()`` and
-  ``stop()``: threads of its own), started after the processors and stopped before them;
+  first job can run; returns the plugin's components: chores (background.Chore), run on
+  the process's chores thread until the running jobs are handed over, or objects with
+  ``start()`` and ``stop()`` (a lifecycle of their own), started after the processors
+  and stopped before them;
 - ``timers(ctx)``: ``(name, interval, fn)`` triples the poller calls with a Redis
   client every ``interval`` seconds (0: every poll);
 - ``beat(ctx, beat)``: after each heartbeat's presence write (:class:`Beat`); an
@@ -40,7 +42,10 @@ from ..observe import runlog, telemetry
 from ..periodic import entries, running_lock, ticker
 from ..workflows.middleware import BatchMiddleware
 from . import keyguard
+from .background import Chore
 from .heartbeat import Beat
+from .ledger import Ledger
+from .timeouts import Watchdog
 
 Timer = tuple[str, float, Callable[[Any], Any]]
 
@@ -53,8 +58,8 @@ class RunContext:
     identity: str
     queues: tuple[QueueSpec, ...]
     started_at: float  # the process's start (epoch): periodic slots due after it are its own
-    record: Any  # worker/record.Record: the jobs this process holds and performs
-    watchdog: Any  # worker/timeouts.Watchdog: the runs in a job, their cancellation
+    ledger: Ledger  # every job this process holds: what it performs, what it owes Redis
+    watchdog: Watchdog  # the runs in a job, their time limits and cancellation
     nudge: Callable[[], Any] | None  # wakes the job source's fetch at once (None: no such)
     recovered_once: Callable[[], bool]  # orphan recovery has completed at least once
 
@@ -91,10 +96,25 @@ class History(Plugin):
         return (history.HistoryMiddleware(),)
 
     def start(self, ctx: RunContext) -> Sequence[Any]:
-        return (history.HistoryFlusher(ctx.identity),) if history.enabled() else ()
+        if not history.enabled():
+            return ()
+        history.buffer.worker = ctx.identity
+        flush = Chore(
+            history.COMPONENT,
+            _flush_history,
+            history.FLUSH_INTERVAL,
+            first_at=history.FLUSH_INTERVAL,
+        )
+        history.buffer.on_full = flush.wake  # a batch waiting: flushed at once
+        return (flush,)
 
     def exit(self, ctx: RunContext) -> None:
+        history.buffer.on_full = None
         history.flush_safely()  # runs that finished while the processors stopped
+
+
+def _flush_history(conn: Any) -> None:
+    history.flush_safely(conn)  # (an outage is reported there, once)
 
 
 class Telemetry(Plugin):
@@ -130,7 +150,7 @@ class Periodic(Plugin):
         return (running_lock.RunningLockMiddleware(),)
 
     def start(self, ctx: RunContext) -> Sequence[Any]:
-        self._refresher = running_lock.LockRefresher(ctx.record)
+        self._refresher = running_lock.LockRefresher(ctx.ledger)
         periodic = entries.load()
         if not periodic:
             return ()
@@ -156,6 +176,7 @@ class Controls(Plugin):
 
     def __init__(self) -> None:
         self._leases = limits.LeaseRefresher()
+        self._waker: Any = None
 
     def validate(self) -> None:
         from ..core import jobs
@@ -173,7 +194,14 @@ class Controls(Plugin):
             return ()
         from .limit_waker import LimitWaker
 
-        return (LimitWaker(nudge=ctx.nudge),)
+        self._waker = LimitWaker(nudge=ctx.nudge)
+        # Leases released and jobs parked in this process wake it.
+        limits.wake_hook = self._waker.wake_for
+        return (self._waker,)
+
+    def exit(self, ctx: RunContext) -> None:
+        if self._waker is not None and limits.wake_hook == self._waker.wake_for:
+            limits.wake_hook = None
 
     def beat(self, ctx: RunContext, beat: Beat) -> None:
         try:

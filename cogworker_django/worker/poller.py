@@ -1,6 +1,7 @@
-"""The poller thread: moves due jobs from ``P:schedule`` and ``P:retry`` to their queues,
-and runs the periodic chores (orphan recovery, filing ``P:unsettled``, timers such as
-the key guard).
+"""The poller, a chore of the chores thread (background.Chores): moves due jobs from
+``P:schedule`` and ``P:retry`` to their queues, and runs the periodic duties that go
+with a poll (orphan recovery, filing ``P:unsettled``, the plugins' timers such as the
+key guard).
 
 Each due job moves by one script that adds before it removes (rule 2), with the new
 payload (``enqueued_at`` re-stamped) built here in Python (rule 3). The poll interval
@@ -13,7 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from .. import conf
 from ..core import departures, payload, route
 from ..store import connection, errors, homes, keys, listing, outbox, scripts
+from .background import Chore
 from .fetch import text, wire
 from .recovery import OrphanRecovery
 from .unsettled import file_unsettled
@@ -125,8 +126,7 @@ class Poller:
         self.recovery = recovery
         self.interval = s.POLL_INTERVAL
         self.orphan_interval = s.ORPHAN_CHECK_INTERVAL
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._booted = False
         self._process_count = 1
         # Extra chores: (name, interval, function(conn)); the key guard registers one.
         self.timers: list[tuple[str, float, Callable[[Any], Any]]] = []
@@ -134,26 +134,25 @@ class Poller:
         self.backoff = errors.Backoff()
         self._next_run: dict[str, float] = {}
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="poller", daemon=True)
-        self._thread.start()
+    def chore(self) -> Chore:
+        """The poll as a chore of the chores thread: at start, then every pause."""
+        return Chore("Scheduled poller", self.run, self.interval)
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(5)
+    def run(self, conn: Any) -> float:
+        """One poll (the first also runs every timer once); returns the pause until the
+        next."""
+        if not self._booted:
+            self._booted = True
+            self._boot_chores(conn)
+        else:
+            self.poll_once(conn)
+        return self._pause()
 
     def _pause(self) -> float:
         scale = min(max(self._process_count, 1), MAX_SCALE)
         return self.interval * scale * random.uniform(0.5, 1.5)
 
-    def _loop(self) -> None:
-        self._boot_chores()
-        while not self._stopping.wait(self._pause()):
-            self.poll_once()
-
-    def _boot_chores(self) -> None:
-        conn = connection.get_client()
+    def _boot_chores(self, conn: Any) -> None:
         now = time.monotonic()
         # The first orphan pass runs on the first poll (it counts nobody's missed beats
         # from before this process's own first beat: OrphanRecovery), then every orphan
@@ -163,10 +162,10 @@ class Poller:
         for name, _interval, fn in self.timers:
             errors.best_effort(name, functools.partial(fn, conn))
             self._next_run[name] = now + _interval
-        self.poll_once()
+        self.poll_once(conn)
 
-    def poll_once(self) -> None:
-        conn = connection.get_client()
+    def poll_once(self, conn: Any = None) -> None:
+        conn = conn or connection.get_client()
         self.backoff.run("Scheduled poller", lambda: enqueue_due(conn))
         self.backoff.run("Unsettled jobs", lambda: file_unsettled(conn))
         # Batch jobs a pusher left in P:outbox (it died between its script and its relay).

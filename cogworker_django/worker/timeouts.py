@@ -1,6 +1,7 @@
 """The watchdog: time limits and cancellation enforced from outside the job.
 
-One thread per process watches every run inside its job function:
+One thread per process (background.Background) watches every run inside its job
+function, and carries the event loop's watch too (loopwatch.py):
 
 - at the run's deadline (its ``timeout``, else ``DEFAULT_TIMEOUT``) it raises
   ``JobTimeout`` inside the job's thread, with CPython's per-thread asynchronous
@@ -11,11 +12,11 @@ One thread per process watches every run inside its job function:
   still running ``CANCEL_GRACE`` later, ``JobCancelled`` is raised in it the same way;
 - a run still inside its job ``TIMEOUT_GRACE`` after either was raised is stuck where
   no exception reaches (a C call: ``time.sleep``, a socket read without a timeout, a
-  lock): it is *abandoned*. ``Record.abandon`` claims its settlement for it, under the
+  lock): it is *abandoned*. ``Ledger.abandon`` claims its settlement for it, under the
   same lock the run's own claim takes, so exactly one of them wins; when the watchdog
   wins, the job is filed (``JobTimeout``: retry or dead; ``JobCancelled``: dropped), its
   leases freed, its processor replaced, and the stuck thread, should it ever return,
-  is refused its claim: it acks, files and releases nothing (record.py).
+  is refused its claim: it acks, files and releases nothing (ledger.py).
 
 Only the job function is timed: the server middleware around it (history, locks,
 results) is never interrupted, so nothing it holds is left half-done.
@@ -40,6 +41,7 @@ from typing import Any
 from .. import conf
 from ..controls import options, runtime
 from ..controls.errors import JobCancelled, JobTimeout
+from .background import Background
 
 log = logging.getLogger("cogworker_django")
 
@@ -89,19 +91,15 @@ class Watched:
         self.task: asyncio.Task | None = None
 
 
-class Watchdog:
+class Watchdog(Background):
+    name = "watchdog"
+
     def __init__(self, on_abandon: Callable[[Watched], None]) -> None:
+        super().__init__()
         self.on_abandon = on_abandon
         self._runs: dict[int, Watched] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="watchdog", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
+        # Other watches that ride this thread's ticks (the event loop's: loopwatch.py).
+        self.also: list[Callable[[], None]] = []
 
     # The job's side -----------------------------------------------------------------------
 
@@ -186,15 +184,23 @@ class Watchdog:
 
     # The watchdog's side -----------------------------------------------------------------
 
-    def _loop(self) -> None:
-        while not self._stop.wait(TICK):
-            now = time.monotonic()
-            grace = conf.get().TIMEOUT_GRACE
-            for w in list(self._runs.values()):
-                try:
-                    self._check(w, now, grace)
-                except Exception:  # noqa: BLE001 - one run never stops the watch of others
-                    log.exception("watchdog: %s (jid %s)", w.state.func, w.state.jid)
+    def step(self) -> float:
+        now = time.monotonic()
+        grace = conf.get().TIMEOUT_GRACE
+        for w in list(self._runs.values()):
+            try:
+                self._check(w, now, grace)
+            except Exception:  # noqa: BLE001 - one run never stops the watch of others
+                log.exception("watchdog: %s (jid %s)", w.state.func, w.state.jid)
+        for check in self.also:
+            try:
+                check()
+            except Exception:  # noqa: BLE001 - one watch never stops the others
+                log.exception("watchdog: %s", getattr(check, "__qualname__", check))
+        return TICK
+
+    def first(self) -> None:
+        self.rest(TICK)
 
     def _check(self, w: Watched, now: float, grace: float) -> None:
         if not w.armed or w.abandoned:

@@ -21,7 +21,7 @@ from ..core import payload
 from ..store import errors, homes, keys, scripts
 from .failures import on_dead_placement
 from .fetch import text, wire
-from .record import Filing
+from .ledger import Filing
 
 log = logging.getLogger("cogworker_django")
 

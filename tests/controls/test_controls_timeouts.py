@@ -161,40 +161,35 @@ def test_with_basic_fetch_a_stuck_job_is_filed_once_and_not_handed_over(worker, 
 
 
 def test_the_settlement_is_claimed_once_between_a_run_and_the_watchdog():
-    """Rule 15, on the record alone: whoever claims first settles; the other is refused."""
-    from cogworker_django.worker.record import Record, Work
+    """Rule 15, on the ledger alone: whoever claims first settles; the other is refused."""
+    from cogworker_django.worker.ledger import ABANDONED, Ledger, Work
 
-    record = Record()
+    ledger = Ledger()
     stuck, other = Work("default", "same"), Work("default", "same")  # two copies of one payload
-    record.started(stuck)
-    record.started(other)
-    assert record.abandon(stuck)
-    assert not record.abandon(stuck)
-    assert not record.claim_settlement(stuck)  # the stuck thread, back from its job
-    record.performed(stuck)
-    record.finished(stuck)  # no-ops for it: the other copy is untouched
-    assert record.performing() == ["same"] and len(record.running()) == 2
-    record.settlement_done(stuck)
-    record.release_abandoned(stuck)
-    assert record.running() == [other]
-    assert record.claim_settlement(other)  # the other copy settles itself
-    assert not record.abandon(other)  # claimed: not the watchdog's any more
-    record.settlement_done(other)
-    record.finished(other)
-    assert record.running() == []
-    record.left(stuck)
+    ledger.fetch_out(1)
+    ledger.fetched(1, [stuck, other])
+    ledger.start(stuck, "processor-0")
+    ledger.start(other, "processor-1")
+    assert ledger.abandon(stuck) and stuck.state == ABANDONED
+    assert not ledger.abandon(stuck)
+    assert not ledger.performed(stuck)  # the stuck thread, back from its job
+    ledger.left(stuck)  # no-op for it: the other copy is untouched
+    assert ledger.performing() == ["same"] and len(ledger.running()) == 2
+    ledger.settled(stuck)  # the watchdog filed it
+    assert ledger.running() == [other]
+    assert ledger.performed(other)  # the other copy settles itself
+    assert not ledger.abandon(other)  # claimed: not the watchdog's any more
+    ledger.succeeded(other)
+    assert ledger.running() == [] and ledger.take_acks() == [other]
     late = Work("default", "late")
-    record.started(late)
-    assert record.begin_hand_over(0.1) == 0
-    assert not record.abandon(late)  # the hand-over requeues it instead
+    ledger.start(late, "processor-0")
+    assert ledger.begin_hand_over(0.1) == 0
+    assert not ledger.abandon(late)  # the hand-over requeues it instead
 
 
 def test_timeouts_and_cancels_have_their_own_metric_outcomes():
     from cogworker_django import JobCancelled
     from cogworker_django.observe import telemetry
-    from cogworker_django.worker import processor  # registers them, as in every worker
-
-    assert processor.Dropped
 
     assert telemetry.failed_outcome({"retry": True}, JobTimeout()) == "timeout"
     assert telemetry.failed_outcome({"retry": True}, JobCancelled("x")) == "cancelled"

@@ -142,13 +142,14 @@ def test_a_release_while_redis_is_away_is_deferred_then_done(redis_server, confi
 
 
 def beat_of(*jobs):
-    """A real worker pool's record (no thread started) with ``jobs`` performing, and the
-    refresher the Periodic plugin calls on each beat with it."""
+    """A real worker pool's ledger (no thread started) with ``jobs`` performing (their
+    works, in order), and the refresher the Periodic plugin calls on each beat with it."""
     fetcher = ReliableFetch("me", (QueueSpec("default", 1),))
-    record = Manager("me", fetcher, 1).record
-    for job in jobs:
-        record.started(Work("default", payload.encode(job)))
-    return LockRefresher(record), record
+    ledger = Manager("me", fetcher, 1).ledger
+    works = [Work("default", payload.encode(job)) for job in jobs]
+    for work in works:
+        ledger.start(work, "processor-0")
+    return LockRefresher(ledger), ledger, works
 
 
 def test_the_heartbeat_refreshes_only_performing_runs(r, short_active):
@@ -156,8 +157,8 @@ def test_the_heartbeat_refreshes_only_performing_runs(r, short_active):
     done = claimed_run(r, "done")
     other = claimed_run(r, "other")
     r.set(keys.periodic_running("other"), "another-run", ex=100)
-    refresh, record = beat_of(mine, done, other)
-    record.performed(Work("default", payload.encode(done)))  # past perform: not refreshed
+    refresh, ledger, works = beat_of(mine, done, other)
+    ledger.performed(works[1])  # past perform: not refreshed
     refresh(r, False)
     assert r.ttl(keys.periodic_running("mine")) == 7
     assert r.ttl(keys.periodic_running("done")) > 86000
@@ -256,13 +257,12 @@ def test_a_refresh_in_flight_holds_the_end_of_perform_so_it_never_undoes_an_exte
     while the retry waits)."""
     job = claimed_run(r)
     lock = keys.periodic_running("e")
-    refresher, record = beat_of(job)
-    work = Work("default", payload.encode(job))
+    refresher, ledger, (work,) = beat_of(job)
     entered, release = threading.Event(), threading.Event()
     order: list[str] = []
 
     def slow_refresh():  # a beat's refresh of this run, slowed down by the test
-        with record.while_performing(work.raw) as still:
+        with ledger.while_performing(work.raw) as still:
             entered.set()
             release.wait(5)
             if still:
@@ -274,7 +274,7 @@ def test_a_refresh_in_flight_holds_the_end_of_perform_so_it_never_undoes_an_exte
     assert entered.wait(5)
 
     def end_of_run():
-        record.performed(work)  # waits for the refresh in flight
+        ledger.performed(work)  # waits for the refresh in flight
         locks.extend_job_locks(job, 100)  # the retried failure's extension
         order.append("extension")
 

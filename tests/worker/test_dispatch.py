@@ -20,7 +20,7 @@ from cogworker_django.core import payload
 from cogworker_django.store import connection, keys
 from cogworker_django.worker.dispatch import FETCHES_OUT, SECOND_FETCH_FROM, Dispatcher
 from cogworker_django.worker.fetch import ReliableFetch
-from cogworker_django.worker.record import ACK, Control, Record
+from cogworker_django.worker.ledger import ACK, FETCHED, PENDING, Control, Ledger
 
 IDENTITY = "dispatch-test:1:abcd"
 
@@ -63,16 +63,16 @@ class Counting(ReliableFetch):
 @pytest.fixture
 def parts():
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
-    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    ledger, control = Ledger(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
     # Two fetches out, as with SECOND_FETCH_FROM threads or more (four threads would get
     # one: test_one_fetch_out_below_second_fetch_from).
-    d = Dispatcher(strategy, record, control, 4, fetches_out=2)
-    yield strategy, record, control, d
+    d = Dispatcher(strategy, ledger, control, 4, fetches_out=2)
+    yield strategy, ledger, control, d
     control.quiet.set()
     control.stopping.set()
     if strategy.gate is not None:
         strategy.gate.set()
-    assert d.join(5) is False or not d._thread.is_alive()  # noqa: SLF001 - it stopped
+    assert d.join(5) is False or not d._feeder.alive()  # noqa: SLF001 - it stopped
 
 
 def push(*tokens: str) -> list[str]:
@@ -94,36 +94,43 @@ def wait_for(condition, seconds: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def ran(record: Record, work) -> None:
-    """``work`` ran and succeeded: in the record, its ack left to the next fetch."""
-    record.started(work)
-    record.settle_later(work.raw, ACK)
+def ran(ledger: Ledger, work) -> None:
+    """``work`` (started by its thread already) succeeded: its ack waits in the ledger
+    for the next fetch."""
+    assert ledger.performed(work)
+    ledger.succeeded(work)
+    assert work.state == ACK
 
 
-def one_job_ran(d: Dispatcher, record: Record):
-    """One job queued, the dispatcher started, a thread took it and it ran: its ack is
-    pending (left to the next fetch)."""
+def one_job_ran(d: Dispatcher, ledger: Ledger):
+    """One job queued, the dispatcher started, a thread took it and it ran: its ack
+    waits for the next fetch."""
     push("a")
     d.start()
     got: list = []
     take(d, got).join(5)
-    ran(record, got[0])
+    ran(ledger, got[0])
     return got[0]
 
 
-def take(d: Dispatcher, got: list, done=None) -> threading.Thread:
-    """A processor thread's ask: hand in ``done``, wait for the next job (and, as a
-    processor does once its record has the job, tell the dispatcher it was taken)."""
+def take(d: Dispatcher, got: list) -> threading.Thread:
+    """A processor thread's ask: wait for the next job and start it (as a processor
+    does, in the ledger)."""
 
     def ask() -> None:
-        work = d.next(None, done)
+        work = d.next(None)
         if work is not None:
-            d.taken(work)
+            d.ledger.start(work, threading.current_thread().name)
         got.append(work)
 
     t = threading.Thread(target=ask, daemon=True)
     t.start()
     return t
+
+
+def fetched(d: Dispatcher) -> set[str]:
+    """Jobs fetched and not started (FETCHED in the ledger)."""
+    return {w.raw for w in d.ledger.works(FETCHED)}
 
 
 def listed(r) -> list[str]:
@@ -134,7 +141,7 @@ def listed(r) -> list[str]:
 
 
 def test_threads_that_come_free_during_fetches_share_the_next_one(parts, r):
-    strategy, _record, _control, d = parts
+    strategy, _ledger, _control, d = parts
     assert FETCHES_OUT == 2
     push(*"abcdef")
     strategy.gate = threading.Event()
@@ -159,7 +166,7 @@ def test_threads_that_come_free_during_fetches_share_the_next_one(parts, r):
     assert d.own_fetches == 2 and d.fetches == 3
     assert len(got) == 4 and all(w is not None for w in got)
     assert sorted(jid_of(w) for w in got) == listed(r)
-    assert d.known() == set()  # every job fetched was taken
+    assert fetched(d) == set()  # every job fetched was taken
 
 
 def test_one_fetch_out_below_second_fetch_from(r):
@@ -167,9 +174,9 @@ def test_one_fetch_out_below_second_fetch_from(r):
     while it is out waits, and the feeder's next fetch serves it."""
     assert FETCHES_OUT == 2
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
-    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    assert Dispatcher(strategy, record, control, SECOND_FETCH_FROM).fetches_out == 2
-    d = Dispatcher(strategy, record, control, SECOND_FETCH_FROM - 1)
+    ledger, control = Ledger(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    assert Dispatcher(strategy, ledger, control, SECOND_FETCH_FROM).fetches_out == 2
+    d = Dispatcher(strategy, ledger, control, SECOND_FETCH_FROM - 1)
     assert d.fetches_out == 1
     push(*"abc")
     strategy.gate = threading.Event()
@@ -192,32 +199,31 @@ def test_one_fetch_out_below_second_fetch_from(r):
 
 
 def test_a_thread_that_finds_the_fetch_role_free_fetches_for_itself(parts, r):
-    strategy, record, _control, d = parts
+    strategy, ledger, _control, d = parts
     push(*"abc")
     d.start()
-    done = None
     mine = []
     for _ in range(3):  # one thread, job after job: no hand-off to the feeder
-        work = d.next(None, done)
+        work = d.next(None)
         assert work is not None
         mine.append(jid_of(work))
-        ran(record, work)
-        done = work
+        ledger.start(work, "processor-0")
+        ran(ledger, work)
     assert strategy.calls == [(0, 1), (1, 1), (1, 1)]
     assert d.own_fetches == 3 and d.fetches == 3
     assert listed(r) == [mine[-1]]  # the earlier two acked by the fetches after them
-    assert record.pending() == {done.raw: ACK}  # the last one's ack rides with the next
+    assert work.state == ACK  # the last one's ack rides with the next
 
 
 def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
     """A BaseException (not an outage) out of a thread's own fetch leaves its thread;
     the role and the count of threads waiting are as if it had never asked."""
-    strategy, _record, _control, d = parts
+    strategy, _ledger, _control, d = parts
     push("a")
     d.start()
     strategy.fail = [KeyboardInterrupt()]
     with pytest.raises(KeyboardInterrupt):
-        d.next(None, None)
+        d.next(None)
     assert len(d._free_links) == 2 and d._coming == d._wanting == 0  # noqa: SLF001
     got: list = []
     take(d, got).join(5)
@@ -225,7 +231,7 @@ def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
 
 
 def test_no_job_is_fetched_for_a_busy_thread(parts, r):
-    strategy, record, control, d = parts
+    strategy, ledger, control, d = parts
     push(*"abcdefgh")
     d.start()
     got: list = []
@@ -234,40 +240,55 @@ def test_no_job_is_fetched_for_a_busy_thread(parts, r):
     time.sleep(0.3)  # the feeder would fetch ahead now, if it did
     # Two threads asked, each got one job; nothing else was taken from the queue.
     assert len(got) == 2 and len(listed(r)) == 2
-    assert d.fetched_jobs == 2 and d.known() == set()
+    assert d.fetched_jobs == 2 and fetched(d) == set()
     assert r.llen(keys.queue("default")) == 6
 
 
-def test_acks_ride_with_the_next_fetch_and_settle_the_record(parts, r):
-    strategy, record, _control, d = parts
+def test_acks_ride_with_the_next_fetch_and_leave_the_ledger(parts, r):
+    strategy, ledger, _control, d = parts
     push("a", "b")
     d.start()
     got: list = []
     take(d, got).join(5)
     first = got[0]
-    ran(record, first)
-    take(d, got, done=first).join(5)  # hands in the finished job
+    ran(ledger, first)
+    take(d, got).join(5)  # the same thread, free again: its fetch carries the ack
     assert strategy.calls == [(0, 1), (1, 1)]
     assert listed(r) == [jid_of(got[1])]
-    assert record.pending() == {} and first.raw not in record.running_raws()
+    assert first.state == "" and ledger.pending() == []  # acked: out of the ledger
 
 
-def test_an_ack_goes_at_once_while_the_queues_are_empty(parts, r):
-    strategy, record, control, d = parts
-    work = one_job_ran(d, record)
-    # The queue is empty now and the feeder polls it with a growing pause; an ack
-    # handed in meanwhile does not wait for the pause.
-    time.sleep(0.5)
-    before = len(strategy.calls)
-    take(d, [], done=work)
-    wait_for(lambda: r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0, 1.0)
-    assert (1, 1) in strategy.calls[before:]
-    wait_for(lambda: record.pending() == {})
-    control.quiet.set()
+def test_an_ack_goes_at_once_while_the_queues_are_empty(r):
+    # The queues ran dry and the feeder polls them with a pause that grows (here up to
+    # a minute); a job that finishes meanwhile has its ack sent at once, by the fetch of
+    # its thread coming free, not after the pause.
+    strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
+    ledger, control = Ledger(), Control(60.0)
+    d = Dispatcher(strategy, ledger, control, 4, fetches_out=2)
+    try:
+        push("a")
+        d.start()
+        got: list = []
+        take(d, got).join(5)
+        (work,) = got
+        take(d, [])  # another thread waits: the feeder polls the empty queue for it
+        wait_for(lambda: len(strategy.calls) >= 6, 20)  # the pause has grown (to 0.64 s)
+        before = len(strategy.calls)
+        ran(ledger, work)
+        began = time.monotonic()
+        take(d, [])  # its thread, free again: it wakes the feeder, which sends the ack
+        wait_for(lambda: work.state == "", 5)
+        assert time.monotonic() - began < 0.5  # not after the pause
+        assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
+        assert strategy.calls[before][0] == 1  # its ack, on the next fetch
+    finally:
+        control.quiet.set()
+        control.stopping.set()
+        d.join(5)
 
 
 def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
-    strategy, record, control, d = parts
+    strategy, _ledger, control, d = parts
     push("a", "b", "c")
     d.start()
     got: list = []
@@ -290,13 +311,13 @@ def test_quiet_ends_the_wait_and_stop_keeps_fetched_jobs_listed(parts, r):
     for t in fetching:
         t.join(2)
     assert got[1:] == [None, None, None]  # nor do the fetching threads take what came
-    wait_for(lambda: not d._thread.is_alive())  # noqa: SLF001
+    wait_for(lambda: not d._feeder.alive())  # noqa: SLF001
     # What those fetches took (one job per thread free when each went out) is listed
     # and known, never handed out: the hand-over's.
     held = sum(wanted for _acks, wanted in strategy.calls[1:])
-    assert held == 2 and len(d.known()) == held
+    assert held == 2 and len(fetched(d)) == held
     assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 1 + held
-    assert d.next(None, None) is None
+    assert d.next(None) is None
 
 
 def test_quiet_wakes_the_waiting_threads_at_once(parts, r, monkeypatch):
@@ -306,8 +327,8 @@ def test_quiet_wakes_the_waiting_threads_at_once(parts, r, monkeypatch):
     from cogworker_django.worker import dispatch
 
     monkeypatch.setattr(dispatch, "THREAD_WAIT", 60.0)
-    strategy, record, control, d = parts
-    one_job_ran(d, record)
+    strategy, ledger, control, d = parts
+    one_job_ran(d, ledger)
     strategy.gate = threading.Event()  # the fetches out stay out: the others wait
     got: list = []
     threads = [take(d, got) for _ in range(3)]
@@ -320,20 +341,19 @@ def test_quiet_wakes_the_waiting_threads_at_once(parts, r, monkeypatch):
 
 
 def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r, caplog):
-    strategy, record, _control, d = parts
+    strategy, ledger, _control, d = parts
     push("a", "b")
     d.start()
     got: list = []
     take(d, got).join(5)
     work = got[0]
-    ran(record, work)
+    ran(ledger, work)
     import redis
 
     strategy.fail = [redis.ConnectionError("Connection refused")]
     with caplog.at_level(logging.INFO, logger="cogworker_django"):
-        take(d, got, done=work).join(5)
-    assert record.pending() == {work.raw: ACK}  # the heartbeat acks it
-    assert work.raw not in record.running_raws()
+        take(d, got).join(5)
+    assert work.state == PENDING and ledger.pending() == [work]  # the heartbeat acks it
     # The feeder backed off and fetched again: the thread got its job.
     assert got[1] is not None and jid_of(got[1]) != jid_of(work)
     lines = [r.getMessage() for r in caplog.records]
@@ -342,7 +362,7 @@ def test_a_failed_fetch_leaves_its_acks_pending_and_the_feeder_goes_on(parts, r,
 
 
 def test_a_feeder_that_raises_is_restarted_with_its_state(parts, r, caplog):
-    strategy, record, _control, d = parts
+    strategy, _ledger, _control, d = parts
     push("a", "b", "c")
     # Two threads' own fetches are held back; a third thread comes free meanwhile, so
     # the next fetch is the feeder's, and it raises (no Exception: escapes the fetch's
@@ -370,36 +390,37 @@ def test_the_event_loops_hand_in_never_waits_for_the_dispatchers_lock(parts, r):
     dispatcher's lock: it returns at once, and the feeder's next fetch carries the ack."""
     from cogworker_django.worker.aio import Freed
 
-    strategy, record, control, d = parts
-    work = one_job_ran(d, record)
+    strategy, ledger, control, d = parts
+    work = one_job_ran(d, ledger)
     with d._lock:  # noqa: SLF001 - a processor thread in the middle of its bookkeeping
-        loop = threading.Thread(target=d.hand_in, args=(Freed(1, [work]),), daemon=True)
+        loop = threading.Thread(target=d.hand_in, args=(Freed(1),), daemon=True)
         loop.start()
         loop.join(5)
         assert not loop.is_alive()
-    wait_for(lambda: record.pending() == {})
+    wait_for(lambda: work.state == "")
     assert (1, 0) in strategy.calls  # the ack, alone (no thread wants a job)
     assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
 
 
 def test_give_back_and_flush(parts, r):
-    strategy, record, control, d = parts
+    strategy, ledger, control, d = parts
     push("a", "b")
     d.start()
     got: list = []
-    take(d, got).join(5)
+    asked = threading.Thread(target=lambda: got.append(d.next(None)), daemon=True)
+    asked.start()
+    asked.join(5)
     a = got[0]
-    assert d.give_back(a) is True and d.known() == {a.raw}
+    assert d.give_back(a) is True and fetched(d) == {a.raw}  # FETCHED: the hand-over's
     control.stopping.set()
     control.quiet.set()
     assert d.join(5) is False
-    ran(record, a)
-    assert d.next(None, a) is None  # handed in after the feeder's last fetch
+    ledger.start(a, "processor-0")
+    ran(ledger, a)
+    assert d.next(None) is None  # the ack waits: the feeder made its last fetch
     d.flush(connection.get_client())
     assert strategy.calls[-1] == (1, 0)
-    assert (
-        record.pending() == {} and r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
-    )
+    assert a.state == "" and r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
 
 
 def test_a_stop_of_an_idle_worker_wakes_its_waiting_threads(inworker, monkeypatch):
@@ -430,70 +451,51 @@ def test_a_second_quiet_adds_no_wake_ups(inworker):
     assert w.manager.source._ready.qsize() <= 5  # noqa: SLF001 - the wake-ups left
 
 
-class Racing(Dispatcher):
-    """The real dispatcher; ``between`` runs once, right after the next read of its
-    jobs (known): what another thread might do at that instant."""
+class RacingLedger(Ledger):
+    """The real ledger; ``between`` runs once, right before the next snapshot is read
+    (what another thread might do at that instant: after the reconcile read the list)."""
 
     between = None
 
-    def known(self):
-        jobs = super().known()
+    def snapshot(self):
         step, self.between = self.between, None
         if step is not None:
             step()
-        return jobs
-
-
-class RacingRecord(Record):
-    """The real record; ``between`` runs once, right after the next read of its runs."""
-
-    between = None
-
-    def running_raws(self):
-        raws = super().running_raws()
-        step, self.between = self.between, None
-        if step is not None:
-            step()
-        return raws
+        return super().snapshot()
 
 
 def test_the_reconcile_never_takes_a_job_on_its_way_to_a_thread(r, caplog):
-    # The heartbeat's reconcile reads the process's list, the fetches out, the
-    # dispatcher's jobs and the record; a job of the list in none of them, on two looks,
-    # with every fetch out at the first look back, is one a lost reply took. Here the
-    # job's fetch comes back, and its job moves to the record, each at the worst instant
-    # of a look: it must never be taken for a lost one.
+    # The heartbeat's reconcile reads the process's list, then one snapshot of the
+    # ledger (the jobs it knows, the fetches out); a job of the list unknown on two
+    # looks, with every fetch out at the first look back, is one a lost reply took. Here
+    # the job's fetch comes back between the list's read and the snapshot, and its
+    # thread starts it: it must never be taken for a lost one.
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
-    record, control = RacingRecord(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    d = Racing(strategy, record, control, 4, fetches_out=1)
+    ledger, control = RacingLedger(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Dispatcher(strategy, ledger, control, 4, fetches_out=1)
     (jid,) = push("x")
     strategy.reply_gate = threading.Event()
     got: list = []
-    asker = threading.Thread(target=lambda: got.append(d.next(None, None)), daemon=True)
+    asker = threading.Thread(target=lambda: got.append(d.next(None)), daemon=True)
     asker.start()  # its own fetch: ran in Redis, its reply held up
     wait_for(lambda: listed(r) == [jid])
     conn = connection.get_client()
-    strategy.after_beat(conn, record, d)  # look 1: the job unknown, its fetch out
+    strategy.after_beat(conn, ledger)  # look 1: the job unknown, its fetch out
 
-    def reply_arrives():  # right after look 2 read the dispatcher's jobs
+    def reply_arrives():  # after look 2 read the list, before its snapshot
         strategy.reply_gate.set()
         asker.join(5)
 
-    d.between = reply_arrives
-    strategy.after_beat(conn, record, d)  # look 2
+    ledger.between = reply_arrives
+    strategy.after_beat(conn, ledger)  # look 2
     assert got and got[0] is not None and jid_of(got[0]) == jid
     (work,) = got
-
-    def recorded():  # the thread records its job right after look 3 read the record
-        record.started(work)
-        d.taken(work)
-
-    record.between = recorded
-    strategy.after_beat(conn, record, d)  # look 3: the fetch is back
-    strategy.after_beat(conn, record, d)  # look 4
+    ledger.between = lambda: ledger.start(work, "processor-0")  # started right then
+    strategy.after_beat(conn, ledger)  # look 3: the fetch is back
+    strategy.after_beat(conn, ledger)  # look 4
     assert "without knowing it" not in caplog.text
     assert listed(r) == [jid] and r.llen(keys.queue("default")) == 0
-    assert record.running_raws() == {work.raw}
+    assert [w.raw for w in ledger.running()] == [work.raw]
 
 
 def test_a_fetch_back_after_quiet_gives_its_jobs_back_to_their_queue(r, caplog):
@@ -502,8 +504,8 @@ def test_a_fetch_back_after_quiet_gives_its_jobs_back_to_their_queue(r, caplog):
     # brings back would wait on this process's list, run by nobody, until the stop.
     caplog.set_level(logging.INFO, logger="cogworker_django")
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
-    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    d = Dispatcher(strategy, record, control, 4, fetches_out=1)
+    ledger, control = Ledger(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Dispatcher(strategy, ledger, control, 4, fetches_out=1)
     (jid,) = push("x")
     strategy.reply_gate = threading.Event()
     strategy.fail_give_back = [redis.ConnectionError("Redis away for the first try")]
@@ -519,7 +521,7 @@ def test_a_fetch_back_after_quiet_gives_its_jobs_back_to_their_queue(r, caplog):
         assert got == [None]  # not run here
         # The first try fails (Redis away): kept listed and known, tried again.
         wait_for(lambda: r.llen(keys.queue("default")) == 1, 10)
-        assert listed(r) == [] and d.known() == set()
+        assert listed(r) == [] and fetched(d) == set()
         assert "Quiet give-back: Redis unavailable" in caplog.text
         assert "put 1 job(s) fetched but not started back on their queues" in caplog.text
         (back,) = r.lrange(keys.queue("default"), 0, -1)
@@ -534,13 +536,13 @@ def test_no_thread_fetches_on_a_link_the_exiting_feeder_may_be_closing(r):
     # free links, while a thread coming free, not yet seeing quiet, would take one of them
     # for its own fetch (and have it closed under its read).
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
-    record, control = Record(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
-    d = Dispatcher(strategy, record, control, 4, fetches_out=1)
+    ledger, control = Ledger(), Control(conf.get().FETCH_IDLE_MAX_INTERVAL)
+    d = Dispatcher(strategy, ledger, control, 4, fetches_out=1)
     push("x")
     d.start()
     control.stopping.set()
     d.join(5)
-    assert not d._thread.is_alive()  # noqa: SLF001 - the feeder is gone, its links closed
+    assert not d._feeder.alive()  # noqa: SLF001 - the feeder is gone, its links closed
     got: list = []
     take(d, got).join(5)
     assert got == [None] and strategy.calls == []

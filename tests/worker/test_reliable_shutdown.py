@@ -16,8 +16,8 @@ from cogworker_django.conf import QueueSpec
 from cogworker_django.core import payload
 from cogworker_django.store import connection, keys, scripts
 from cogworker_django.worker.fetch import ReliableFetch, Work
+from cogworker_django.worker.ledger import Filing
 from cogworker_django.worker.manager import Manager
-from cogworker_django.worker.record import ACK, Filing
 
 from ..helpers import ReplyCutter, wait_until
 from .test_reliable_fetch import Monitor
@@ -207,6 +207,7 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
     client = connection.get_client()  # bytes in, bytes out
     key = keys.inprogress(ident, keys.home_of("default"))
     client.rpush(key, unfinished, low_job, acked, unfiled, lost_reply, twin, twin, garbage)
+    works = {}
     for raw, queue in (
         (unfinished, "default"),
         (low_job, "low"),
@@ -215,12 +216,15 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
         (twin, "default"),
         (twin, "default"),
     ):
-        m.record.started(Work(queue, raw))
-    m.record.settle_later(acked, ACK)
+        works[raw] = Work(queue, raw)
+        m.ledger.start(works[raw], "processor-0")
+    for raw in (acked, unfiled):
+        assert m.ledger.performed(works[raw])
+    m.ledger.ack_later(works[acked])  # an ack whose fetch failed
     filing = Filing("retry", time.time() + 60, _raw("f-retried"))
-    m.record.settle_later(unfiled, filing)
+    m.ledger.file_later(works[unfiled], filing)  # a filing Redis refused
 
-    m.fetcher.hand_over(connection.get_client(), m.record)
+    m.fetcher.hand_over(connection.get_client(), m.ledger)
 
     assert client.llen(key) == 0
     default = client.lrange(keys.queue("default"), 0, -1)
@@ -232,7 +236,7 @@ def test_hand_over_script_settles_each_kind_of_job(prefix):
     (entry,) = client.lrange(keys.unsettled(keys.home_of("default")), 0, -1)
     entry = json.loads(entry)
     assert entry["target"] == "retry" and entry["payload"] == filing.payload
-    assert m.record.pending() == {}
+    assert m.ledger.pending() == []
 
 
 def test_hand_over_keeps_the_list_when_redis_is_away(worker, redis_server, configure, prefix):

@@ -19,8 +19,8 @@ from cogworker_django import conf
 from cogworker_django.core import payload
 from cogworker_django.store import keys
 from cogworker_django.worker.fetch import ReliableFetch, Work
+from cogworker_django.worker.ledger import REFUSED, Ledger
 from cogworker_django.worker.manager import Manager
-from cogworker_django.worker.record import Record
 
 from ..helpers import wait_until
 
@@ -97,24 +97,26 @@ def test_a_job_fetched_after_the_stop_began_is_requeued_not_run(configure, r):
 
 
 def test_the_hand_over_waits_for_claimed_settlements_and_refuses_later_ones():
-    record = Record()
+    ledger = Ledger()
     early, late = Work("default", "early"), Work("default", "late")
-    assert record.claim_settlement(early)
+    ledger.start(early, "processor-0")
+    ledger.start(late, "processor-1")
+    assert ledger.performed(early)  # claimed: settling
     begun = threading.Event()
     left: list[int] = []
 
     def hand_over():
         begun.set()
-        left.append(record.begin_hand_over(5))
+        left.append(ledger.begin_hand_over(5))
 
     t = threading.Thread(target=hand_over)
     t.start()
     begun.wait(5)
     time.sleep(0.2)
     assert left == []  # still waiting for the early run to settle
-    assert not record.claim_settlement(late)  # abandoned to its requeued copy
-    record.settlement_done(early)
+    assert not ledger.performed(late) and late.state == REFUSED  # to its requeued copy
+    ledger.succeeded(early)
     t.join(5)
     assert left == [0]
-    assert record.claim_settlement(early) is False
-    assert Record().begin_hand_over(0.1) == 0
+    assert ledger.performed(Work("default", "later")) is False
+    assert Ledger().begin_hand_over(0.1) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cogworker_django.core import payload
 from cogworker_django.store import connection, keys
-from cogworker_django.worker.record import Filing
+from cogworker_django.worker.ledger import Filing
 from cogworker_django.worker.unsettled import file_unsettled
 
 LUA = Path(__file__).resolve().parents[2] / "cogworker_django" / "store" / "lua"

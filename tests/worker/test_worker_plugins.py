@@ -134,7 +134,7 @@ def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
     w = cogworker_worker(queues=["default"], concurrency=2, plugins=(*plugins.builtin(), rec))
     assert rec.calls[:2] == ["validate", "start"]
     assert rec.ctx is not None and rec.ctx.identity == w.identity
-    assert rec.ctx.record is w.manager.record and rec.ctx.watchdog is w.manager.watchdog
+    assert rec.ctx.ledger is w.manager.ledger and rec.ctx.watchdog is w.manager.watchdog
     # The first beat is written at boot, before the components start.
     assert "beat" in rec.calls and rec.calls.index("beat") < rec.calls.index("component start")
     assert rec.beats[0].recovering is False and rec.beats[0].conn is not None
