@@ -89,15 +89,30 @@ def _check_installed() -> None:
     global _installed
     if _installed:
         return
-    from django.apps import apps
-
-    if not apps.is_installed("cogworker_django"):
+    if not _listed():
         raise NotInstalled(
             "cogworker_django is not in INSTALLED_APPS: add it, or no `manage.py cogworker` "
             "exists to run this job (and the TESTING modes, the settings' validation and "
             "the system checks are off)."
         )
     _installed = True
+
+
+def _listed() -> bool:
+    """Whether the project installs the app: judged from ``INSTALLED_APPS`` (the name, or
+    an AppConfig path under the package), not only from the app registry, which a
+    ``TransactionTestCase``'s ``available_apps`` narrows for a test (the app is still the
+    project's, and its workers still run the job)."""
+    from django.apps import apps
+    from django.conf import settings
+
+    for entry in getattr(settings, "INSTALLED_APPS", ()):
+        if isinstance(entry, str) and (
+            entry == "cogworker_django" or entry.startswith("cogworker_django.")
+        ):
+            return True
+    # An AppConfig of the project's own (any path) whose name is the package.
+    return apps.is_installed("cogworker_django")
 
 
 @receiver(setting_changed)
