@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import conf
 from ..controls import expiry, options, runtime
 from ..controls.errors import JobCancelled
-from ..core import departures, jobs, locks, middleware, payload
+from ..core import departures, jobs, locks, middleware, payload, staleness
 from ..core.taskcontext import TaskRun, current
 from ..observe import stats
 from ..store import connection as redis_connection
@@ -151,11 +151,7 @@ class AsyncRun(Settler):
         if runner is None:
             log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
             await self._off(locks.release_job_locks, job)
-            return failures.to_dead(
-                job,
-                "NotRegistered",
-                f"{job['func']!r} is not a registered job; it was not imported or run",
-            )
+            return failures.to_dead(job, "NotRegistered", staleness.not_registered(job["func"]))
         now = time.time()
         if expiry.expired(job, now):
             return self._expired(job, queue, now)

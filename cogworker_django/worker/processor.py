@@ -38,7 +38,7 @@ from django.db import close_old_connections
 from .. import history
 from ..controls import expiry, limits
 from ..controls.errors import JobCancelled, JobExpired
-from ..core import departures, jobs, locks, middleware, payload
+from ..core import departures, jobs, locks, middleware, payload, staleness
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
 from ..store.codec import wire
@@ -404,12 +404,7 @@ class Processor(Settler):
         if runner is None:
             log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
             locks.release_job_locks(job)
-            return failures.to_dead(
-                job,
-                "NotRegistered",
-                f"{job['func']!r} is not a registered job; it was not imported or run "
-                f"({jobs.where_jobs_live()})",
-            )
+            return failures.to_dead(job, "NotRegistered", staleness.not_registered(job["func"]))
         now = time.time()
         if expiry.expired(job, now):
             return self._expired(job, queue, now)

@@ -5,6 +5,7 @@ A bad option, bad settings or an unreachable Redis exit non-zero with one clear 
 
 from __future__ import annotations
 
+import argparse
 import gc
 import logging
 import os
@@ -20,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from cogworker_django import checks, conf
 from cogworker_django.core import jobs
+from cogworker_django.management import reload
 from cogworker_django.periodic import entries
 from cogworker_django.store import connection, errors
 
@@ -69,6 +71,14 @@ class Command(BaseCommand):
             "0: off)",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="development only: restart the worker when a Python file of the project "
+            "changes, as runserver does (running jobs are handed back first)",
+        )
+        # The parent of --reload passes its pid to the worker it starts (reload.py).
+        parser.add_argument(reload.PARENT_OPTION, type=int, help=argparse.SUPPRESS)
+        parser.add_argument(
             "--metrics-addr",
             default="0.0.0.0",
             metavar="ADDR",
@@ -85,6 +95,14 @@ class Command(BaseCommand):
         kwargs = self._launcher_options(opts, settings)
         metrics = self._metrics_option(opts, settings)
         self._setup_logging(opts["logfile"], opts["verbosity"])
+        if opts["reload"]:
+            if opts["processes"] > 1:
+                raise CommandError("--reload runs one worker process: leave out --processes")
+            code = reload.run()
+            logging.shutdown()
+            os._exit(code)
+        if opts["reload_parent"]:
+            kwargs["supervisor"] = opts["reload_parent"]
         self._import_jobs(opts["verbosity"])
         self._validate()
         self._check_redis()
