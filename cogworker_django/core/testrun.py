@@ -15,8 +15,10 @@ whole suite with ``cogworker_redis = true`` in its pytest configuration.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 # Set by the pytest plugin at configure time: "fake" (the default in a pytest run) or
 # "redis" (the ``cogworker_redis`` ini option). None: no plugin, so a test run is told by
@@ -33,10 +35,35 @@ def set_session_default(mode: str | None) -> None:
     _session_default = mode
 
 
-def _django_test_environment() -> bool:
-    from django.core import mail
+_mail: Any = None  # django.core.mail, imported on first use
 
-    return hasattr(mail, "outbox")
+
+def _django_test_environment() -> bool:
+    global _mail
+    if _mail is None:
+        from django.core import mail
+
+        _mail = mail
+    return hasattr(_mail, "outbox")
+
+
+def in_test_run() -> bool:
+    """Whether this process runs tests: the pytest plugin is loaded, or Django's test
+    environment is set up. (Cheap: conf.get() asks on every read.)"""
+    return _session_default is not None or _django_test_environment()
+
+
+def worker_suffix() -> str:
+    """``_gwN`` in a pytest-xdist worker, ``_N`` in a worker of Django's parallel test
+    runner, else "": parallel test processes each get a test prefix of their own."""
+    import os
+
+    xdist = os.environ.get("PYTEST_XDIST_WORKER")
+    if xdist:
+        return f"_{xdist}"
+    runner = sys.modules.get("django.test.runner")
+    number = getattr(runner, "_worker_id", 0) if runner is not None else 0
+    return f"_{number}" if isinstance(number, int) and number > 0 else ""
 
 
 def real_redis_asked() -> bool:
