@@ -26,7 +26,7 @@ from django.dispatch import receiver
 from .. import conf
 from ..store import connection, errors, homes, keys, listing, scripts
 from ..store.errors import CogworkerError
-from . import middleware, route, testrun
+from . import middleware, route, testrun, unread
 
 log = logging.getLogger("cogworker_django")
 
@@ -120,6 +120,8 @@ def _forget_installed(*, setting: str, **kwargs: Any) -> None:
     global _installed
     if setting == "INSTALLED_APPS":
         _installed = False
+    if setting in ("COGWORKER", "TASKS"):
+        unread.forget()
 
 
 class FinalWrite(Protocol):
@@ -197,6 +199,7 @@ def _push_one(
     if divert is not None:
         return divert(job)
     where = route.destination(job, now, encoded if final is None else None)
+    unread.check(where.queue)  # a queue nobody reads (a typo?): one warning per name
     if where.kind == "unique":
         from . import unique
 
@@ -372,6 +375,7 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
     that nothing else applies (no client middleware, no test-mode sink: jobs.py)."""
     if not texts:
         return []
+    unread.check(queue)
     pipe = connection.get_client().pipeline(transaction=False)
     carried = _lpush_chunks(pipe, keys.queue(queue), texts, range(len(texts)))
     listing.add(pipe, queue)
@@ -427,6 +431,7 @@ def _push_prepared(
     bulk = _Bulk(time.time(), encoded)
     for i, job in enumerate(prepared):
         if job is not None:
+            unread.check(job.get("queue"))
             bulk.add(i, job)
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)
