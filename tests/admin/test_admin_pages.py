@@ -81,6 +81,16 @@ def test_dashboard_counts_and_chart(admin_client, r):
     )
 
 
+def test_the_dashboard_comes_first_in_the_section(admin_client):
+    """In the admin index and its sidebar, the Cogworker pages come in their own order,
+    Dashboard first (the site sorts by name: Batches and Busy came before it)."""
+    html = admin_client.get("/admin/").content.decode()
+    section = html.split('class="app-cogworker_django')[1].split("</table>")[0]
+    names = re.findall(r'<a href="/admin/cogworker_django/[a-z]+/">([^<]+)</a>', section)
+    assert names[:3] == ["Dashboard", "Queues", "Processes"], names
+    assert names.index("Batches") > names.index("Dead")
+
+
 def test_the_dashboard_shows_a_queue_no_worker_reads_as_such(admin_client, r):
     """As the Queues page does: a queue nobody reads is not "active" (a mistyped name)."""
     push(r, make_job(queue="defualt"))
