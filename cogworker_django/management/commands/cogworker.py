@@ -130,9 +130,11 @@ class Command(BaseCommand):
         concurrency = _flag_or(opts["concurrency"], settings.CONCURRENCY)
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
+        _within_setting("--concurrency", "CONCURRENCY", concurrency)
         async_concurrency = _flag_or(opts["async_concurrency"], settings.ASYNC_CONCURRENCY)
         if async_concurrency < 1:
             raise CommandError(f"--async-concurrency must be at least 1, got {async_concurrency}")
+        _within_setting("--async-concurrency", "ASYNC_CONCURRENCY", async_concurrency)
         if opts["processes"] < 1:
             raise CommandError(f"--processes must be at least 1, got {opts['processes']}")
         timeout = _flag_or(opts["shutdown_timeout"], settings.SHUTDOWN_TIMEOUT)
@@ -329,6 +331,14 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     if supervision is not None:
         supervision.stop()
     return worst
+
+
+def _within_setting(flag: str, key: str, value: Any) -> None:
+    """A flag holds what its setting may (conf's range for ``key``): the setting's cap
+    is no looser on the command line."""
+    why = conf.number_problem(key, value)
+    if why:
+        raise CommandError(f"{flag} {value}: {why} (as COGWORKER[{key!r}])")
 
 
 def _flag_or(flag: Any, setting: Any) -> Any:
