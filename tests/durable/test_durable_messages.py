@@ -5,7 +5,13 @@ process never does). Each in a `manage.py shell` of the test project, as a user 
 
 from __future__ import annotations
 
-from ..helpers import free_port, run_command
+import os
+import signal
+import time
+
+import pytest
+
+from ..helpers import ROOT, free_port, run_command
 
 ENQUEUE = (
     "from django.db import transaction\n"
@@ -48,3 +54,32 @@ def test_the_shell_says_a_worker_pushes_the_job_when_redis_is_back(prefix, tmp_p
     assert "left in the outbox: Redis unavailable" in line
     assert "a worker pushes it when Redis is back (this process does not retry)" in line
     assert "retrying until it is back" not in out
+
+
+@pytest.mark.django_db(databases=["durable_sqlite"], transaction=True)
+def test_a_hung_redis_holds_the_commit_for_the_socket_timeout(redis_server, configure):
+    """Documented in docs/jobs.md: when Redis hangs (a stopped server: connections open,
+    no answer) the relay after the commit waits for the socket timeout, 10 s at the
+    default REDIS_OPTIONS, and the committing caller with it; the row is committed all
+    the while and waits for a worker."""
+    from django.db import transaction
+    from testapp import jobs as tj
+
+    from cogworker_django.models import OutboxEntry
+    from cogworker_django.store import connection
+
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    connection.get_client().ping()  # a pooled connection, open before the hang
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with transaction.atomic(using="durable_sqlite"):
+            jid = tj.record.using(durable=True, using_db="durable_sqlite").enqueue("h")
+        held = time.monotonic() - started
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert 5 < held < 60, held  # the 10 s socket timeout, with room for a busy machine
+    assert [row.jid for row in OutboxEntry.objects.using("durable_sqlite")] == [jid]
+    doc = (ROOT / "docs" / "jobs.md").read_text()
+    assert "when Redis *hangs*" in doc and "10 seconds by default" in doc
