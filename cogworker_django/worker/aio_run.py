@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import conf
 from ..controls import expiry, options, runtime
-from ..controls.errors import JobCancelled
+from ..controls.errors import JobCancelled, JobTimeout, while_unwinding
 from ..core import departures, jobs, locks, middleware, payload, staleness
 from ..core.taskcontext import TaskRun, current
 from ..observe import stats
@@ -213,6 +213,12 @@ class AsyncRun(Settler):
                 task.uncancel()  # handled here: the task itself goes on (settlement)
             if w.fired is not None:
                 raise w.fired() from None  # JobTimeout / JobCancelled
+            raise
+        except Exception as exc:
+            if w.fired is JobTimeout:
+                # Raised while the timeout's cancellation unwound the coroutine (a
+                # finally that raised): the run ended by its time limit all the same.
+                raise while_unwinding(JobTimeout(), exc) from exc
             raise
         finally:
             self.side.watchdog.unwatch(w)

@@ -37,7 +37,7 @@ from django.db import close_old_connections
 
 from .. import history
 from ..controls import expiry, limits
-from ..controls.errors import JobCancelled, JobExpired
+from ..controls.errors import JobCancelled, JobExpired, timeout_behind
 from ..core import departures, jobs, locks, middleware, payload, staleness
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
@@ -132,6 +132,8 @@ class Settler:
         return Dropped(reason)
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        # A finally that raised while a timeout unwound the job: filed as the timeout.
+        exc = timeout_behind(exc)
         if locks.run_abandoned():
             # Its settlement went to another (the watchdog filed the job, or the hand-over
             # requeued it): the failure is theirs to count and log, once.
