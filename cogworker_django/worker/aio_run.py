@@ -59,6 +59,7 @@ class AsyncRun(Settler):
         self.board = side.board
         self.busy = True
         self.abandoned = False  # the watchdog settled it (Settler.abandon_run)
+        self.stopped = False  # cancelled by the stop (cancel_for_shutdown)
         self.slot_freed = False  # (aio.AsyncSide.free)
         self._job_of_run: dict[str, Any] | None = job
         self._on_filed: Any = None  # a Reschedule's (limiters), told around its filing
@@ -115,7 +116,8 @@ class AsyncRun(Settler):
         finally:
             self._end_perform(work)  # (unless perform was never reached)
         if locks.run_abandoned():
-            if not self.abandoned:
+            # (The stop's own cancellations are told in one line: AioLoop.cancel_running.)
+            if not self.abandoned and not self.stopped:
                 log.warning(
                     "%s (jid %s) ended after the shutdown hand-over requeued it: left to its "
                     "requeued copy",
@@ -252,6 +254,7 @@ class AsyncRun(Settler):
             inner.cancel()
 
     def cancel_for_shutdown(self) -> None:
+        self.stopped = True
         self.cancel()
 
     def holds(self, task: Any) -> bool:
