@@ -712,7 +712,8 @@ def for_tests(s: Settings) -> Settings:
     no job of a test ever reaches a development worker reading PREFIX on the same Redis."""
     if s.TEST_PREFIX is False:
         return s
-    prefix = s.TEST_PREFIX or f"test_{s.PREFIX}{testrun.worker_suffix()}"
+    chosen = s.TEST_PREFIX
+    prefix = chosen if isinstance(chosen, str) else f"test_{s.PREFIX}{testrun.worker_suffix()}"
     return replace(s, PREFIX=prefix)
 
 

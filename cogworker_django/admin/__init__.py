@@ -54,7 +54,7 @@ def _in_page_order(site: admin.AdminSite) -> None:
         return
     built = site.get_app_list
 
-    def get_app_list(request, app_label=None):  # type: ignore[no-untyped-def]
+    def get_app_list(request, app_label=None):
         apps = built(request, app_label)
         for app in apps:
             if app.get("app_label") == models.Dashboard._meta.app_label:

@@ -483,19 +483,19 @@ class BasicFetch(FetchStrategy):
         for ident, key, value in items:
             if ident in self._handed:
                 continue
-            back = interrupted.get(ident)
+            counted = interrupted.get(ident)
             try:
-                if back is not None and back.score:
-                    conn.zadd(key, {value: float(back.score)})
+                if counted is not None and counted.score:
+                    conn.zadd(key, {value: float(counted.score)})
                 else:
                     conn.rpush(key, value)
             except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
                 failure = exc
                 continue
             self._handed.add(ident)
-            if back is not None:
-                back.filed()
-                done.append(back)
+            if counted is not None:
+                counted.filed()
+                done.append(counted)
             if key not in unsettled:
                 moved += 1
         if moved:
