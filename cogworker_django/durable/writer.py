@@ -24,7 +24,7 @@ from django.db import DatabaseError, router, transaction
 
 from ..core import client, middleware, payload
 from . import relay
-from .entry import CLOSE, JOB, OutboxEntry
+from .entry import CLOSE, JOB, TABLE, OutboxEntry
 
 
 def database(using_db: str | None) -> str:
@@ -128,7 +128,7 @@ _NO_TABLE = ("no such table", "does not exist", "doesn't exist")
 def _no_table_hint(alias: str, exc: DatabaseError) -> None:
     """The outbox table missing (``migrate`` not run yet, or not on this database): raise
     the same error class saying so, instead of the driver's bare "no such table"."""
-    table = OutboxEntry._meta.db_table
+    table = TABLE
     text = str(exc)
     # SQLite, PostgreSQL, MySQL: how each says a table is missing (read from the message:
     # a query to look would fail in the transaction the error has just broken).
