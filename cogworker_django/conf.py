@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from django.core import mail as _django_mail
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
@@ -683,8 +684,12 @@ def _validate(user: Any) -> Settings:
 
 
 _lock = threading.Lock()
-# (whether this was a test run, the settings): a test run starts after the first read
-# (Django's test runner sets its environment up after the app is ready).
+# Django's test environment is told by django.core.mail.outbox (testrun.py); read here
+# from the module's dict, the cheapest look (conf.get() is on every key's path).
+_MAIL = _django_mail.__dict__
+# (whether Django's test environment was set up, the settings): Django's test runner
+# sets it up after the app is ready, so a read before it must not stay. (The pytest
+# plugin's session default clears the cache itself: testrun.on_session_change.)
 _cache: tuple[bool, Settings] | None = None
 
 
@@ -693,16 +698,16 @@ def get() -> Settings:
     run, ``PREFIX`` is the test prefix (:func:`for_tests`)."""
     global _cache
     cached = _cache
-    test_run = testrun.in_test_run()
-    if cached is not None and cached[0] is test_run:
+    if cached is not None and cached[0] is ("outbox" in _MAIL):
         return cached[1]
     from django.conf import settings
 
     with _lock:
+        django_tests = "outbox" in _MAIL
         value = _validate(getattr(settings, "COGWORKER", None))
-        if test_run:
+        if testrun.in_test_run():
             value = for_tests(value)
-        _cache = (test_run, value)
+        _cache = (django_tests, value)
         return value
 
 
@@ -743,6 +748,7 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.conf")
+testrun.on_session_change(reset)
 
 
 def dead_trim() -> tuple[float, int]:

@@ -36,7 +36,7 @@ log = logging.getLogger("cogworker_django")
 TICK = 1.0
 # The hidden option a child is started with: its parent's pid (the child stops if the
 # parent goes away, as a --processes child does).
-PARENT_OPTION = "--reload-parent"
+PARENT_OPTION = "--reload-parent"  # (the command declares it: commands/cogworker.py)
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
 
 

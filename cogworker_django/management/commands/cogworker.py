@@ -21,7 +21,6 @@ from django.core.management.base import BaseCommand, CommandError
 
 from cogworker_django import checks, conf
 from cogworker_django.core import jobs
-from cogworker_django.management import reload
 from cogworker_django.periodic import entries
 from cogworker_django.store import connection, errors
 
@@ -77,7 +76,7 @@ class Command(BaseCommand):
             "changes, as runserver does (running jobs are handed back first)",
         )
         # The parent of --reload passes its pid to the worker it starts (reload.py).
-        parser.add_argument(reload.PARENT_OPTION, type=int, help=argparse.SUPPRESS)
+        parser.add_argument("--reload-parent", type=int, help=argparse.SUPPRESS)
         parser.add_argument(
             "--metrics-addr",
             default="0.0.0.0",
@@ -98,6 +97,8 @@ class Command(BaseCommand):
         if opts["reload"]:
             if opts["processes"] > 1:
                 raise CommandError("--reload runs one worker process: leave out --processes")
+            from cogworker_django.management import reload
+
             code = reload.run()
             logging.shutdown()
             os._exit(code)
