@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import conf
 from ..controls import expiry, options, runtime
-from ..controls.errors import JobCancelled
-from ..core import departures, jobs, locks, middleware, payload, progress
+from ..controls.errors import JobCancelled, JobTimeout, while_unwinding
+from ..core import departures, jobs, locks, middleware, payload, progress, staleness
 from ..core.retry import Discard
 from ..core.taskcontext import TaskRun, current
 from ..observe import stats
@@ -61,6 +61,7 @@ class AsyncRun(Settler):
         self.board = side.board
         self.busy = True
         self.abandoned = False  # the watchdog settled it (Settler.abandon_run)
+        self.stopped = False  # cancelled by the stop (cancel_for_shutdown)
         self.slot_freed = False  # (aio.AsyncSide.free)
         self._job_of_run: dict[str, Any] | None = job
         self._on_filed: Any = None  # a Reschedule's (limiters), told around its filing
@@ -118,7 +119,8 @@ class AsyncRun(Settler):
             self._end_perform(work)  # (unless perform was never reached)
         await self.job.progress_written()
         if locks.run_abandoned():
-            if not self.abandoned:
+            # (The stop's own cancellations are told in one line: AioLoop.cancel_running.)
+            if not self.abandoned and not self.stopped:
                 log.warning(
                     "%s (jid %s) ended after the shutdown hand-over requeued it: left to its "
                     "requeued copy",
@@ -155,11 +157,7 @@ class AsyncRun(Settler):
         if runner is None:
             log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
             await self._off(locks.release_job_locks, job)
-            return failures.to_dead(
-                job,
-                "NotRegistered",
-                f"{job['func']!r} is not a registered job; it was not imported or run",
-            )
+            return failures.to_dead(job, "NotRegistered", staleness.not_registered(job["func"]))
         now = time.time()
         if expiry.expired(job, now):
             return self._expired(job, queue, now)
@@ -226,6 +224,12 @@ class AsyncRun(Settler):
             if w.fired is not None:
                 raise w.fired() from None  # JobTimeout / JobCancelled
             raise
+        except Exception as exc:
+            if w.fired is JobTimeout:
+                # Raised while the timeout's cancellation unwound the coroutine (a
+                # finally that raised): the run ended by its time limit all the same.
+                raise while_unwinding(JobTimeout(), exc) from exc
+            raise
         finally:
             self.side.watchdog.unwatch(w)
             self._inner = None
@@ -258,6 +262,7 @@ class AsyncRun(Settler):
             inner.cancel()
 
     def cancel_for_shutdown(self) -> None:
+        self.stopped = True
         self.cancel()
 
     def holds(self, task: Any) -> bool:

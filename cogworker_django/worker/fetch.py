@@ -40,6 +40,7 @@ from ..store import connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
 from .record import ACK, Filing, Record, Work
+from .requeue import HandedBack, shutdown_advice
 
 log = logging.getLogger("cogworker_django")
 
@@ -317,22 +318,39 @@ class ReliableFetch(FetchStrategy):
         requeue = list(listed.elements())
         if not (requeue or pending):
             return
-        queue_keys = [
-            priority.return_key(homes.home_queue(queue_of(r, fallback), home, fallback))
-            for r in requeue
-        ]
+        # A job that was running is interrupted: it goes back counted (requeue.HandedBack);
+        # one fetched and not started yet goes back as it is.
+        running = record.interrupted_raws()
+        targets: list[str] = []
+        moves: list[Any] = []
+        interrupted: list[tuple[int, HandedBack]] = []
+        for r in requeue:
+            queue = homes.home_queue(queue_of(r, fallback), home, fallback)
+            if r in running:
+                back = HandedBack(r, queue, home)
+                interrupted.append((len(targets), back))
+                targets.append(back.target)
+                moves += [wire(r), back.payload, back.score]
+            else:
+                targets.append(priority.return_key(queue))
+                moves += [wire(r), wire(r), ""]
         args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
         for raw, filing in filings.items():
             assert isinstance(filing, Filing)
             args += [wire(raw), filing.unsettled_entry()]
-        args += map(wire, requeue)
-        _acked, handed, requeued = scripts.run(
-            "handover", conn, [self.lists[home], keys.unsettled(home), *queue_keys], args
+        args += moves
+        _acked, handed, requeued, moved = scripts.run(
+            "handover", conn, [self.lists[home], keys.unsettled(home), *targets], args
         )
         for raw, how in pending.items():
             record.settled(raw, how)
+        done = [back for index, back in interrupted if moved[index]]
+        for back in done:
+            back.filed()
         if requeued:
-            log.warning("requeued %d job(s) unfinished at shutdown", requeued)
+            log.warning(
+                "requeued %d job(s) unfinished at shutdown%s", requeued, shutdown_advice(done)
+            )
         if handed:
             log.warning(
                 "handed %d finished job(s) that could not be filed to %s",
@@ -503,11 +521,16 @@ class BasicFetch(FetchStrategy):
         retries); raises if any could not be pushed, so the caller retries the rest."""
         pending = record.pending()
         moved = 0
+        done: list[HandedBack] = []
         failure: Exception | None = None
         items: list[tuple[int, str, bytes]] = []
+        interrupted: dict[int, HandedBack] = {}
         for work in record.running():
             if work.raw not in pending:
-                items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
+                # Interrupted mid-run: back counted, or to dead (requeue.HandedBack).
+                back = HandedBack(work.raw, work.queue, keys.home_of(work.queue))
+                interrupted[id(work)] = back
+                items.append((id(work), back.target, back.payload.encode()))
         unsettled = set()
         for raw, how in pending.items():
             if isinstance(how, Filing):
@@ -518,16 +541,23 @@ class BasicFetch(FetchStrategy):
         for ident, key, value in items:
             if ident in self._handed:
                 continue
+            counted = interrupted.get(ident)
             try:
-                conn.rpush(key, value)
+                if counted is not None and counted.score:
+                    conn.zadd(key, {value: float(counted.score)})
+                else:
+                    conn.rpush(key, value)
             except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
                 failure = exc
                 continue
             self._handed.add(ident)
+            if counted is not None:
+                counted.filed()
+                done.append(counted)
             if key not in unsettled:
                 moved += 1
         if moved:
-            log.warning("requeued %d job(s) unfinished at shutdown", moved)
+            log.warning("requeued %d job(s) unfinished at shutdown%s", moved, shutdown_advice(done))
         if failure is not None:
             raise failure
 

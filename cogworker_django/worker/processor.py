@@ -37,8 +37,8 @@ from django.db import close_old_connections
 
 from .. import history
 from ..controls import expiry, limits
-from ..controls.errors import JobCancelled, JobExpired
-from ..core import departures, jobs, locks, middleware, payload, progress, results
+from ..controls.errors import JobCancelled, JobExpired, timeout_behind
+from ..core import departures, jobs, locks, middleware, payload, progress, results, staleness
 from ..core.retry import Discard
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
@@ -177,6 +177,8 @@ class Settler:
         return kept(job, status, error=results.error_of(job))
 
     def _failed(self, job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
+        # A finally that raised while a timeout unwound the job: filed as the timeout.
+        exc = timeout_behind(exc)
         if locks.run_abandoned():
             # Its settlement went to another (the watchdog filed the job, or the hand-over
             # requeued it): the failure is theirs to count and log, once.
@@ -458,12 +460,7 @@ class Processor(Settler):
         if runner is None:
             log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
             locks.release_job_locks(job)
-            return failures.to_dead(
-                job,
-                "NotRegistered",
-                f"{job['func']!r} is not a registered job; it was not imported or run "
-                f"({jobs.where_jobs_live()})",
-            )
+            return failures.to_dead(job, "NotRegistered", staleness.not_registered(job["func"]))
         now = time.time()
         if expiry.expired(job, now):
             return self._expired(job, queue, now)

@@ -125,6 +125,7 @@ class Record:
         # The outcome each pending settlement keeps (core/results.py), written with it.
         self._ended: dict[str, Any] = {}
         self._handing_over = False
+        self._refused: dict[str, int] = {}  # raw -> runs refused their claim (hand-over)
         self._settling: dict[int, Work] = {}  # id(work) -> a claimed run not yet settled
         self._claimed: dict[int, Work] = {}  # claimed runs, until they finish
         self._abandoned: dict[int, Work] = {}  # runs settled for them (never by their thread)
@@ -228,6 +229,9 @@ class Record:
             if id(work) in self._settling:
                 return True
             if self._handing_over:
+                # Interrupted by the stop (a coroutine the stop cancelled, a run that
+                # ended after the hand-over began): its requeued copy counts it.
+                self._refused[work.raw] = self._refused.get(work.raw, 0) + 1
                 return False
             self._settling[id(work)] = work
             self._claimed[id(work)] = work
@@ -246,6 +250,12 @@ class Record:
             self._handing_over = True
             self._settled_claims.wait_for(lambda: not self._settling, timeout)
             return len(self._settling)
+
+    def interrupted_raws(self) -> set[str]:
+        """The runs the stop interrupts: still running, or refused their settlement
+        (they ended after the hand-over began). requeue.HandedBack counts them."""
+        with self._lock:
+            return {w.raw for w in self._running.values()} | set(self._refused)
 
     @property
     def handing_over(self) -> bool:
