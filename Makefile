@@ -25,7 +25,7 @@ exists or User.objects.create_superuser('admin', 'admin@example.com', 'admin'); 
 print('admin user: admin / admin' + ('' if exists else ' (created)'))
 
 .DEFAULT_GOAL := help
-.PHONY: help venv redis postgres test demo runserver migrate lint bench clean distclean
+.PHONY: help venv redis postgres postgres-stop test demo runserver migrate lint bench clean distclean
 .PHONY: test-loaded
 .PHONY: docs dist
 
@@ -42,6 +42,7 @@ help:
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
 	@echo "make redis      make sure a Redis answers at \$$COGWORKER_REDIS_URL (starts a local one if needed)"
 	@echo "make postgres   start this checkout's throwaway PostgreSQL for the durable tests (prints its URL)"
+	@echo "make postgres-stop  stop it (make test starts it and leaves it running for the next run)"
 	@echo "make clean      remove caches and the demo database; make distclean also removes .venv and .tox"
 
 venv: $(STAMP)
@@ -74,6 +75,10 @@ redis:
 postgres:
 	@scripts/ensure-postgres
 
+# make test leaves the cluster running (the next run reuses it in a second); this stops it.
+postgres-stop:
+	@scripts/ensure-postgres --stop
+
 # The suite runs on TEST_WORKERS pytest-xdist processes (each test isolates itself by key
 # prefix, private servers and its own local cluster per process, so they never share
 # state); most of a test's time is waiting for a worker, so 4 beats the core count on 2
@@ -84,8 +89,9 @@ TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadfile)
 
 # The durable-enqueue tests also run on PostgreSQL: scripts/ensure-postgres starts this
-# checkout's throwaway cluster (or checks COGWORKER_TEST_POSTGRES_URL). Without one they
-# run on SQLite only (outside CI; with CI=true a missing PostgreSQL fails them).
+# checkout's throwaway cluster (or checks COGWORKER_TEST_POSTGRES_URL) and leaves it
+# running for the next run (`make postgres-stop` stops it). Without one they run on
+# SQLite only (outside CI; with CI=true a missing PostgreSQL fails them).
 test: venv redis
 	@pg=$$(scripts/ensure-postgres) || pg=""; \
 	COGWORKER_TEST_POSTGRES_URL="$$pg" $(VPY) -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -11,6 +11,7 @@ the Redis checks run in a ``TESTING`` mode (fake or inline), where nothing talks
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from django.core import checks
@@ -130,11 +131,13 @@ def check_job_queues(app_configs=None, **kwargs):
         queue = fn.options.get("queue")
         if queue in read:
             continue
+        near = difflib.get_close_matches(str(queue), s.queue_names, n=3, cutoff=0.6)
+        meant = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
         found.append(
             checks.Warning(
                 f"@job {fn.path} pushes to queue {queue!r}, which is not in "
                 f"COGWORKER['QUEUES'] ({', '.join(s.queue_names)}): workers started without "
-                f"'-q {queue}' never run it.",
+                f"'-q {queue}' never run it.{meant}",
                 hint=f"Add {queue!r} to COGWORKER['QUEUES'], fix the queue name, or run a "
                 f"worker with -q {queue}.",
                 obj=fn.path,

@@ -23,12 +23,15 @@ import math
 import re
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from django.core import mail as _django_mail
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
+
+from .core import testrun
 
 FETCH_MODES = ("reliable", "basic")
 # None: "fake" in a test run, else Redis (testrun.py); "redis": Redis even in a test run.
@@ -334,26 +337,31 @@ def _check_cluster(key: str, value: Any, v: dict) -> bool:
     db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
     if db not in ("", "0"):
         raise _bad("REDIS_URL", url, "a Redis Cluster has database 0 only (end the URL with /0)")
-    prefix = v["PREFIX"]
+    _check_cluster_prefix("PREFIX", v["PREFIX"])
+    if isinstance(v["TEST_PREFIX"], str):
+        _check_cluster_prefix("TEST_PREFIX", v["TEST_PREFIX"])
+    return True
+
+
+def _check_cluster_prefix(key: str, prefix: Any) -> None:
     if isinstance(prefix, str) and ("{" in prefix or "}" in prefix):
         opened, closed = prefix.find("{"), prefix.find("}")
         if not (prefix.count("{") == prefix.count("}") == 1 and opened + 1 < closed):
             raise _bad(
-                "PREFIX",
+                key,
                 prefix,
-                "with CLUSTER on, a PREFIX may hold one hash tag such as '{cogworker}' (then "
+                f"with CLUSTER on, a {key} may hold one hash tag such as '{{cogworker}}' (then "
                 "used as it is) or no braces at all (then each queue gets its own tag)",
             )
     elif isinstance(prefix, str) and "|" in prefix:
         # keys.home_of: a queue's tag is "{PREFIX|queue}"; a "|" in the prefix could make
         # two prefixes' homes one and the same.
         raise _bad(
-            "PREFIX",
+            key,
             prefix,
-            "with CLUSTER on, a PREFIX without braces may not contain '|' (it separates the "
+            f"with CLUSTER on, a {key} without braces may not contain '|' (it separates the "
             "prefix from the queue in each queue's hash tag)",
         )
-    return True
 
 
 def _check_keys(user: Any) -> dict[str, Any]:
@@ -528,6 +536,19 @@ def _prefix(key: str, value: Any, _v: dict) -> str:
     return str(value)
 
 
+def _test_prefix(key: str, value: Any, _v: dict) -> str | bool | None:
+    if value is None or value is False:
+        return value
+    if not valid_name(value):
+        raise _bad(
+            key,
+            value,
+            "expected None (the default: 'test_' + PREFIX in a test run), a prefix (a "
+            "non-empty string without whitespace), or False (PREFIX itself in tests too)",
+        )
+    return str(value)
+
+
 def _limits(key: str, value: Any, _v: dict) -> dict:
     from .controls import spec
 
@@ -555,6 +576,9 @@ class Settings:
     SENTINEL_MASTER: str | None = setting(None)  # checked with SENTINELS
     SENTINEL_OPTIONS: dict = setting({}, _client_options)
     PREFIX: str = setting("cogworker", _prefix)
+    # The prefix of a test run's keys (testing.md): None, "test_" + PREFIX (and the
+    # pytest-xdist or Django runner's worker number); False: PREFIX itself.
+    TEST_PREFIX: str | bool | None = setting(None, _test_prefix)
     # Redis Cluster (docs/cluster.md): REDIS_URL names any node; keys carry a hash tag.
     CLUSTER: bool = setting(False, _check_cluster)
     CONCURRENCY: int = setting(10, number=_count(0, 10_000))
@@ -664,20 +688,42 @@ def _validate(user: Any) -> Settings:
 
 
 _lock = threading.Lock()
-_cache: Settings | None = None
+# Django's test environment is told by django.core.mail.outbox (testrun.py); read here
+# from the module's dict, the cheapest look (conf.get() is on every key's path).
+_MAIL = _django_mail.__dict__
+# (whether Django's test environment was set up, the settings): Django's test runner
+# sets it up after the app is ready, so a read before it must not stay. (The pytest
+# plugin's session default clears the cache itself: testrun.on_session_change.)
+_cache: tuple[bool, Settings] | None = None
 
 
 def get() -> Settings:
-    """The validated settings; raises ImproperlyConfigured on a bad value."""
+    """The validated settings; raises ImproperlyConfigured on a bad value. In a test
+    run, ``PREFIX`` is the test prefix (:func:`for_tests`)."""
     global _cache
     cached = _cache
-    if cached is not None:
-        return cached
+    if cached is not None and cached[0] is ("outbox" in _MAIL):
+        return cached[1]
     from django.conf import settings
 
     with _lock:
-        _cache = _validate(getattr(settings, "COGWORKER", None))
-        return _cache
+        django_tests = "outbox" in _MAIL
+        value = _validate(getattr(settings, "COGWORKER", None))
+        if testrun.in_test_run():
+            value = for_tests(value)
+        _cache = (django_tests, value)
+        return value
+
+
+def for_tests(s: Settings) -> Settings:
+    """``s`` as a test run sees it: its keys under ``TEST_PREFIX`` (default ``"test_"`` +
+    PREFIX, with the worker number of pytest-xdist or Django's parallel runner), so that
+    no job of a test ever reaches a development worker reading PREFIX on the same Redis."""
+    if s.TEST_PREFIX is False:
+        return s
+    chosen = s.TEST_PREFIX
+    prefix = chosen if isinstance(chosen, str) else f"test_{s.PREFIX}{testrun.worker_suffix()}"
+    return replace(s, PREFIX=prefix)
 
 
 def periodic_raw() -> dict:
@@ -706,6 +752,7 @@ def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="cogworker_django.conf")
+testrun.on_session_change(reset)
 
 
 def dead_trim() -> tuple[float, int]:

@@ -11,7 +11,10 @@ A test that wants the real Redis says so:
     def test_pushes_too(cogworker_redis): ...
 
 and a whole suite with ``cogworker_redis = true`` in its pytest configuration (ini,
-pyproject's ``[tool.pytest.ini_options]``). Fixtures ``cogworker_fake`` and
+pyproject's ``[tool.pytest.ini_options]``). In a pytest run every key is under a test
+prefix of its own (``COGWORKER["TEST_PREFIX"]``, default ``"test_"`` + PREFIX, with the
+xdist worker's number: conf.for_tests), so a development worker reading PREFIX on the
+same Redis never takes a test's job. Fixtures ``cogworker_fake`` and
 ``cogworker_inline`` run a test in those modes (see testing.py).
 
     def test_signup(cogworker_fake):

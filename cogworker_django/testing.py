@@ -21,7 +21,7 @@ from .core import client, jobs, payload, recording
 from .core.recording import recorded
 from .workflows import local as workflows_local
 
-__all__ = ["clear", "drain", "fake", "inline", "perform_one", "recorded"]
+__all__ = ["clear", "drain", "fake", "inline", "perform_one", "prefix", "recorded"]
 
 
 def _run_now(job: dict[str, Any]) -> str:
@@ -91,3 +91,12 @@ def drain(func: str | None = None) -> int:
         recording.run(job, jobs.perform)
         count += 1
     return count
+
+
+def prefix() -> str:
+    """The prefix this process's keys are under now: in a test run, the test prefix
+    (``COGWORKER["TEST_PREFIX"]``, default ``"test_"`` + PREFIX); give it to a worker
+    your test starts in a subprocess (docs/testing.md)."""
+    from . import conf
+
+    return conf.get().PREFIX

@@ -117,7 +117,8 @@ def _plain_client(redis_mode: str, url: str, **kwargs):
 @pytest.fixture(autouse=True)
 def cogworker_settings(prefix, settings, redis_mode, redis_url):
     """Point the app at the test Redis under this test's own prefix."""
-    value = {"REDIS_URL": redis_url, "PREFIX": prefix}
+    # TEST_PREFIX False: this suite's keys under its own per-test PREFIX, as it is.
+    value = {"REDIS_URL": redis_url, "PREFIX": prefix, "TEST_PREFIX": False}
     if redis_mode in ("cluster", "spread"):
         value["CLUSTER"] = True
     with override_settings(COGWORKER=value):

@@ -33,7 +33,7 @@ def test_defaults_of_api_md():
 
 def test_read_lazily_so_override_settings_works(prefix):
     assert conf.get().PREFIX == prefix
-    with override_settings(COGWORKER={"PREFIX": "other", "CONCURRENCY": 3}):
+    with override_settings(COGWORKER={"PREFIX": "other", "CONCURRENCY": 3, "TEST_PREFIX": False}):
         assert conf.get().PREFIX == "other"
         assert conf.get().CONCURRENCY == 3
     assert conf.get().PREFIX == prefix

@@ -20,6 +20,7 @@ LAYER = {
     "store": "base",  # the Redis seam: connection, keys, homes, scripts, codec, outbox, errors
     "core.payload": "base",
     "core.taskcontext": "base",
+    "core.testrun": "base",  # whether this is a test run: conf's test prefix asks it
     "controls.spec": "base",  # a LIMITS entry parsed: conf validates the setting with it
     # jobs: what an application calls, and what every push and run share
     "core": "jobs",

@@ -36,3 +36,14 @@ def test_demo_installs_only_the_package_quietly():
     assert any("installed: cogworker_django" in line for line in lines)
     worker = [line for line in lines if line.rstrip().endswith("manage.py cogworker")]
     assert worker, lines
+
+
+def test_the_postgresql_make_test_starts_is_said_to_stay_and_can_be_stopped():
+    """`make test` leaves its throwaway PostgreSQL running: the README says so and how
+    to stop it, and `make postgres-stop` stops it (scripts/ensure-postgres --stop)."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `make test` |"))
+    assert "**leaves it running**" in row and "`make postgres-stop`" in row
+    assert any(
+        line.strip() == "scripts/ensure-postgres --stop" for line in _dry_run("postgres-stop")
+    )

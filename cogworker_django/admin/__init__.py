@@ -39,6 +39,30 @@ def register(site: admin.AdminSite) -> None:
     for model, model_admin in PAGES:
         if not site.is_registered(model):
             site.register(model, model_admin)
+    _in_page_order(site)
+
+
+_ORDER = {model._meta.object_name: i for i, (model, _) in enumerate(PAGES)}
+
+
+def _in_page_order(site: admin.AdminSite) -> None:
+    """The section lists its pages in PAGES's order, the Dashboard first (the site sorts
+    every app's models by name, which put Batches and Busy before it). Only this app's
+    list is reordered; the site's own ``get_app_list`` (a project's override too) still
+    builds it."""
+    if getattr(site, "_cogworker_ordered", False):
+        return
+    built = site.get_app_list
+
+    def get_app_list(request, app_label=None):
+        apps = built(request, app_label)
+        for app in apps:
+            if app.get("app_label") == models.Dashboard._meta.app_label:
+                app["models"].sort(key=lambda m: _ORDER.get(m.get("object_name"), len(_ORDER)))
+        return apps
+
+    site.get_app_list = get_app_list  # type: ignore[method-assign]
+    site._cogworker_ordered = True  # type: ignore[attr-defined]
 
 
 register(admin.site)

@@ -147,7 +147,9 @@ def data_for(overview: Any) -> dict[str, Any]:
                 "name": q.name,
                 "size": q.size,
                 "latency": seconds(q.latency),
-                "state": "paused" if q.paused else "active",
+                "state": "paused"
+                if q.paused
+                else ("no worker reads this queue" if not q.read else "active"),
             }
             for q in overview.queues
         ],

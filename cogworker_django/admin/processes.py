@@ -61,7 +61,12 @@ class BusyAdmin(PageAdmin):
             return messages.WARNING, f"Job {jid} is no longer running: it finished meanwhile."
         if where != "running":
             return f"Job {jid} was no longer running but waiting ({where}): it was removed."
+        s = conf.get()
         return (
-            f"Job {jid} cancelled: cancelled() is True inside it now, and the worker "
-            f"interrupts it in {conf.get().CANCEL_GRACE:g} s if it is still running."
+            f"Job {jid} cancelled: cancelled() is True inside it now. If it is still running "
+            f"in {s.CANCEL_GRACE:g} s, the worker raises JobCancelled in it: Python code "
+            "stops at once, but a job inside a C call (a sleep, a socket read, a database "
+            "query) only when that call returns; still stuck "
+            f"{s.TIMEOUT_GRACE:g} s later, its thread is abandoned and the job dropped as "
+            "cancelled (the call itself goes on until it returns)."
         )

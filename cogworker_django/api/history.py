@@ -70,6 +70,20 @@ class Run:
             return f"{self.error_class}: {self.error_message}"
         return self._text("error_message")
 
+    def __repr__(self) -> str:
+        # Its fields live in ``data`` (a stream entry): shown by name, not as Run().
+        shown = [
+            f"jid={self.jid!r}",
+            f"job={self.job!r}",
+            f"queue={self.queue!r}",
+            f"status={self.status!r}",
+            f"started_at={self.started_at!r}",
+            f"duration={self.duration!r}",
+        ]
+        if self.error:
+            shown.append(f"error={self.error!r}")
+        return f"Run({', '.join(shown)})"
+
 
 class History:
     def query(

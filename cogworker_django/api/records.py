@@ -65,6 +65,15 @@ class JobRecord:
         data = codec.wire(raw)
         return cls(data, payload.decode(data, queue), score, source)
 
+    def __repr__(self) -> str:
+        # What a shell user wants to see (the payload itself is long: .job has it).
+        score = f", score={self.score!r}" if self.score is not None else ""
+        source = f", source={self.source!r}" if self.source else ""
+        return (
+            f"JobRecord(jid={self.job.get('jid')!r}, func={self.job.get('func')!r}, "
+            f"queue={self.job.get('queue')!r}{source}{score})"
+        )
+
     # Identity ---------------------------------------------------------------------------
 
     @property
@@ -229,6 +238,14 @@ class JobRecord:
         """``retry_count`` counts failed runs: ``failed 3 times; retry=2 allows 2 retries
         after the first run``."""
         n = self.retry_count
+        error_class = self.job.get("error_class")
+        if n == 0 and error_class:
+            # Filed in dead without a failed run (not registered, orphaned too often,
+            # unparseable, ...): retries never applied.
+            return (
+                f"Never retried: {error_class} sends a job to dead at once (retries are for "
+                "runs that fail)"
+            )
         times = "never failed" if n == 0 else "failed once" if n == 1 else f"failed {n} times"
         allowed = self.max_retries
         allows = (

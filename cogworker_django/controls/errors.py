@@ -6,7 +6,7 @@ history (history/recorder.py reads it) instead of "failed".
 
 from __future__ import annotations
 
-from ..store.errors import CogworkerError
+from ..store.errors import CogworkerError, describe
 from . import runtime
 
 
@@ -26,6 +26,30 @@ class JobTimeout(CogworkerError):
             else:
                 message = "the job ran past its timeout"
         super().__init__(message)
+
+
+def while_unwinding(interruption: BaseException, exc: BaseException) -> BaseException:
+    """The interruption (a JobTimeout) as the run's end, saying what else was raised as
+    it unwound the job (a ``finally`` or ``except`` that raised): the run ended because
+    of its time limit, and is filed and recorded so (not as the other error's failure)."""
+    found = type(interruption)(f"{interruption}; then, while it unwound the job: {describe(exc)}")
+    found.__cause__ = exc
+    return found.with_traceback(exc.__traceback__)
+
+
+def timeout_behind(exc: BaseException) -> BaseException:
+    """``exc``, unless it was raised while a JobTimeout unwound the job (found in its
+    chain of causes and contexts): then that timeout (:func:`while_unwinding`)."""
+    if isinstance(exc, JobTimeout):
+        return exc
+    seen: set[int] = set()
+    link = exc.__cause__ or exc.__context__
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, JobTimeout):
+            return while_unwinding(link, exc)
+        link = link.__cause__ or link.__context__
+    return exc
 
 
 class JobCancelled(CogworkerError):

@@ -47,6 +47,7 @@ def check_options(where: str, opts: dict[str, Any]) -> None:
         raise ValueError(
             f"{where}: expires_in must be a number of seconds > 0, got {expires_in!r}: {why}"
         )
+    _check_database(where, opts.get("using_db"))
     limits = opts.get("limits")
     if limits is None:
         return
@@ -55,6 +56,25 @@ def check_options(where: str, opts: dict[str, Any]) -> None:
     if not all(isinstance(n, str) and n for n in limits):
         raise ValueError(f"{where}: limits must be a list of limiter names, got {limits!r}")
     check_names(where, limits)
+
+
+def _check_database(where: str, using_db: Any) -> None:
+    """``using_db`` (the durable outbox's and on_commit's database) names a database of
+    ``DATABASES``: refused where it is written (``@job``, ``using()``), so `check` and the
+    worker's start report a decorator's (the module fails to import), not a first enqueue.
+    Skipped while Django's settings are not configured yet."""
+    if using_db is None:
+        return
+    from django.conf import settings
+
+    if not settings.configured:
+        return
+    databases = getattr(settings, "DATABASES", {}) or {}
+    if not isinstance(using_db, str) or using_db not in databases:
+        raise ValueError(
+            f"{where}: using_db must name a database of DATABASES ({', '.join(databases)}), "
+            f"got {using_db!r}"
+        )
 
 
 def check_names(where: str, names: Any) -> None:

@@ -26,7 +26,7 @@ from django.dispatch import receiver
 from .. import conf
 from ..store import connection, errors, homes, keys, listing, scripts
 from ..store.errors import CogworkerError
-from . import middleware, route, testrun
+from . import middleware, route, testrun, unread
 
 log = logging.getLogger("cogworker_django")
 
@@ -89,9 +89,7 @@ def _check_installed() -> None:
     global _installed
     if _installed:
         return
-    from django.apps import apps
-
-    if not apps.is_installed("cogworker_django"):
+    if not _listed():
         raise NotInstalled(
             "cogworker_django is not in INSTALLED_APPS: add it, or no `manage.py cogworker` "
             "exists to run this job (and the TESTING modes, the settings' validation and "
@@ -100,11 +98,30 @@ def _check_installed() -> None:
     _installed = True
 
 
+def _listed() -> bool:
+    """Whether the project installs the app: judged from ``INSTALLED_APPS`` (the name, or
+    an AppConfig path under the package), not only from the app registry, which a
+    ``TransactionTestCase``'s ``available_apps`` narrows for a test (the app is still the
+    project's, and its workers still run the job)."""
+    from django.apps import apps
+    from django.conf import settings
+
+    for entry in getattr(settings, "INSTALLED_APPS", ()):
+        if isinstance(entry, str) and (
+            entry == "cogworker_django" or entry.startswith("cogworker_django.")
+        ):
+            return True
+    # An AppConfig of the project's own (any path) whose name is the package.
+    return apps.is_installed("cogworker_django")
+
+
 @receiver(setting_changed)
 def _forget_installed(*, setting: str, **kwargs: Any) -> None:
     global _installed
     if setting == "INSTALLED_APPS":
         _installed = False
+    if setting in ("COGWORKER", "TASKS"):
+        unread.forget()
 
 
 class FinalWrite(Protocol):
@@ -182,6 +199,7 @@ def _push_one(
     if divert is not None:
         return divert(job)
     where = route.destination(job, now, encoded if final is None else None)
+    unread.check(where.queue)  # a queue nobody reads (a typo?): one warning per name
     if where.kind == "unique":
         from . import unique
 
@@ -357,6 +375,7 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
     that nothing else applies (no client middleware, no test-mode sink: jobs.py)."""
     if not texts:
         return []
+    unread.check(queue)
     pipe = connection.get_client().pipeline(transaction=False)
     carried = _lpush_chunks(pipe, keys.queue(queue), texts, range(len(texts)))
     listing.add(pipe, queue)
@@ -412,6 +431,7 @@ def _push_prepared(
     bulk = _Bulk(time.time(), encoded)
     for i, job in enumerate(prepared):
         if job is not None:
+            unread.check(job.get("queue"))
             bulk.add(i, job)
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)

@@ -15,8 +15,10 @@ whole suite with ``cogworker_redis = true`` in its pytest configuration.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 # Set by the pytest plugin at configure time: "fake" (the default in a pytest run) or
 # "redis" (the ``cogworker_redis`` ini option). None: no plugin, so a test run is told by
@@ -28,15 +30,57 @@ _real_redis = 0
 _lock = threading.Lock()
 
 
+# Called when the session default changes (conf forgets its cached settings: their
+# PREFIX is the test prefix in a test run).
+_listeners: list[Callable[[], Any]] = []
+
+
+def on_session_change(listener: Callable[[], Any]) -> None:
+    _listeners.append(listener)
+
+
 def set_session_default(mode: str | None) -> None:
     global _session_default
     _session_default = mode
+    for listener in _listeners:
+        listener()
+
+
+_mail: Any = None  # django.core.mail's namespace, on first use
 
 
 def _django_test_environment() -> bool:
-    from django.core import mail
+    global _mail
+    if _mail is None:
+        from django.core import mail
 
-    return hasattr(mail, "outbox")
+        _mail = mail.__dict__
+    # The module's dict, not hasattr(): a missing name goes through the module's
+    # __getattr__ (Django's deprecation shim) and an AttributeError, about 5 µs, and
+    # conf.get() asks on every read.
+    return "outbox" in _mail
+
+
+def in_test_run() -> bool:
+    """Whether this process runs tests: the pytest plugin is loaded, or Django's test
+    environment is set up. (Cheap, about 0.1 µs: conf.get() asks on every read.)"""
+    if _session_default is not None:
+        return True
+    mail = _mail
+    return "outbox" in mail if mail is not None else _django_test_environment()
+
+
+def worker_suffix() -> str:
+    """``_gwN`` in a pytest-xdist worker, ``_N`` in a worker of Django's parallel test
+    runner, else "": parallel test processes each get a test prefix of their own."""
+    import os
+
+    xdist = os.environ.get("PYTEST_XDIST_WORKER")
+    if xdist:
+        return f"_{xdist}"
+    runner = sys.modules.get("django.test.runner")
+    number = getattr(runner, "_worker_id", 0) if runner is not None else 0
+    return f"_{number}" if isinstance(number, int) and number > 0 else ""
 
 
 def real_redis_asked() -> bool:

@@ -48,12 +48,14 @@ def lock_key(job: dict[str, Any]) -> str | None:
 
 
 def lock_ttl(job: dict[str, Any]) -> float:
-    """The job's ``unique_for``, or ``UNIQUE_LOCK_TTL`` when the payload has none."""
-    try:
-        ttl = float(job.get("unique_for") or 0)
-    except (TypeError, ValueError):
-        ttl = 0.0
-    return ttl if ttl > 0 else float(conf.get().UNIQUE_LOCK_TTL)
+    """The job's ``unique_for``, or ``UNIQUE_LOCK_TTL`` when the payload has none, or
+    one no enqueue accepts (a payload or outbox row written by hand: 1e300 s, inf, nan,
+    a negative; conf's range for unique_for): Redis would refuse such an expiry, and the
+    job would go without its lock."""
+    value = job.get("unique_for")
+    if value is None or conf.number_problem("unique_for", value):
+        return float(conf.get().UNIQUE_LOCK_TTL)
+    return float(value)
 
 
 def reschedule_delay() -> float:

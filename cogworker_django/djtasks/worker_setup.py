@@ -11,9 +11,9 @@ doesn't use it).
   for another task system, and only that module's tasks are refused (they go to dead
   with the import error).
 - :func:`start`, when the worker starts: this process's identity becomes the worker id
-  recorded in results, and Django's own line for a failed run is left out
-  (:class:`OneFailureLine`). (The plugin's beat retries result writes deferred by an
-  outage: store.retry_pending.)
+  recorded in results. (The plugin's beat retries result writes deferred by an outage:
+  store.retry_pending.) Django's own records on its ``django.tasks`` logger are left as
+  Django's backends emit them, at their levels: users' logging listens to them.
 """
 
 from __future__ import annotations
@@ -92,29 +92,9 @@ def start(identity: str) -> None:
     if not available():
         return
     _worker_id = identity
-    tasks_logger = logging.getLogger("django.tasks")
-    if not any(isinstance(f, OneFailureLine) for f in tasks_logger.filters):
-        tasks_logger.addFilter(OneFailureLine())
 
 
 def stop() -> None:
     """The worker stopped (an in-process one leaves the process running on)."""
     global _worker_id
     _worker_id = None
-
-
-class OneFailureLine(logging.Filter):
-    """In a worker, a failed run of a task is logged once: by the worker's own line
-    ("<task> (jid ...) failed: <error> -> retry|dead", as for any job), not a second time
-    by Django's task_finished receiver (``Task id=... state=FAILED`` at ERROR, with the
-    traceback the run's history and dead entry keep). Django's other lines stay."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        return not (
-            record.levelno >= logging.ERROR
-            and record.msg == "Task id=%s path=%s state=%s"
-            and isinstance(args, tuple)
-            and len(args) == 3
-            and str(args[2]) in ("FAILED", "TaskResultStatus.FAILED")
-        )

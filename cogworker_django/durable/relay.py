@@ -124,7 +124,14 @@ def relay_own(alias: str, ids: Sequence[int]) -> int:
         for start in range(0, len(ids), BATCH):
             pushed += _pass(alias, conn, ids=ids[start : start + BATCH])[0]
     except Exception as exc:  # noqa: BLE001 - the rows are committed: a worker relays them
-        errors.report(COMPONENT, exc, "left in the outbox for the workers")
+        # This process tries once, at its commit: the workers' relay retries (said so, not
+        # "retrying", in a shell or a web process that never will).
+        errors.report(
+            COMPONENT,
+            exc,
+            "left in the outbox",
+            then="a worker pushes it when Redis is back (this process does not retry)",
+        )
         return 0
     errors.recovered(COMPONENT)
     return pushed

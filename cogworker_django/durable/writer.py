@@ -20,11 +20,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import router, transaction
+from django.db import DatabaseError, router, transaction
 
 from ..core import client, middleware, payload
 from . import relay
-from .entry import CLOSE, JOB, OutboxEntry
+from .entry import CLOSE, JOB, TABLE, OutboxEntry
 
 
 def database(using_db: str | None) -> str:
@@ -109,13 +109,36 @@ def _write(alias: str, jobs: list[dict[str, Any]], texts: Sequence[str | None]) 
         )
         for job, text in zip(jobs, texts, strict=True)
     ]
-    if len(rows) == 1:
-        rows[0].save(using=alias, force_insert=True)
-    else:
-        OutboxEntry.objects.using(alias).bulk_create(rows)
+    try:
+        if len(rows) == 1:
+            rows[0].save(using=alias, force_insert=True)
+        else:
+            OutboxEntry.objects.using(alias).bulk_create(rows)
+    except DatabaseError as exc:
+        _no_table_hint(alias, exc)
+        raise
     ids = [row.pk for row in rows]
     # A database that does not return the new ids (MySQL): the workers relay them.
     _relay_at_commit(alias, [i for i in ids if i is not None])
+
+
+_NO_TABLE = ("no such table", "does not exist", "doesn't exist")
+
+
+def _no_table_hint(alias: str, exc: DatabaseError) -> None:
+    """The outbox table missing (``migrate`` not run yet, or not on this database): raise
+    the same error class saying so, instead of the driver's bare "no such table"."""
+    table = TABLE
+    text = str(exc)
+    # SQLite, PostgreSQL, MySQL: how each says a table is missing (read from the message:
+    # a query to look would fail in the transaction the error has just broken).
+    if table not in text or not any(m in text for m in _NO_TABLE):
+        return
+    raise type(exc)(
+        f"{exc} -- the durable outbox table {table} does not exist in database {alias!r}: run "
+        f"`manage.py migrate cogworker_django --database {alias}` (a durable enqueue writes a "
+        "row of it in your transaction)"
+    ) from exc
 
 
 def _relay_at_commit(alias: str, ids: list[int]) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import conf
+from ..controls.errors import timeout_behind
 from ..core import locks, payload
 from ..core.middleware import Reschedule
 from ..store import errors
@@ -141,7 +142,9 @@ def capture(
     if exc is None:
         status, error_class, message = "success", None, None
     else:
-        # Job controls' exceptions name their own status: timeout, cancelled, expired.
+        # Job controls' exceptions name their own status: timeout, cancelled, expired (a
+        # finally that raised while a timeout unwound the job: the timeout's).
+        exc = timeout_behind(exc)
         status = getattr(type(exc), "history_status", None) or "failed"
         error_class = payload.error_class(exc)
         message = errors.safe_str(exc, ERROR_MESSAGE_LIMIT)  # rule 7: never raises

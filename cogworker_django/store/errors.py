@@ -114,7 +114,10 @@ class _Reporter:
         detail: str | None = None,
         *,
         began: float | None = None,
+        then: str = "retrying until it is back",
     ) -> None:
+        """``then``: what happens next, for the outage's line (a process that does not
+        retry itself says who does)."""
         where = f"{component}: {detail}" if detail else component
         if is_unavailable(exc):
             with self._lock:
@@ -123,9 +126,7 @@ class _Reporter:
                 first = component not in self._down
                 self._down.add(component)
             if first:
-                log.warning(
-                    "%s: Redis unavailable (%s); retrying until it is back", where, describe(exc)
-                )
+                log.warning("%s: Redis unavailable (%s); %s", where, describe(exc), then)
             return
         log.error("%s failed: %s", where, describe(exc))
 

@@ -247,6 +247,13 @@ class AsyncSide:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.02)
+        if runs:
+            # One line for all of them (a hundred coroutines made a hundred lines).
+            log.warning(
+                "cancelled %d coroutine(s) still running at the stop: they unwound and "
+                "settled nothing; the hand-over requeues each",
+                len(runs),
+            )
         return len(runs)
 
     def stop(self) -> None:

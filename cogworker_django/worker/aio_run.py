@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import conf
 from ..controls import options, runtime
+from ..controls.errors import JobTimeout, while_unwinding
 from ..core import jobs, payload, progress
 from ..core.taskcontext import TaskRun, current
 from ..store import errors
@@ -51,6 +52,7 @@ class AsyncRun:
         # The run's own dict: current_job() gives it, with progress() (core/progress.py).
         self.attempt = run.Attempt(work, progress.RunningJob(job), None)
         self.slot_freed = False  # (aio.AsyncSide.free)
+        self.stopped = False  # cancelled by the stop (cancel_for_shutdown)
         self._inner: asyncio.Task | None = None  # the task awaiting the job, while it does
         self.outer: asyncio.Task | None = None  # the run's own task (aio.AsyncSide._start)
         self.context: TaskRun | None = None
@@ -146,6 +148,12 @@ class AsyncRun:
             if w.fired is not None:
                 raise w.fired() from None  # JobTimeout / JobCancelled
             raise
+        except Exception as exc:
+            if w.fired is JobTimeout:
+                # Raised while the timeout's cancellation unwound the coroutine (a
+                # finally that raised): the run ended by its time limit all the same.
+                raise while_unwinding(JobTimeout(), exc) from exc
+            raise
         finally:
             self.side.watchdog.unwatch(w)
             self._inner = None
@@ -166,6 +174,7 @@ class AsyncRun:
             inner.cancel()
 
     def cancel_for_shutdown(self) -> None:
+        self.stopped = True
         self.cancel()
 
     def holds(self, task: Any) -> bool:

@@ -39,7 +39,8 @@ from ..core import payload, priority, results
 from ..store import connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
-from .ledger import ACKING, FETCHED, PENDING, Filing, Ledger, Work
+from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
+from .requeue import HandedBack, shutdown_advice
 
 log = logging.getLogger("cogworker_django")
 
@@ -298,11 +299,11 @@ class ReliableFetch(FetchStrategy):
         for work in ledger.works(PENDING, ACKING):  # (ACKING: an ack whose fetch never came back)
             by_home[self.settle_keys(work.raw)[1]].append(work)
         for home, queues in self.groups:
-            self._hand_over_home(conn, home, queues[0], by_home[home])
+            self._hand_over_home(conn, ledger, home, queues[0], by_home[home])
             ledger.handed_over(by_home[home])
 
     def _hand_over_home(
-        self, conn: redis.Redis, home: str, fallback: str, pending: list[Work]
+        self, conn: redis.Redis, ledger: Ledger, home: str, fallback: str, pending: list[Work]
     ) -> None:
         """One home's list, in one script (a home once settled has nothing left to
         settle, so a retry after another home failed repeats nothing)."""
@@ -317,20 +318,37 @@ class ReliableFetch(FetchStrategy):
         requeue = list(listed.elements())
         if not (requeue or pending):
             return
-        queue_keys = [
-            priority.return_key(homes.home_queue(queue_of(r, fallback), home, fallback))
-            for r in requeue
-        ]
+        # A job that was running is interrupted: it goes back counted (requeue.HandedBack);
+        # one fetched and not started yet goes back as it is.
+        running = {w.raw for w in ledger.works(PERFORMING, SETTLING, REFUSED)}
+        targets: list[str] = []
+        moves: list[Any] = []
+        interrupted: list[tuple[int, HandedBack]] = []
+        for r in requeue:
+            queue = homes.home_queue(queue_of(r, fallback), home, fallback)
+            if r in running:
+                back = HandedBack(r, queue, home)
+                interrupted.append((len(targets), back))
+                targets.append(back.target)
+                moves += [wire(r), back.payload, back.score]
+            else:
+                targets.append(priority.return_key(queue))
+                moves += [wire(r), wire(r), ""]
         args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
         for work in filings:
             assert work.filing is not None
             args += [wire(work.raw), work.filing.unsettled_entry()]
-        args += map(wire, requeue)
-        _acked, handed, requeued = scripts.run(
-            "handover", conn, [self.lists[home], keys.unsettled(home), *queue_keys], args
+        args += moves
+        _acked, handed, requeued, moved = scripts.run(
+            "handover", conn, [self.lists[home], keys.unsettled(home), *targets], args
         )
+        done = [back for index, back in interrupted if moved[index]]
+        for back in done:
+            back.filed()
         if requeued:
-            log.warning("requeued %d job(s) unfinished at shutdown", requeued)
+            log.warning(
+                "requeued %d job(s) unfinished at shutdown%s", requeued, shutdown_advice(done)
+            )
         if handed:
             log.warning(
                 "handed %d finished job(s) that could not be filed to %s",
@@ -498,9 +516,17 @@ class BasicFetch(FetchStrategy):
         settled, and any fetched and not started). Each job is pushed once (across
         retries); raises if any could not be pushed, so the caller retries the rest."""
         moved = 0
+        done: list[HandedBack] = []
         failure: Exception | None = None
         items: list[tuple[int, str, bytes]] = []
-        for work in [*ledger.running(), *ledger.works(FETCHED)]:
+        interrupted: dict[int, HandedBack] = {}
+        for work in ledger.works(PERFORMING, SETTLING, REFUSED):
+            # Interrupted mid-run: back counted, or to dead (requeue.HandedBack). (An
+            # abandoned run is the watchdog's: filed, or pending with its filing.)
+            back = HandedBack(work.raw, work.queue, keys.home_of(work.queue))
+            interrupted[id(work)] = back
+            items.append((id(work), back.target, back.payload.encode()))
+        for work in ledger.works(FETCHED):  # fetched, never started: back as they are
             items.append((id(work), priority.return_key(work.queue), wire(work.raw)))
         unsettled = set()
         for work in ledger.works(PENDING):
@@ -512,16 +538,23 @@ class BasicFetch(FetchStrategy):
         for ident, key, value in items:
             if ident in self._handed:
                 continue
+            counted = interrupted.get(ident)
             try:
-                conn.rpush(key, value)
+                if counted is not None and counted.score:
+                    conn.zadd(key, {value: float(counted.score)})
+                else:
+                    conn.rpush(key, value)
             except Exception as exc:  # noqa: BLE001 - one failure must not cost the others
                 failure = exc
                 continue
             self._handed.add(ident)
+            if counted is not None:
+                counted.filed()
+                done.append(counted)
             if key not in unsettled:
                 moved += 1
         if moved:
-            log.warning("requeued %d job(s) unfinished at shutdown", moved)
+            log.warning("requeued %d job(s) unfinished at shutdown%s", moved, shutdown_advice(done))
         if failure is not None:
             raise failure
 

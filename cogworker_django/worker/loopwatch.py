@@ -102,7 +102,9 @@ class LoopWatch:
             errors.report("Event loop watch", exc)
 
     def _run_in_hand(self) -> Any:
-        """The run whose task the loop is in now (None: none of the runs')."""
+        """What the loop is in now: the run whose task it is, or the task itself when it
+        is none of the runs' (a background task a job or a client started: it blocks
+        every job just the same); None outside any task."""
         loop = self.side.loop
         if loop.is_closed():
             return None
@@ -112,22 +114,39 @@ class LoopWatch:
         for run in list(self.side.runs.values()):
             if run.holds(task):
                 return run
-        return None
+        return task
 
-    def _warn(self, run: Any, seconds: float, *, over: bool) -> None:
-        func, jid = str(run.job.get("func")), str(run.job.get("jid"))
+    def _warn(self, culprit: Any, seconds: float, *, over: bool) -> None:
+        key, who = _describe(culprit)
         now = time.monotonic()
-        last = self._warned.get(func)
+        last = self._warned.get(key)
         if last is not None and now - last < WARN_EVERY:
             return
-        self._warned[func] = now
+        self._warned[key] = now
         log.warning(
-            "%s (jid %s) %s the event loop for %.2f s%s: every other async job waited. A "
+            "%s %s the event loop for %.2f s%s: every other async job waited. A "
             "blocking call inside async def (time.sleep, a sync client, CPU-bound work) "
             "belongs in a plain job, or in asyncio.to_thread",
-            func,
-            jid,
+            who,
             "held" if over else "has held",
             seconds,
             "" if over else " so far",
         )
+
+
+def _describe(culprit: Any) -> tuple[str, str]:
+    """(what a warning is rate-limited by, how it is named): a run by its job function
+    and jid; another task by its coroutine (its module and name) and the task's name."""
+    if not isinstance(culprit, asyncio.Task):
+        func, jid = str(culprit.job.get("func")), str(culprit.job.get("jid"))
+        return func, f"{func} (jid {jid})"
+    coro = culprit.get_coro()
+    code = getattr(coro, "cr_code", None)
+    where = getattr(coro, "__qualname__", None) or repr(coro)
+    module = getattr(getattr(coro, "cr_frame", None), "f_globals", {}).get("__name__")
+    name = f"{module}.{where}" if module else where
+    origin = f", {code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    return (
+        f"task:{name}",
+        f"background task {culprit.get_name()!r} ({name}{origin}; not a job's run)",
+    )

@@ -238,7 +238,9 @@ class Manager:
         still = [self.ledger.describe(w) for w in self.ledger.works(PERFORMING, SETTLING)]
         if still:
             log.warning(
-                "%s: %d job(s) still running (%s) will be requeued",
+                "%s: %d job(s) still running (%s) will be requeued, each interruption "
+                "counted toward MAX_ORPHANINGS (then dead): a job that may never finish "
+                "needs a time limit, @job(timeout=...)",
                 "second TERM" if force.is_set() else "shutdown timeout",
                 len(still),
                 ", ".join(still),

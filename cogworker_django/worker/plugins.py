@@ -29,6 +29,7 @@ raises is reported under the plugin's ``name`` and never stops the worker (each 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from typing import Any
 from .. import conf, history
 from ..conf import QueueSpec
 from ..controls import cancel, limits, options
-from ..core import unique
+from ..core import staleness, unique
 from ..durable import chore
 from ..observe import runlog, telemetry
 from ..periodic import entries, running_lock, ticker
@@ -48,6 +49,10 @@ from .ledger import Ledger
 from .timeouts import Watchdog
 
 Timer = tuple[str, float, Callable[[Any], Any]]
+
+log = logging.getLogger("cogworker_django")
+# How often the job modules' files are looked at (a stat each; a handful of files).
+CODE_WATCH_INTERVAL = 2.0
 
 
 @dataclass(frozen=True)
@@ -280,6 +285,42 @@ class Durable(Plugin):
         return (("Durable outbox relay", 0.0, self._chore),)
 
 
+class CodeWatch(Plugin):
+    """The job modules' files, watched: one changed on disk since the start is logged
+    once (the worker still runs the code it imported), and a payload naming a job this
+    worker doesn't know says "restart the worker" when its module is newer than the
+    worker's code (core/staleness.py)."""
+
+    name = "Code watch"
+
+    def __init__(self) -> None:
+        self._watch: staleness.Watch | None = None
+
+    def start(self, ctx: RunContext) -> Sequence[Any]:
+        from ..core import jobs
+
+        staleness.mark_loaded(ctx.started_at)
+        modules = {f.func.__module__ for f in jobs.registered_jobs()}
+        modules |= {name for name, _required in jobs.job_module_names()}
+        self._watch = staleness.Watch(staleness.job_module_files(sorted(modules)))
+        return ()
+
+    def timers(self, ctx: RunContext) -> Sequence[Timer]:
+        return (("Code watch", CODE_WATCH_INTERVAL, self._check),)
+
+    def _check(self, _conn: Any) -> None:
+        if self._watch is None:
+            return
+        for module, path in self._watch.changed():
+            log.warning(
+                "%s (%s) changed on disk since this worker started: it still runs the code "
+                "it imported; restart the worker (in development, `manage.py cogworker "
+                "--reload` restarts it on every change)",
+                module,
+                path,
+            )
+
+
 class _Stopped:
     """A component that only stops something (started by its first use)."""
 
@@ -302,6 +343,7 @@ def builtin() -> tuple[Plugin, ...]:
         Workflows(),
         KeyGuard(),
         Durable(),
+        CodeWatch(),
     )
 
 

@@ -119,6 +119,7 @@ class Processor:
         # Set by the watchdog when it settled this thread's run for it: the thread leaves
         # its loop as soon as (if ever) the job returns, and settles nothing.
         self.abandoned = False
+        self.stopped = False  # (a thread is never cancelled by the stop: run.Driver)
         self._chain = chain  # its own: RunChain keeps the chains it chose
 
     @property

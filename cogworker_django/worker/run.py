@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from .. import history
 from ..controls import expiry, limits
-from ..controls.errors import JobCancelled, JobExpired
-from ..core import departures, jobs, locks, middleware, payload, results
+from ..controls.errors import JobCancelled, JobExpired, timeout_behind
+from ..core import departures, locks, middleware, payload, results, staleness
 from ..core.retry import Discard
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
@@ -63,6 +63,7 @@ class Driver(Protocol):
     name: str
     ledger: Ledger
     strategy: Any  # worker/fetch.FetchStrategy
+    stopped: bool  # cancelled by the stop (an async run's): its leaving is told elsewhere
 
     def refuse(self) -> None:
         """The run was refused its claim: from here what the run's code asks of
@@ -156,7 +157,8 @@ def steps(driver: Driver, attempt: Attempt) -> Generator[Perform | Call, Any, No
                 job["func"],
                 job["jid"],
             )
-        elif work.state != ABANDONED:
+        elif work.state != ABANDONED and not driver.stopped:
+            # (The stop's own cancellations are told in one line: aio.cancel_running.)
             log.warning(
                 "%s (jid %s) finished after the shutdown hand-over requeued it: left to its "
                 "requeued copy",
@@ -192,12 +194,7 @@ def _execute(attempt: Attempt) -> Generator[Perform | Call, Any, Outcome]:
     if runner is None:
         log.error("%s (jid %s) is not a registered job: filed in dead", job["func"], job["jid"])
         yield Call(locks.release_job_locks, (job,))
-        return failures.to_dead(
-            job,
-            "NotRegistered",
-            f"{job['func']!r} is not a registered job; it was not imported or run "
-            f"({jobs.where_jobs_live()})",
-        )
+        return failures.to_dead(job, "NotRegistered", staleness.not_registered(job["func"]))
     now = time.time()
     if expiry.expired(job, now):
         return expired(job, queue, now)
@@ -249,6 +246,8 @@ def failed(job: dict[str, Any], exc: BaseException) -> tuple[str, float]:
     """Count a failure and say where it goes (the job's retry control decides); never
     raises: a failure path that raised would leave the job listed, requeued, failing
     forever."""
+    # A finally that raised while a timeout unwound the job: filed as the timeout.
+    exc = timeout_behind(exc)
     if locks.run_abandoned():
         # Its settlement went to another (the watchdog filed the job, or the hand-over
         # requeued it): the failure is theirs to count and log, once.

@@ -105,6 +105,22 @@ async def blocks_the_loop(seconds, token):
     await _count(token)
 
 
+async def _blocks_in_background(seconds, token):
+    time.sleep(seconds)  # a blocking call in a task no job run owns
+    await _count(token)
+
+
+_background: set = set()  # the tasks started below, kept until they end
+
+
+@job(retry=False)
+async def starts_a_blocking_task(seconds, token):
+    """Returns at once; a task it started blocks the loop afterwards (not a job's run)."""
+    task = asyncio.get_running_loop().create_task(_blocks_in_background(seconds, token))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
 @job(retry=False)
 async def waits_for_cancel(token):
     await client.hincrby(key("starts"), token, 1)

@@ -439,6 +439,27 @@ def spin_forever():
 
 
 @job(timeout=1, retry=False)
+def spin_then_finally_raises():
+    """Stopped by its timeout; its finally raises as the timeout unwinds it."""
+    _count()
+    try:
+        while True:
+            pass
+    finally:
+        raise RuntimeError("cleanup failed")
+
+
+@job(timeout=1, retry=False)
+async def async_finally_raises():
+    """Cancelled by its timeout; its finally raises as the cancellation unwinds it."""
+    _count()
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        raise RuntimeError("async cleanup failed")
+
+
+@job(timeout=1, retry=False)
 def sleep_in_c(seconds=60):
     """Stuck in a C call the timeout's exception can't reach: abandoned after the grace."""
     _count()

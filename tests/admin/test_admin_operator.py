@@ -149,6 +149,16 @@ def test_failures_say_what_retry_allows(admin_client, r):
     assert " of 2<" not in html
 
 
+def test_a_job_filed_in_dead_without_a_failed_run_says_it_was_never_retried(admin_client, r):
+    """A payload naming no registered job (or orphaned too often) goes to dead at once:
+    its detail does not say "Never failed; retry=True allows 25 retries"."""
+    add_to(r, "dead", make_job(error_class="NotRegistered", error_message="not registered"))
+    key = DeadSet().page()[0].key
+    html = admin_client.get(url("deadjob", "job"), {"key": key}).content.decode()
+    assert "Never retried: NotRegistered sends a job to dead at once" in html
+    assert "Never failed" not in html and "allows 25 retries" not in html
+
+
 def test_one_job_in_a_queue_is_one_job(admin_client, r):
     push(r, make_job(queue="solo"))
     html = admin_client.get(url("queue", "jobs"), {"name": "solo"}).content.decode()

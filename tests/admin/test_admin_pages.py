@@ -81,6 +81,28 @@ def test_dashboard_counts_and_chart(admin_client, r):
     )
 
 
+def test_the_dashboard_comes_first_in_the_section(admin_client):
+    """In the admin index and its sidebar, the Cogworker pages come in their own order,
+    Dashboard first (the site sorts by name: Batches and Busy came before it)."""
+    html = admin_client.get("/admin/").content.decode()
+    section = html.split('class="app-cogworker_django')[1].split("</table>")[0]
+    names = re.findall(r'<a href="/admin/cogworker_django/[a-z]+/">([^<]+)</a>', section)
+    assert names[:3] == ["Dashboard", "Queues", "Processes"], names
+    assert names.index("Batches") > names.index("Dead")
+
+
+def test_the_dashboard_shows_a_queue_no_worker_reads_as_such(admin_client, r):
+    """As the Queues page does: a queue nobody reads is not "active" (a mistyped name)."""
+    push(r, make_job(queue="defualt"))
+    push(r, make_job(queue="mail"))
+    r.zadd(keys.live_queues(), {"mail": time.time()})  # a worker reads "mail"
+    html = admin_client.get(url("dashboard")).content.decode()
+    table = html.split('id="dashboard-queues"')[1].split("</table>")[0]
+    rows = {row.split("</td>")[0].split("<td>")[-1]: row for row in table.split("<tr>")[2:]}
+    assert "no worker reads this queue" in rows["defualt"]
+    assert "active" in rows["mail"] and "no worker reads" not in rows["mail"]
+
+
 def test_queues_page_and_queue_jobs(admin_client, r):
     for i in range(30):
         push(r, make_job("app.jobs.Mail", f"arg{i}", queue="mail"))

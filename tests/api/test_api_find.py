@@ -47,6 +47,16 @@ def test_a_jid_is_found_in_every_place_it_is(r):
     assert found[0].queue == "billing"
     assert found[2].identity == "gone:1:aa" and found[2].alive is False
     assert found[-1].run.jid == jid and found[-1].run.status == "failed"
+    # In a shell, what was found reads as what it is (not Run() or a payload's bytes).
+    run = repr(found[-1].run)
+    assert run.startswith(f"Run(jid={jid!r}, job='shop.jobs.charge', queue='billing', ")
+    assert "status='failed'" in run and "error='ValueError: first attempt'" in run
+    assert "duration=" in run and "started_at=datetime.datetime(" in run
+    assert repr(found[0].record) == (
+        f"JobRecord(jid={jid!r}, func='shop.jobs.charge', queue='billing', source='queue')"
+    )
+    assert f"run=Run(jid={jid!r}" in repr(found[-1])
+    assert f"record=JobRecord(jid={jid!r}" in repr(found[4]) and "score=" in repr(found[4])
 
 
 def test_a_jid_found_nowhere_and_a_bad_jid(r):

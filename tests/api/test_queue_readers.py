@@ -47,9 +47,11 @@ def misrouted(tmp_path):
 
 
 def test_check_warns_about_a_job_whose_queue_no_worker_reads(misrouted, configure):
+    configure(QUEUES=["default", "critical"])
     (found,) = checks.check_job_queues()
     assert found.id == "cogworker.W005" and found.obj == "cw_misrouted.charge"
     assert "queue 'critcal', which is not in COGWORKER['QUEUES']" in found.msg
+    assert "Did you mean 'critical'?" in found.msg
     assert "-q critcal" in found.hint
     configure(QUEUES=["default", "critcal"])
     assert checks.check_job_queues() == []

@@ -132,7 +132,11 @@ def test_cancel_a_running_job_from_busy(admin_client, worker, r, prefix):
     page = admin_client.get(url("busyjob")).content.decode()
     assert 'data-action="cancel"' in page
     post(admin_client, "busyjob", "cancel", jid=jid)
-    assert "cancelled: cancelled() is True" in messages_of(admin_client.get(url("busyjob")))[0]
+    said = messages_of(admin_client.get(url("busyjob")))[0]
+    assert "cancelled: cancelled() is True" in said
+    # What happens to a job inside a C call, which the interruption reaches only later.
+    assert "a job inside a C call (a sleep, a socket read, a database query) only when" in said
+    assert "its thread is abandoned and the job dropped as cancelled" in said
     wait_until(lambda: r.hget(f"{prefix}:test:runs", "busy-saw-cancel"), 15, message="seen")
     assert w.stop() == 0
 

@@ -47,6 +47,23 @@ def test_a_busy_loop_is_interrupted_and_filed(worker, r, prefix):
     assert "timeout" in statuses
 
 
+@pytest.mark.parametrize("func", ["spin_then_finally_raises", "async_finally_raises"])
+def test_a_finally_that_raises_after_a_timeout_is_filed_as_the_timeout(worker, r, prefix, func):
+    """The run ended by its time limit: filed as JobTimeout (and recorded as "timeout"),
+    the finally's error named with it, not filed as that error's failure."""
+    jid = getattr(tj, func).enqueue()
+    w = worker()
+    wait_until(lambda: dead_jobs(r, prefix), 20, message="the timed-out job in dead")
+    [dead] = dead_jobs(r, prefix)
+    assert dead["jid"] == jid and dead["error_class"].endswith("JobTimeout"), dead
+    assert "ran past its timeout of 1 s" in dead["error_message"]
+    assert "then, while it unwound the job: RuntimeError:" in dead["error_message"]
+    assert "cleanup failed" in dead["traceback"]
+    assert w.stop() == 0
+    [run] = [x for x in _history(r, prefix) if x["jid"] == jid]
+    assert run["status"] == "timeout"
+
+
 def _history(r, prefix) -> list[dict]:
     return [json.loads(fields["run"]) for _id, fields in r.xrange(f"{prefix}:history")]
 

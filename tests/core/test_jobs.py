@@ -70,11 +70,14 @@ def test_single_enqueue_is_one_round_trip(r, round_trips):
 
 def test_enqueue_many_is_one_round_trip_for_any_count(r, round_trips):
     tj.record.enqueue("warm")
+    # The first push to a queue no setting names costs one read, once per process (is a
+    # worker reading it? core/unread.py): made here, before the count.
+    tj.record.using(queue="bulk").enqueue("warm")
     round_trips["n"] = 0
     jids = tj.record.using(queue="bulk").enqueue_many([(str(i),) for i in range(5000)])
     assert round_trips["n"] == 1
     assert len(jids) == 5000 and len(set(jids)) == 5000
-    assert r.llen(keys.queue("bulk")) == 5000
+    assert r.llen(keys.queue("bulk")) == 5001
 
 
 def test_enqueue_many_item_shapes(r):

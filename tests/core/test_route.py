@@ -58,7 +58,9 @@ def test_a_scheduled_job_goes_to_its_homes_schedule_scored_by_at(prefix):
     assert not where.listed  # one home: the move to the queue lists it
 
 
-@override_settings(COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "cw"})
+@override_settings(
+    COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "cw", "TEST_PREFIX": False}
+)
 def test_with_a_home_per_queue_a_scheduled_push_lists_its_queue():
     now = time.time()
     job = built(queue="q")

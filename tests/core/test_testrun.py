@@ -12,13 +12,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from cogworker_django import testing
 from cogworker_django.core import client, testrun
 
-from ..helpers import MAIN_REDIS_URL
+from ..helpers import MAIN_REDIS_URL, wait_until
 
 SETTINGS = textwrap.dedent(
     """
@@ -35,11 +36,17 @@ SETTINGS = textwrap.dedent(
 
 JOBS = textwrap.dedent(
     """
+    import os
+
+    import redis
     from cogworker_django import job
 
 
     @job
     def mark_paid(order_id):
+        # What a run did, seen from outside: a list of the order ids it marked.
+        r = redis.Redis.from_url(os.environ["SAMPLE_REDIS_URL"])
+        r.rpush("ran:" + os.environ["SAMPLE_PREFIX"], order_id)
         return order_id
     """
 )
@@ -75,6 +82,13 @@ PYTEST_TESTS = textwrap.dedent(
 
     def test_the_fixture_pushes_to_redis(cogworker_redis):
         mark_paid.enqueue(101)
+
+
+    def test_keys_are_under_a_test_prefix_of_their_own():
+        import os
+        from cogworker_django import testing
+
+        assert testing.prefix() == "test_" + os.environ["SAMPLE_PREFIX"]
     """
 )
 
@@ -134,18 +148,25 @@ def sample(tmp_path, prefix, r):
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done
 
-    def pushed() -> list[int]:
+    def pushed(under: str = f"test_{prefix}") -> list[int]:
+        """The jobs on the default queue under ``under``: the test prefix by default
+        (the sample's runs are neither xdist nor parallel: no worker number)."""
         import json
 
-        return sorted(json.loads(p)["args"][0] for p in r.lrange(f"{prefix}:queue:default", 0, -1))
+        return sorted(json.loads(p)["args"][0] for p in r.lrange(f"{under}:queue:default", 0, -1))
 
     run.pushed = pushed  # type: ignore[attr-defined]
-    return run
+    run.env = env  # type: ignore[attr-defined]
+    run.dir = tmp_path  # type: ignore[attr-defined]
+    yield run
+    for key in r.scan_iter(match=f"test_{prefix}*"):
+        r.delete(key)
+    r.delete(f"ran:{prefix}")
 
 
 def test_pytest_run_keeps_jobs_unless_a_test_asks_for_redis(sample):
     done = sample("-m", "pytest", "-p", "no:cacheprovider", "-q", "test_shop.py")
-    assert "5 passed" in done.stdout
+    assert "6 passed" in done.stdout
     # Only the marked test and the one with the fixture reached Redis.
     assert sample.pushed() == [100, 101]
 
@@ -153,6 +174,51 @@ def test_pytest_run_keeps_jobs_unless_a_test_asks_for_redis(sample):
 def test_manage_py_test_keeps_jobs_unless_a_test_asks_for_redis(sample):
     sample("manage.py", "test", "shop", "-v", "0")
     assert sample.pushed() == [102]
+    assert sample.pushed(under=sample.env["SAMPLE_PREFIX"]) == []  # not the project's PREFIX
+
+
+def test_a_development_worker_never_sees_a_test_runs_jobs(sample, r):
+    """The sample project's development worker runs on its PREFIX while its pytest run
+    pushes jobs to Redis (the cogworker_redis marker and fixture): they go under the test
+    prefix ("test_" + PREFIX), where no development worker reads, and it runs none."""
+    prefix = sample.env["SAMPLE_PREFIX"]
+    log = sample.dir / "worker.log"
+    with open(log, "wb") as out:
+        dev = subprocess.Popen(
+            [sys.executable, "manage.py", "cogworker", "-c", "2"],
+            cwd=sample.dir,
+            env=sample.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_until(lambda: "started" in log.read_text(), 30, message="the development worker")
+        assert f"prefix={prefix}" in log.read_text()
+        done = sample("-m", "pytest", "-p", "no:cacheprovider", "-q", "test_shop.py")
+        assert "6 passed" in done.stdout
+        assert sample.pushed() == [100, 101]  # waiting under the test prefix
+        # The development worker fetches within a second of a push; give it two.
+        time.sleep(2)
+        assert r.lrange(f"ran:{prefix}", 0, -1) == []
+        assert sample.pushed(under=prefix) == []
+        # The same job pushed under PREFIX does run there: the worker was looking.
+        env = {**sample.env, "DJANGO_SETTINGS_MODULE": "sampleproj.settings"}
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import django; django.setup(); "
+                "from shop.jobs import mark_paid; mark_paid.enqueue(7)",
+            ],
+            cwd=sample.dir,
+            env=env,
+            check=True,
+            timeout=60,
+        )
+        wait_until(lambda: r.lrange(f"ran:{prefix}", 0, -1) == ["7"], 15, message="a dev job")
+    finally:
+        dev.terminate()
+        dev.wait(30)
 
 
 # The same rules, in this process (whose suite opts in with cogworker_redis = true).

@@ -206,9 +206,11 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(inworker, r):
         assert json.loads(data["worker_ids"]) == []  # it never ran
 
 
-def test_a_failed_task_is_logged_once(worker, r):
-    """The worker's own line ("failed: ... -> dead"), not Django's ERROR line for the same
-    failure too; Django's other lines (state=RUNNING) stay."""
+def test_a_failed_task_keeps_djangos_records_and_the_worker_adds_one_line(worker, r):
+    """Django's own records on its django.tasks logger stay as Django's backends emit them
+    (state=RUNNING, and state=FAILED with the traceback: users' logging listens to them;
+    their levels: tests/djtasks/django_tasks/); the worker's own line ("failed: ... ->
+    dead") comes once, without a traceback."""
     result = tt.boom.using(backend="noretry").enqueue("kaput")
     w = worker()
     finished(result)
@@ -216,7 +218,9 @@ def test_a_failed_task_is_logged_once(worker, r):
     log = w.log()
     assert log.count(f"(jid {result.id}) failed: ValueError: kaput -> dead") == 1
     assert f"Task id={result.id} path=testapp.tasks.boom state=RUNNING" in log
-    assert "state=FAILED" not in log and log.count("ValueError: kaput") == 1
+    assert log.count(f"Task id={result.id} path=testapp.tasks.boom state=FAILED") == 1
+    # Django's record carries the traceback; the worker's line does not repeat it.
+    assert log.count("Traceback (most recent call last)") == 1, log
 
 
 def _status(result):

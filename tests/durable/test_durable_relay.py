@@ -452,3 +452,24 @@ def test_a_sqlite_table_dropped_since_is_found_gone_and_skipped(db_alias, caplog
         with connections[db_alias].schema_editor() as editor:
             editor.create_model(OutboxEntry)
         relay._tables.clear()
+
+
+@pytest.mark.parametrize("unique_for", [1e300, math.inf, math.nan, -5], ids=str)
+def test_a_hand_written_unique_for_out_of_range_pushes_with_its_lock(db_alias, r, unique_for):
+    """A row written by hand with a unique_for no enqueue accepts (1e300 s, inf, nan, a
+    negative): the job is pushed with its lock, for UNIQUE_LOCK_TTL (the default), not
+    without one (Redis refused the expiry: the lock was dropped, the job pushed)."""
+    job = {
+        **json.loads(_payload(7)),
+        "unique": "until_executed",
+        "unique_digest": "d7",
+        "unique_for": unique_for,
+    }
+    OutboxEntry.objects.using(db_alias).create(
+        jid=job["jid"], queue="default", payload=json.dumps(job), created_at=0
+    )
+    assert relay.relay_pending(conn(), db_alias) == 1
+    assert [j["jid"] for j in queued(r)] == [job["jid"]]
+    (lock,) = r.keys(f"{keys.prefix()}:unique:*")
+    assert r.get(lock) == job["jid"]
+    assert 86000 < r.ttl(lock) <= 86400  # UNIQUE_LOCK_TTL

@@ -29,7 +29,9 @@ def test_on_one_server_every_queue_lives_in_the_prefixs_home(prefix):
     assert homes.group_by_home(["a", "b"]) == [(root, ["a", "b"])]
 
 
-@override_settings(COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "cw"})
+@override_settings(
+    COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "cw", "TEST_PREFIX": False}
+)
 def test_with_a_home_per_queue_a_queues_home_crosses_the_prefixs():
     a, root = Home.of_queue("a"), Home.root()
     assert a == "{cw|a}" and root == "{cw}"
@@ -56,7 +58,9 @@ def test_with_a_home_per_queue_a_queues_home_crosses_the_prefixs():
     ]
 
 
-@override_settings(COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "{cw}"})
+@override_settings(
+    COGWORKER={"REDIS_URL": CLUSTER_URL, "CLUSTER": True, "PREFIX": "{cw}", "TEST_PREFIX": False}
+)
 def test_a_prefix_with_its_own_tag_keeps_one_home_on_a_cluster():
     assert Home.of_queue("a") == Home.root() == "{cw}"
     assert not Home.of_queue("a").lists_apart()

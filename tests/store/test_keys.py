@@ -60,7 +60,9 @@ def test_every_key_is_under_the_prefix(prefix):
 def test_two_prefixes_never_see_each_others_keys(r, prefix):
     tj.record.enqueue("mine")
     other = prefix + "x"
-    with override_settings(COGWORKER={"REDIS_URL": MAIN_REDIS_URL, "PREFIX": other}):
+    with override_settings(
+        COGWORKER={"REDIS_URL": MAIN_REDIS_URL, "PREFIX": other, "TEST_PREFIX": False}
+    ):
         tj.record.enqueue("theirs")
     try:
         # Named literally: keys.queue() follows the same settings as the push, so

@@ -132,6 +132,23 @@ def test_a_coroutine_that_blocks_the_loop_is_named_once_a_minute(worker, r, pref
     assert warnings[0][0] == first and float(warnings[0][1]) >= 0.4
 
 
+def test_a_background_task_that_blocks_the_loop_is_named_too(worker, r, prefix):
+    """A task a job started (not a job's run) blocking the loop for 1.5 s: named by its
+    coroutine and where it is defined, as the job coroutines are by their jid."""
+    aj.starts_a_blocking_task.enqueue(1.5, "bg")
+    w = worker()
+    wait_until(lambda: runs(r, prefix).get("bg") == 1, 15, message="the background task ran")
+    aj.where_am_i.enqueue("after")  # the loop's ticks after the block
+    wait_until(lambda: runs(r, prefix).get("after") == 1, 15, message="a job after it")
+    assert w.stop() == 0
+    found = re.findall(
+        r"background task '[^']+' \(testapp\.async_jobs\._blocks_in_background, "
+        r"\S+async_jobs\.py:\d+; not a job's run\) held the event loop for (\d+\.\d+) s",
+        w.log(),
+    )
+    assert len(found) == 1 and float(found[0]) >= 1.0, w.log()[-3000:]
+
+
 def test_an_async_job_behind_busy_threads_is_found(worker, r, prefix):
     tj.slow.enqueue_many([(30, f"slow-{i}") for i in range(2)])
     tj.record.enqueue("plain")

@@ -103,3 +103,9 @@ def test_manage_py_check_and_the_worker_refuse_a_bad_async_concurrency(prefix):
     flag = run_command(prefix, "cogworker", "--async-concurrency", "0")
     assert flag.returncode != 0
     assert "--async-concurrency must be at least 1, got 0" in flag.stderr
+    # The setting's cap holds on the command line too (100,000; CONCURRENCY's 10,000).
+    over = run_command(prefix, "cogworker", "--async-concurrency", "100001")
+    assert over.returncode != 0
+    assert "--async-concurrency 100001: must be <= 100000" in over.stderr
+    threads = run_command(prefix, "cogworker", "-c", "10001")
+    assert threads.returncode != 0 and "--concurrency 10001: must be <= 10000" in threads.stderr

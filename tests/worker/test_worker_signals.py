@@ -30,8 +30,14 @@ def test_term_during_long_job_requeues_it_and_a_new_worker_runs_it(worker, r, pr
     assert w.wait(15) == 0
     took = time.monotonic() - started
     assert took < 5, f"shutdown took {took:.1f}s"
-    # Back on its queue, exactly as it was, and nowhere else.
-    assert r.lrange(f"{prefix}:queue:default", 0, -1) == [raw]
+    # Back on its queue, as it was but for its count of interruptions (and its enqueue
+    # time), and nowhere else.
+    (back,) = r.lrange(f"{prefix}:queue:default", 0, -1)
+    back, was = json.loads(back), json.loads(raw)
+    assert back.pop("orphan_count") == 1 and "orphan_count" not in was
+    assert {k: v for k, v in back.items() if k != "enqueued_at"} == {
+        k: v for k, v in was.items() if k != "enqueued_at"
+    }
     assert not r.keys(f"{prefix}:inprogress:*")
     assert r.scard(f"{prefix}:processes") == 0
     log = w.log()

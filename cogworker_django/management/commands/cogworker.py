@@ -5,6 +5,7 @@ A bad option, bad settings or an unreachable Redis exit non-zero with one clear 
 
 from __future__ import annotations
 
+import argparse
 import gc
 import logging
 import os
@@ -69,6 +70,14 @@ class Command(BaseCommand):
             "0: off)",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="development only: restart the worker when a Python file of the project "
+            "changes, as runserver does (running jobs are handed back first)",
+        )
+        # The parent of --reload passes its pid to the worker it starts (reload.py).
+        parser.add_argument("--reload-parent", type=int, help=argparse.SUPPRESS)
+        parser.add_argument(
             "--metrics-addr",
             default="0.0.0.0",
             metavar="ADDR",
@@ -85,6 +94,16 @@ class Command(BaseCommand):
         kwargs = self._launcher_options(opts, settings)
         metrics = self._metrics_option(opts, settings)
         self._setup_logging(opts["logfile"], opts["verbosity"])
+        if opts["reload"]:
+            if opts["processes"] > 1:
+                raise CommandError("--reload runs one worker process: leave out --processes")
+            from cogworker_django.management import reload
+
+            code = reload.run()
+            logging.shutdown()
+            os._exit(code)
+        if opts["reload_parent"]:
+            kwargs["supervisor"] = opts["reload_parent"]
         self._import_jobs(opts["verbosity"])
         self._validate()
         self._check_redis()
@@ -112,9 +131,11 @@ class Command(BaseCommand):
         concurrency = _flag_or(opts["concurrency"], settings.CONCURRENCY)
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1, got {concurrency}")
+        _within_setting("--concurrency", "CONCURRENCY", concurrency)
         async_concurrency = _flag_or(opts["async_concurrency"], settings.ASYNC_CONCURRENCY)
         if async_concurrency < 1:
             raise CommandError(f"--async-concurrency must be at least 1, got {async_concurrency}")
+        _within_setting("--async-concurrency", "ASYNC_CONCURRENCY", async_concurrency)
         if opts["processes"] < 1:
             raise CommandError(f"--processes must be at least 1, got {opts['processes']}")
         timeout = _flag_or(opts["shutdown_timeout"], settings.SHUTDOWN_TIMEOUT)
@@ -311,6 +332,14 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
     if supervision is not None:
         supervision.stop()
     return worst
+
+
+def _within_setting(flag: str, key: str, value: Any) -> None:
+    """A flag holds what its setting may (conf's range for ``key``): the setting's cap
+    is no looser on the command line."""
+    why = conf.number_problem(key, value)
+    if why:
+        raise CommandError(f"{flag} {value}: {why} (as COGWORKER[{key!r}])")
 
 
 def _flag_or(flag: Any, setting: Any) -> Any:

@@ -1,0 +1,41 @@
+"""What the port adds to Django's tests (not from Django): waiting for a real worker."""
+
+from __future__ import annotations
+
+import time
+
+# A task run by the in-process worker ends within milliseconds; generous for a busy machine.
+FINISH_TIMEOUT = 30.0
+COGWORKER_BACKEND = "cogworker_django.tasks_backend.CogworkerBackend"
+# Django's ImmediateBackend records the first failure as FAILED: no retries here either.
+NO_RETRY = {"RETRY": False}
+
+
+# The in-process worker of the running test (conftest.py).
+worker = None
+
+
+def finished(result, timeout: float = FINISH_TIMEOUT):
+    """``result``, refreshed until the worker has finished its task (successful or
+    failed) and its run is over: the result is written before ``task_finished`` is sent,
+    and the records Django's receivers log come with the signal, so a test reading them
+    waits for the run to be settled too. An AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result.refresh()
+        if result.is_finished and (
+            worker is None or not worker.manager.ledger.running()
+        ):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"task {result.task.name} ({result.id}) did not finish"
+            )
+        time.sleep(0.01)
+
+
+async def afinished(result, timeout: float = FINISH_TIMEOUT):
+    """:func:`finished` for an async test."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(finished)(result, timeout)
