@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -117,10 +116,6 @@ def retried(opts: dict[str, Any], exc: BaseException | None) -> bool:
     return isinstance(exc, classes)
 
 
-_hook_problems: set[tuple[str, str]] = set()
-_hook_lock = threading.Lock()
-
-
 def delay(
     opts: dict[str, Any],
     attempt: int,
@@ -151,11 +146,8 @@ def delay(
 
 
 def _hook_failed(func: str, problem: str) -> None:
-    kind = problem.split(":", 1)[0]
-    with _hook_lock:
-        if (func, kind) in _hook_problems:
-            return
-        _hook_problems.add((func, kind))
+    if not errors.first_time("retry_in", func, problem.split(":", 1)[0]):
+        return
     log.error(
         "%s: its retry_in failed (%s): the default backoff is used instead (logged once)",
         func,

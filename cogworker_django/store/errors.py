@@ -106,6 +106,7 @@ class _Reporter:
         self._lock = threading.Lock()
         self._down: set[str] = set()
         self._recovered_at: dict[str, float] = {}
+        self._once: set[tuple[str, ...]] = set()
 
     def report(
         self,
@@ -144,15 +145,26 @@ class _Reporter:
         with self._lock:
             return component in self._down
 
+    def first_time(self, *what: str) -> bool:
+        """True the first time ``what`` (a hook and its kind of problem, say) is asked
+        about in this process: what a "logged once" message logs on."""
+        with self._lock:
+            if what in self._once:
+                return False
+            self._once.add(what)
+            return True
+
     def reset(self) -> None:
         with self._lock:
             self._down.clear()
             self._recovered_at.clear()
+            self._once.clear()
 
 
 reporter = _Reporter()
 report = reporter.report
 recovered = reporter.recovered
+first_time = reporter.first_time
 
 
 def best_effort(component: str, fn: Callable[[], Any], detail: str | None = None) -> bool:

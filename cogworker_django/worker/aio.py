@@ -16,7 +16,7 @@ Duties:
   (dispatch.py), and the next fetch asks for a job for the slot;
 - the heartbeat's view: :meth:`busy`; every job handed in or running is in the ledger
   (FETCHED until it starts), which is also the work board (the admin's Busy page);
-- at shutdown: running jobs get the shutdown timeout (:meth:`wait_idle`); those still
+- at shutdown: running jobs get the shutdown timeout (the ledger's wait); those still
   running are cancelled once the hand-over has begun (:meth:`cancel_running`), so they
   settle nothing and their jobs are requeued, never filed too (ledger.py); jobs not
   started stay on the in-progress list for the hand-over; then the loop is closed.
@@ -225,12 +225,6 @@ class AsyncSide:
             log.warning("the event loop did not close cleanly: %s", errors.describe(exc))
         finally:
             loop.close()
-
-    def wait_idle(self, timeout: float, force: threading.Event) -> None:
-        """Wait up to ``timeout`` for the running jobs to finish (less if ``force``)."""
-        deadline = time.monotonic() + timeout
-        while self._taken > 0 and not force.is_set() and time.monotonic() < deadline:
-            time.sleep(0.05)
 
     def cancel_running(self, wait: float) -> int:
         """Cancel every job still running (the hand-over has begun: none of them

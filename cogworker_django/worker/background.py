@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -135,51 +136,64 @@ class Chore:
 
 
 class Chores(Background):
-    """The chores thread: runs each :class:`Chore` when it is due, earliest first."""
+    """The chores thread: runs each :class:`Chore` when it is due, earliest first. Its
+    schedule is the thread's own; other threads only ask for a chore to run now
+    (:meth:`due_now`), through a queue."""
 
     name = "chores"
 
     def __init__(self, client: Callable[[], Any]) -> None:
         super().__init__()
         self._client = client  # the Redis client of the process (connection.get_client)
-        self._lock = threading.Lock()
-        self._heap: list[tuple[float, int, Chore]] = []
+        self._heap: list[tuple[float, int, Chore]] = []  # (the chores thread's only)
         self._due: dict[int, float] = {}  # id(chore) -> when it is due (the heap may lag)
         self._order = itertools.count()
+        self._woken: queue.SimpleQueue[Chore] = queue.SimpleQueue()
         self.chores: list[Chore] = []
-        self._begun = time.monotonic()
 
     def add(self, chore: Chore) -> Chore:
+        """(Before :meth:`start`.) Run ``chore``, first ``chore.first_at`` seconds from now."""
         chore.owner = self
         self.chores.append(chore)
         self._schedule(chore, time.monotonic() + chore.first_at)
         return chore
 
     def due_now(self, chore: Chore) -> None:
-        self._schedule(chore, time.monotonic())
+        """(Any thread.) Run ``chore`` as soon as the thread can."""
+        self._woken.put(chore)
         self.wake()
 
     def _schedule(self, chore: Chore, at: float) -> None:
-        with self._lock:
-            if self._due.get(id(chore), float("inf")) <= at:
-                return  # already due sooner
-            self._due[id(chore)] = at
-            heapq.heappush(self._heap, (at, next(self._order), chore))
+        if self._due.get(id(chore), float("inf")) <= at:
+            return  # already due sooner
+        self._due[id(chore)] = at
+        heapq.heappush(self._heap, (at, next(self._order), chore))
+
+    def _next(self, now: float) -> Chore | float | None:
+        """The chore due now (taken off the schedule), else the seconds until one is."""
+        while True:
+            try:
+                self._schedule(self._woken.get_nowait(), now)
+            except queue.Empty:
+                break
+        heap = self._heap
+        while heap and heap[0][0] != self._due.get(id(heap[0][2])):
+            heapq.heappop(heap)  # superseded by a sooner schedule
+        if not heap:
+            return None
+        at, _n, chore = heap[0]
+        if at > now:
+            return at - now
+        heapq.heappop(heap)
+        self._due.pop(id(chore), None)
+        return chore
 
     def step(self) -> float | None:
         conn = self._client()
         while not self.stopping:
-            now = time.monotonic()
-            with self._lock:
-                while self._heap and self._heap[0][0] != self._due.get(id(self._heap[0][2])):
-                    heapq.heappop(self._heap)  # superseded by a sooner schedule
-                if not self._heap:
-                    return None
-                at, _n, chore = self._heap[0]
-                if at > now:
-                    return at - now
-                heapq.heappop(self._heap)
-                self._due.pop(id(chore), None)
+            chore = self._next(time.monotonic())
+            if not isinstance(chore, Chore):
+                return chore
             pause: float | None = None
             try:
                 pause = chore.run(conn)
@@ -187,10 +201,3 @@ class Chores(Background):
                 errors.report(chore.name, exc)
             self._schedule(chore, time.monotonic() + (chore.interval if pause is None else pause))
         return None
-
-    def run_now(self, name: str) -> None:
-        """Run the chore ``name`` on the calling thread (the tests; the stop's last
-        passes)."""
-        for chore in self.chores:
-            if chore.name == name:
-                chore.run(self._client())

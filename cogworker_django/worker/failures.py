@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from typing import Any
 
@@ -32,9 +31,7 @@ log = logging.getLogger("cogworker_django")
 # thread and leaves the job in the in-progress list, where it is requeued and run
 # again, failing the same way forever. A RETRY_BACKOFF hook that raises or answers
 # something that is not a finite number >= 0 is replaced by the built-in formula
-# (logged once per hook and kind of problem, not once per job).
-_hook_problems: set[tuple[str, str]] = set()
-_hook_problems_lock = threading.Lock()
+# (logged once per hook and kind of problem, not once per job: errors.first_time).
 
 
 def builtin_backoff(retry_count: int) -> float:
@@ -63,11 +60,8 @@ def _checked_seconds(value: Any) -> float | None:
 
 
 def _hook_failed(path: str, problem: str) -> None:
-    kind = problem.split(":", 1)[0]
-    with _hook_problems_lock:
-        if (path, kind) in _hook_problems:
-            return
-        _hook_problems.add((path, kind))
+    if not errors.first_time("RETRY_BACKOFF", path, problem.split(":", 1)[0]):
+        return
     log.error(
         "RETRY_BACKOFF %s failed (%s): the built-in backoff is used instead (logged once)",
         path,

@@ -307,37 +307,14 @@ class ReliableFetch(FetchStrategy):
     ) -> None:
         """One home's list, in one script (a home once settled has nothing left to
         settle, so a retry after another home failed repeats nothing)."""
-        acks = [w.raw for w in pending if w.filing is None]
-        filings = [w for w in pending if w.filing is not None]
-        listed = Counter(text(r) for r in conn.lrange(self.lists[home], 0, -1))
-        # Every copy on the list is requeued, except one per pending settlement (two
-        # identical payloads are two jobs).
-        for work in pending:
-            if listed[work.raw] > 0:
-                listed[work.raw] -= 1
-        requeue = list(listed.elements())
+        requeue = self._left_on_list(conn, home, pending)
         if not (requeue or pending):
             return
-        # A job that was running is interrupted: it goes back counted (requeue.HandedBack);
-        # one fetched and not started yet goes back as it is.
         running = {w.raw for w in ledger.works(PERFORMING, SETTLING, REFUSED)}
-        targets: list[str] = []
-        moves: list[Any] = []
-        interrupted: list[tuple[int, HandedBack]] = []
-        for r in requeue:
-            queue = homes.home_queue(queue_of(r, fallback), home, fallback)
-            if r in running:
-                back = HandedBack(r, queue, home)
-                interrupted.append((len(targets), back))
-                targets.append(back.target)
-                moves += [wire(r), back.payload, back.score]
-            else:
-                targets.append(priority.return_key(queue))
-                moves += [wire(r), wire(r), ""]
-        args: list[Any] = [len(acks), *map(wire, acks), len(filings)]
-        for work in filings:
-            assert work.filing is not None
-            args += [wire(work.raw), work.filing.unsettled_entry()]
+        targets, moves, interrupted = _requeue_moves(requeue, running, home, fallback)
+        acks = [wire(w.raw) for w in pending if w.filing is None]
+        filings = [(wire(w.raw), w.filing.unsettled_entry()) for w in pending if w.filing]
+        args: list[Any] = [len(acks), *acks, len(filings), *(x for f in filings for x in f)]
         args += moves
         _acked, handed, requeued, moved = scripts.run(
             "handover", conn, [self.lists[home], keys.unsettled(home), *targets], args
@@ -345,16 +322,15 @@ class ReliableFetch(FetchStrategy):
         done = [back for index, back in interrupted if moved[index]]
         for back in done:
             back.filed()
-        if requeued:
-            log.warning(
-                "requeued %d job(s) unfinished at shutdown%s", requeued, shutdown_advice(done)
-            )
-        if handed:
-            log.warning(
-                "handed %d finished job(s) that could not be filed to %s",
-                handed,
-                keys.unsettled(home),
-            )
+        _tell_handed_over(requeued, handed, done, home)
+
+    def _left_on_list(self, conn: redis.Redis, home: str, pending: list[Work]) -> list[str]:
+        """The jobs of ``home``'s list to requeue: every copy on it, except one per pending
+        settlement (two identical payloads are two jobs)."""
+        listed = Counter(text(r) for r in conn.lrange(self.lists[home], 0, -1))
+        for work in pending:
+            listed[work.raw] = max(0, listed[work.raw] - 1)
+        return list(listed.elements())
 
     # The heartbeat -----------------------------------------------------------------------
 
@@ -602,6 +578,38 @@ class BasicSource:
         if ends:
             errors.best_effort("Results", lambda: results.keep(conn, ends))
         self.ledger.acks_sent(done)
+
+
+def _tell_handed_over(requeued: int, handed: int, done: list[HandedBack], home: str) -> None:
+    if requeued:
+        log.warning("requeued %d job(s) unfinished at shutdown%s", requeued, shutdown_advice(done))
+    if handed:
+        log.warning(
+            "handed %d finished job(s) that could not be filed to %s", handed, keys.unsettled(home)
+        )
+
+
+def _requeue_moves(
+    requeue: list[str], running: set[str], home: str, fallback: str
+) -> tuple[list[str], list[Any], list[tuple[int, HandedBack]]]:
+    """The hand-over's moves of the jobs ``requeue``: a job that was running is
+    interrupted, and goes back counted (requeue.HandedBack: to dead past MAX_ORPHANINGS);
+    one fetched and not started goes back as it is. (targets, ARGV triples, and the
+    counted ones by their place.)"""
+    targets: list[str] = []
+    moves: list[Any] = []
+    interrupted: list[tuple[int, HandedBack]] = []
+    for r in requeue:
+        queue = homes.home_queue(queue_of(r, fallback), home, fallback)
+        if r in running:
+            back = HandedBack(r, queue, home)
+            interrupted.append((len(targets), back))
+            targets.append(back.target)
+            moves += [wire(r), back.payload, back.score]
+        else:
+            targets.append(priority.return_key(queue))
+            moves += [wire(r), wire(r), ""]
+    return targets, moves, interrupted
 
 
 def for_mode(mode: str, identity: str, queues: tuple[QueueSpec, ...]) -> FetchStrategy:

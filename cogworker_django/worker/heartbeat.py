@@ -2,6 +2,9 @@
 and the admin's signals to it (quiet, stop, cancel) between beats: one thread
 (background.Background), which waits for those signals on its pub/sub channel.
 
+(Over 400 lines: the beat, the clearance it keeps for orphan recovery and the signals it
+waits for between beats are one thread's duties, kept together.)
+
 Duties, each beat:
 - the presence key ``P:process:<id>`` (info, busy, quiet; TTL a few beats): the one
   write that must succeed; if it fails, the beat failed;

@@ -72,14 +72,10 @@ def _per_queue(name: str) -> dict[str, str]:
 # Checking ----------------------------------------------------------------------------------
 
 
-def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, str]:
-    """Key -> type for every key this process knows of. Registries are read in one
-    pipeline; one of the wrong type lists nothing this round (it is quarantined by this
-    check, and listed again once the heartbeats refill it)."""
-    types = dict(keys.fixed_types())
-    day = stats.today()
-    for name in ("processed", "failed"):
-        types[keys.stat(name, day)] = "string"
+def _registries(conn: redis.Redis) -> list[list[str]]:
+    """The registries the keys to guard are read from, in one pipeline: the queues, the
+    processes, the in-progress owners, the periodic claimers and entries, the batches,
+    the live queues. One of the wrong type lists nothing this round."""
     pipe = conn.pipeline(transaction=False)
     pipe.smembers(keys.queues())
     pipe.smembers(keys.processes())
@@ -95,7 +91,18 @@ def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, s
                 raise result
             result = ()
         listed.append(sorted(display(m) for m in result))
-    queue_names, process_ids, inprogress_ids, claimers, entries, batch_ids, live = listed
+    return listed
+
+
+def expected_types(conn: redis.Redis, queues: Iterable[str] = ()) -> dict[str, str]:
+    """Key -> type for every key this process knows of. Registries are read in one
+    pipeline; one of the wrong type lists nothing this round (it is quarantined by this
+    check, and listed again once the heartbeats refill it)."""
+    types = dict(keys.fixed_types())
+    day = stats.today()
+    for name in ("processed", "failed"):
+        types[keys.stat(name, day)] = "string"
+    queue_names, process_ids, inprogress_ids, claimers, entries, batch_ids, live = _registries(conn)
     every = list(dict.fromkeys([*queues, *queue_names]))
     for name in every:
         types.update(_per_queue(name))

@@ -2,6 +2,9 @@
 return to the job's settlement, trusted over Redis (which may be what is failing, or may
 have lost its last writes in a failover).
 
+(Over 400 lines: every state change of a fetched job is a method here, under the one
+lock, so that the state table's invariants are read in one place.)
+
 Each fetched job is one :class:`Work`, in one state at a time, changed only by the
 methods below, each one step under the ledger's one lock (the table of states and
 transitions is in docs/internals.md, "The ledger"):
@@ -126,16 +129,18 @@ class Control:
 
 class Ledger:
     def __init__(self) -> None:
+        # One lock for every change; its condition wakes whoever waits for one (the
+        # hand-over for the claims settling, a run's end for a lock refresh in flight).
         self._lock = threading.Lock()
-        self._settled_claims = threading.Condition(self._lock)
+        self._changed = threading.Condition(self._lock)
         self._runs: dict[int, Work] = {}  # id(work) -> every job in the ledger
         self._acks: list[Work] = []  # in state ACK, oldest first (what the next fetch carries)
         self._out: set[int] = set()  # the fetches out, by number
         # How many runs of each payload are PERFORMING (the heartbeat refreshes their locks:
-        # an event loop runs hundreds at once), and a guard per such payload: a run leaves
-        # PERFORMING only once a refresh of its locks in flight is done (while_performing).
+        # an event loop runs hundreds at once), and the payloads whose locks a refresh is
+        # writing now: a run leaves PERFORMING only once that is done (while_performing).
         self._performing: dict[str, int] = {}
-        self._guards: dict[str, threading.Lock] = {}
+        self._refreshing: dict[str, int] = {}
         self._handing_over = False
 
     # Entering: fetches and what they bring -----------------------------------------------
@@ -169,18 +174,19 @@ class Ledger:
         settlement. False (-> REFUSED) once the hand-over has begun: the run is abandoned
         to its requeued copy, settles nothing and releases no lock; False also for a run
         the watchdog abandoned (settled for it). Idempotent."""
-        with self._guard(work.raw):  # after a heartbeat refresh in flight (while_performing)
-            with self._lock:
-                if work.state == SETTLING:
-                    return True
-                if work.state != PERFORMING:
-                    return False
-                self._leave_performing(work)
-                if self._handing_over:
-                    work.state = REFUSED
-                    return False
-                work.state = SETTLING
+        with self._lock:
+            self._after_refresh(work.raw)
+            if work.state == SETTLING:
                 return True
+            if work.state != PERFORMING:
+                return False
+            self._leave_performing(work)
+            if self._handing_over:
+                work.state = REFUSED
+                self._changed.notify_all()
+                return False
+            work.state = SETTLING
+            return True
 
     def succeeded(self, work: Work, ended: Any = None) -> None:
         """SETTLING -> ACK: the next fetch carries its ack (and ``ended``, its outcome)."""
@@ -189,7 +195,7 @@ class Ledger:
                 return
             work.state, work.ended = ACK, ended
             self._acks.append(work)
-            self._settled_claims.notify_all()
+            self._changed.notify_all()
 
     def file_later(self, work: Work, filing: Filing, ended: Any = None) -> None:
         """SETTLING (or ABANDONED, settled by the watchdog) -> PENDING: a filing Redis
@@ -197,7 +203,7 @@ class Ledger:
         with self._lock:
             work.state, work.filing, work.ended = PENDING, filing, ended
             self._runs[id(work)] = work
-            self._settled_claims.notify_all()
+            self._changed.notify_all()
 
     def ack_later(self, work: Work, ended: Any = None) -> None:
         """An ack Redis refused (or that goes alone, later): PENDING."""
@@ -206,13 +212,13 @@ class Ledger:
                 self._acks.remove(work)
             work.state, work.ended = PENDING, ended
             self._runs[id(work)] = work
-            self._settled_claims.notify_all()
+            self._changed.notify_all()
 
     def settled(self, work: Work) -> None:
         """Acked or filed: it leaves the ledger."""
         with self._lock:
             self._drop(work)
-            self._settled_claims.notify_all()
+            self._changed.notify_all()
 
     def forget(self, work: Work) -> None:
         """A run whose thread (or task) died of a bug in the run layer: it leaves the
@@ -229,7 +235,7 @@ class Ledger:
                 if work.state == PERFORMING:
                     self._leave_performing(work)
                 work.state = REFUSED
-            self._settled_claims.notify_all()
+            self._changed.notify_all()
 
     # The acks' side (the job source) ----------------------------------------------------------
 
@@ -264,12 +270,12 @@ class Ledger:
         thread (rule 15); False when it has claimed its own settlement already, left, or
         the hand-over has begun (which requeues it)."""
         with self._lock:
+            self._after_refresh(work.raw)
             if self._handing_over or work.state != PERFORMING:
                 return False
             work.state = ABANDONED
-        with self._guard(work.raw):  # after a heartbeat refresh in flight
-            with self._lock:
-                self._leave_performing(work)
+            self._leave_performing(work)
+            self._changed.notify_all()
         return True
 
     # The hand-over ------------------------------------------------------------------------------
@@ -279,10 +285,22 @@ class Ledger:
         settled (or left pending); returns how many still are (0 normally)."""
         with self._lock:
             self._handing_over = True
-            self._settled_claims.wait_for(
+            self._changed.wait_for(
                 lambda: not any(w.state == SETTLING for w in self._runs.values()), timeout
             )
             return sum(1 for w in self._runs.values() if w.state == SETTLING)
+
+    def wait_idle(self, timeout: float, force: threading.Event) -> bool:
+        """Wait up to ``timeout`` for every run started to have settled itself (or left),
+        less if ``force`` is set (a second TERM); True when none is left."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while any(w.state in _STARTED for w in self._runs.values()):
+                left = deadline - time.monotonic()
+                if left <= 0 or force.is_set():
+                    return False
+                self._changed.wait(min(left, 0.1))  # (force is an Event: looked at often)
+            return True
 
     @property
     def handing_over(self) -> bool:
@@ -350,16 +368,27 @@ class Ledger:
         waits to leave PERFORMING until the refresh is done, so a refresh never lands
         after the run has moved on (a retried failure extends its locks to cover the
         backoff right after; a refresh landing later would cut them back)."""
-        with self._guard(raw):
-            with self._lock:
-                still = raw in self._performing
+        with self._lock:
+            still = raw in self._performing
+            if still:
+                self._refreshing[raw] = self._refreshing.get(raw, 0) + 1
+        try:
             yield still
+        finally:
+            if still:
+                with self._lock:
+                    left = self._refreshing[raw] - 1
+                    if left:
+                        self._refreshing[raw] = left
+                    else:
+                        del self._refreshing[raw]
+                    self._changed.notify_all()
 
     # Inside the lock -------------------------------------------------------------------------
 
-    def _guard(self, raw: str) -> threading.Lock:
-        with self._lock:
-            return self._guards.setdefault(raw, threading.Lock())
+    def _after_refresh(self, raw: str) -> None:
+        """(Under the lock.) Wait for a refresh of ``raw``'s locks in flight to be done."""
+        self._changed.wait_for(lambda: raw not in self._refreshing)
 
     def _leave_performing(self, work: Work) -> None:
         left = self._performing.get(work.raw, 1) - 1
@@ -367,7 +396,6 @@ class Ledger:
             self._performing[work.raw] = left
         else:
             self._performing.pop(work.raw, None)
-            self._guards.pop(work.raw, None)
 
     def _drop(self, work: Work) -> None:
         if work.state == PERFORMING:

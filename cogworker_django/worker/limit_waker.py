@@ -51,6 +51,17 @@ def hold() -> float:
     return 2 * conf.get().POLL_INTERVAL
 
 
+def _room_call(chosen: list[Any]) -> tuple[list[str], list[Any]]:
+    """The keys and ARGV of lua/limit_room.lua for the limiters ``chosen``."""
+    key_list: list[str] = []
+    args: list[Any] = [MOST_PER_LOOK, repr(hold())]
+    for s in chosen:
+        key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
+        key_list += [keys.limit_waiting(s.name), keys.limit_offered(s.name)]
+        args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
+    return key_list, args
+
+
 class LimitWaker(Chore):
     def __init__(self, nudge: Callable[[], Any] | None = None) -> None:
         super().__init__(COMPONENT, self._look_all, conf.get().POLL_INTERVAL)
@@ -80,14 +91,8 @@ class LimitWaker(Chore):
         pause = conf.get().POLL_INTERVAL
         if not chosen:
             return pause
-        key_list: list[str] = []
-        args: list[Any] = [MOST_PER_LOOK, repr(hold())]
-        for s in chosen:
-            key_list += [keys.limit_leases(s.name), keys.limit_starts(s.name)]
-            key_list += [keys.limit_waiting(s.name), keys.limit_offered(s.name)]
-            args += [s.concurrency or 0, s.rate or 0, repr(s.per or 0)]
         conn = connection.get_client()
-        replies = scripts.run("limit_room", conn, key_list, args)
+        replies = scripts.run("limit_room", conn, *_room_call(chosen))
         for s, (count, wait, members) in zip(chosen, replies, strict=True):
             if members:
                 self._move(conn, s.name, [text(m) for m in members])

@@ -68,7 +68,6 @@ class Manager:
         self.source = fetcher.source(self.ledger, self.control, concurrency)
         # Set once the shutdown hand-over ran (for callers that wait on it).
         self.handed_over = False
-        self._lock = threading.Lock()
         self.watchdog = Watchdog(self._abandon)
         self.processors = [self._processor(i) for i in range(concurrency)]
         self.aio = self._event_loop()
@@ -185,27 +184,25 @@ class Manager:
             "stuck past TIMEOUT_GRACE",
             stuck.name,
         )
-        with self._lock:
-            if self.processors[stuck.index] is not stuck:
-                return
-            fresh = self._processor(stuck.index)
-            self.processors[stuck.index] = fresh
-        if not self.quieted:
-            log.warning("%s: starting a replacement", stuck.name)
-            fresh.start()
+        self.watchdog.call_soon(lambda: self._replace(stuck, "abandoned"))
 
     def _processor_died(self, dead: Processor, exc: BaseException) -> None:
-        """Called on the dying thread: log it and start a replacement (not while quiet:
-        a thread ending then is leaving on purpose)."""
+        """Called on the dying thread: log it, and have a replacement started (not while
+        quiet: a thread ending then is leaving on purpose)."""
         if self.quieted:
             return
         log.error("%s died: %s", dead.name, errors.describe(exc), exc_info=exc)
-        with self._lock:
-            if self.processors[dead.index] is not dead:
-                return
-            fresh = self._processor(dead.index)
-            self.processors[dead.index] = fresh
-        log.error("%s died; starting a replacement", dead.name)
+        self.watchdog.call_soon(lambda: self._replace(dead, "died"))
+
+    def _replace(self, gone: Processor, why: str) -> None:
+        """(The watchdog's thread: every replacement is made there, one at a time.) A
+        fresh thread in ``gone``'s slot, unless one replaced it already or the process is
+        quiet."""
+        if self.processors[gone.index] is not gone or self.quieted:
+            return
+        fresh = self._processor(gone.index)
+        self.processors[gone.index] = fresh
+        log.warning("%s %s; starting a replacement", gone.name, why)
         fresh.start()
 
     def begin_stop(self) -> None:
@@ -219,32 +216,14 @@ class Manager:
         """Quiet, wait up to ``timeout`` for running jobs (less if ``force`` is set), wait
         out processors inside a fetch, then hand over everything unfinished."""
         self.begin_stop()
-        deadline = time.monotonic() + timeout
-        for p in self.processors:
-            while p.busy and p.alive() and not force.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                assert p.thread is not None
-                p.thread.join(min(remaining, 0.1))
-        if self.aio is not None:
-            self.aio.wait_idle(max(0.0, deadline - time.monotonic()), force)
+        self.ledger.wait_idle(timeout, force)  # threads and coroutines alike
         # A processor not running a job is at most one fetch away from noticing quiet;
         # until it does it could still take a job, and one taken after the hand-over
         # would stay listed until orphan recovery (gaining an orphaning at every deploy).
         # A fetch normally returns within FETCH_BLOCK_SECONDS, but while Redis is slow (a
         # failover, CLIENT PAUSE) it can take as long as the socket allows: wait that out.
         fetching = self._join_fetchers(connection.longest_call())
-        still = [self.ledger.describe(w) for w in self.ledger.works(PERFORMING, SETTLING)]
-        if still:
-            log.warning(
-                "%s: %d job(s) still running (%s) will be requeued, each interruption "
-                "counted toward MAX_ORPHANINGS (then dead): a job that may never finish "
-                "needs a time limit, @job(timeout=...)",
-                "second TERM" if force.is_set() else "shutdown timeout",
-                len(still),
-                ", ".join(still),
-            )
+        self._tell_still_running(force)
         # Acks handed in after the last fetch: sent now, else dropped by the hand-over.
         source = self.source
         errors.best_effort("Ack", lambda: source.flush(connection.get_client()))
@@ -268,6 +247,18 @@ class Manager:
             self.aio.stop()
         # Every run is settled or handed over: no lease of this process is needed now.
         limits.release_all()
+
+    def _tell_still_running(self, force: threading.Event) -> None:
+        still = [self.ledger.describe(w) for w in self.ledger.works(PERFORMING, SETTLING)]
+        if still:
+            log.warning(
+                "%s: %d job(s) still running (%s) will be requeued, each interruption "
+                "counted toward MAX_ORPHANINGS (then dead): a job that may never finish "
+                "needs a time limit, @job(timeout=...)",
+                "second TERM" if force.is_set() else "shutdown timeout",
+                len(still),
+                ", ".join(still),
+            )
 
     def _join_fetchers(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for the job source's fetching (reliable fetch's feeder

@@ -33,6 +33,7 @@ import asyncio
 import ctypes
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -100,6 +101,14 @@ class Watchdog(Background):
         self._runs: dict[int, Watched] = {}
         # Other watches that ride this thread's ticks (the event loop's: loopwatch.py).
         self.also: list[Callable[[], None]] = []
+        # Calls made on this thread at its next tick, in order (call_soon).
+        self._calls: queue.SimpleQueue[Callable[[], Any]] = queue.SimpleQueue()
+
+    def call_soon(self, fn: Callable[[], Any]) -> None:
+        """(Any thread.) ``fn()`` on the watchdog's thread at its next tick: the pool's
+        replacements of dead or abandoned threads are made there, one at a time."""
+        self._calls.put(fn)
+        self.wake()
 
     # The job's side -----------------------------------------------------------------------
 
@@ -197,7 +206,15 @@ class Watchdog(Background):
                 check()
             except Exception:  # noqa: BLE001 - one watch never stops the others
                 log.exception("watchdog: %s", getattr(check, "__qualname__", check))
-        return TICK
+        while True:
+            try:
+                call = self._calls.get_nowait()
+            except queue.Empty:
+                return TICK
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - one call never stops the others
+                log.exception("watchdog: %s", getattr(call, "__qualname__", call))
 
     def first(self) -> None:
         self.rest(TICK)

@@ -402,7 +402,7 @@ def test_the_pollers_timer_never_waits_for_a_database(db_alias, r, hooks):
     finally:
         polls_returned.set()
         work.stop()
-    assert not work._thread.is_alive()
+    assert work._thread is None or not work._thread.is_alive()  # (ends with its round)
     assert held[0] is True
     assert ran_on[0] == "durable-relay"
     assert [j["jid"] for j in queued(r)] == [f"{0:024x}"]  # once

@@ -170,7 +170,7 @@ def test_a_released_lock_stays_released_unless_recovering(r, short_active):
     job = claimed_run(r)
     lock = keys.periodic_running("e")
     r.delete(lock)
-    hook, _ = beat_of(job)
+    hook, _, _ = beat_of(job)
     hook(r, False)
     assert not r.exists(lock)
     hook(r, True)  # first beat after a failed one: it may have lapsed
@@ -184,7 +184,7 @@ def test_one_bad_lock_key_does_not_stop_the_others(r, short_active, caplog):
     bad, good = claimed_run(r, "bad"), claimed_run(r, "good")
     r.delete(keys.periodic_running("bad"))
     r.rpush(keys.periodic_running("bad"), "wrong type")
-    refresh, _ = beat_of(bad, good)
+    refresh, _, _ = beat_of(bad, good)
     with caplog.at_level(logging.ERROR, "cogworker_django"):
         refresh(r, False)
     assert "not refreshed" in caplog.text and "WRONGTYPE" in caplog.text
@@ -196,7 +196,7 @@ def test_an_outage_during_the_refresh_retakes_on_the_next_beat(redis_server, con
     configure(REDIS_URL=server.url, PERIODIC_ACTIVE_TTL=7)
     c = server.client()
     job = claimed_run(c)
-    hook, _ = beat_of(job)
+    hook, _, _ = beat_of(job)
     server.stop()
     with pytest.raises(redis.ConnectionError):
         hook(connection.get_client(), False)

@@ -86,7 +86,7 @@ def test_a_released_lease_wakes_the_oldest_waiting_job_on_the_releasing_thread(c
     a = limits.take(["test-pair"], {"jid": "a", "func": "x"})
     b = limits.take(["test-pair"], {"jid": "b", "func": "x"})
     waker = LimitWaker()
-    limits.wake_hook = waker.wake
+    limits.wake_hook = waker.wake_for
     try:
         limits.release(a)
         assert [j["args"][1] for j in queued(r)] == ["w0"]

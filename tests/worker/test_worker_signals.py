@@ -144,7 +144,7 @@ def test_ttin_logs_every_threads_stack(worker, r, prefix):
     w.signal(signal.SIGTTIN)
     # One log line per thread, in no fixed order: wait for each (a busy machine may
     # show the log between two of them).
-    for name in ("MainThread", "processor-0", "processor-1", "feeder", "heartbeat", "poller"):
+    for name in ("MainThread", "processor-0", "processor-1", "feeder", "heartbeat", "chores"):
         w.wait_for_log(rf"thread {name} \(\d+\):")
     log = w.log()
     # The busy thread's stack shows the job.
