@@ -68,33 +68,40 @@ class Command(BaseCommand):
 
 def status(identity: str, max_age: float, now: float | None = None) -> tuple[bool, str]:
     """(healthy, the line saying why) for ``identity``, or for this host's processes."""
-    now = time.time() if now is None else now
     if identity:
         found = api.ProcessSet().get(identity)
-        if found is None:
+        return status_of([found] if found is not None else [], identity, max_age, now)
+    return status_of(api.ProcessSet().list(), "", max_age, now)
+
+
+def status_of(
+    listed: list[api.ProcessRecord], identity: str, max_age: float, now: float | None = None
+) -> tuple[bool, str]:
+    """:func:`status` of the processes ``listed`` (every live one, or the one asked for)."""
+    now = time.time() if now is None else now
+    if identity:
+        candidates = [p for p in listed if p.identity == identity]
+        what = f"worker process {identity}"
+        if not candidates:
             return False, (
                 f"no worker process {identity} is registered (stopped, or silent for longer "
                 "than its presence lasts)"
             )
-        candidates = [found]
-        what = f"worker process {identity}"
     else:
         host = socket.gethostname()
-        listed = api.ProcessSet().list()
         candidates = [p for p in listed if p.hostname == host]
         what = f"a worker process of host {host}"
         if not candidates:
             elsewhere = f" ({len(listed)} on other hosts)" if listed else ""
             return False, f"no worker process of host {host} is registered{elsewhere}"
-    aged = sorted(
-        ((now - p.beat if p.beat is not None else math.inf), p.identity, p) for p in candidates
-    )
-    age, ident, freshest = aged[0]
+    freshest = max(candidates, key=lambda p: -math.inf if p.beat is None else p.beat)
+    age = math.inf if freshest.beat is None else now - freshest.beat
     state = ""
     if freshest.recycling:
-        state = f", recycling ({freshest.recycling})"
+        state = f", recycling: {freshest.recycling}"
     elif freshest.quiet:
         state = ", quiet"
+    ident = freshest.identity
     if age <= max_age:
         return True, f"ok: {ident} beat {max(age, 0.0):.1f} s ago (max age {max_age:g} s{state})"
     return False, (
