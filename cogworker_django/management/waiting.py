@@ -25,15 +25,6 @@ REDIS_WAIT_RETRY = 1.0
 REDIS_WAIT_LOG_EVERY = 30.0
 
 
-class StopWaiting(BaseException):
-    """TERM or INT while waiting for Redis at start (a BaseException: no ``except
-    Exception`` on the way, in redis-py or here, may take it for a failed attempt)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.name = signal.Signals(signum).name
-
-
 def waits_for(exc: BaseException) -> bool:
     """True when a failed first ``ping`` is worth waiting out: Redis not answering (not
     yet started, restarting, loading its data), not Redis refusing the credentials or the
@@ -43,20 +34,30 @@ def waits_for(exc: BaseException) -> bool:
     return errors.is_unavailable(exc)
 
 
-def wait_for_redis(ping, retry: float = REDIS_WAIT_RETRY) -> None:
-    """``ping()`` until it answers: one log line when Redis first does not, then one every
-    REDIS_WAIT_LOG_EVERY seconds. TERM or INT meanwhile raises StopWaiting at once (even
-    inside a connect). A failure not worth waiting for (:func:`waits_for`) is raised."""
+def wait_for_redis(ping, retry: float = REDIS_WAIT_RETRY) -> str | None:
+    """``ping()`` until it answers (then None): one log line when Redis first does not,
+    then one every REDIS_WAIT_LOG_EVERY seconds. TERM or INT meanwhile ends the wait at
+    once, even inside a connect: the signal's name is returned. A failure not worth
+    waiting for (:func:`waits_for`) is raised."""
+    received: list[str] = []
 
     def stop(signum: int, _frame: Any) -> None:
-        raise StopWaiting(signum)
+        received.append(signal.Signals(signum).name)
+        # SystemExit: a BaseException, so no ``except Exception`` on the way (redis-py's,
+        # or this module's) takes it for a failed attempt.
+        raise SystemExit(0)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         _wait(ping, retry)
+    except SystemExit:
+        if received:
+            return received[0]
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return None
 
 
 def _wait(ping, retry: float) -> None:

@@ -64,7 +64,7 @@ class Lease:
     seconds: float
 
 
-class LeaseExpired(Exception):
+class LeaseExpired(errors.CogworkerError):
     """A push refused because its relay's lease had run out (nothing was pushed)."""
 
 

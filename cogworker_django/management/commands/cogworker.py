@@ -107,10 +107,9 @@ class Command(BaseCommand):
         self._setup_logging(opts["logfile"], opts["verbosity"])
         self._import_jobs(opts["verbosity"])
         self._validate()
-        try:
-            self._check_redis()
-        except waiting.StopWaiting as stop:
-            log.info("%s received while waiting for Redis: exiting", stop.name)
+        stopped = self._check_redis()
+        if stopped:
+            log.info("%s received while waiting for Redis: exiting", stopped)
             logging.shutdown()
             os._exit(0)
         kwargs.update(fetch_mode=opts["fetch"] or settings.FETCH, started_at=started_at)
@@ -193,13 +192,16 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
 
-    def _check_redis(self) -> None:
+    def _check_redis(self) -> str | None:
+        """Redis answers (None), else the signal that ended the wait for it."""
         try:
-            waiting.wait_for_redis(lambda: connection.get_client().ping())
+            stopped = waiting.wait_for_redis(lambda: connection.get_client().ping())
         except ImproperlyConfigured as exc:  # a client that would retry or wait too little
             raise CommandError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
             raise CommandError(checks.redis_failure(exc)[0]) from None
+        if stopped:
+            return stopped
         # The deployment checks that need Redis run here too (an old Redis is reported
         # by the launcher as it falls back to basic fetch).
         for message in checks.redis_messages():
@@ -208,6 +210,7 @@ class Command(BaseCommand):
             # An Info (the cluster's shape, cogworker.I001) is not a warning.
             level = logging.INFO if message.level < dj_checks.WARNING else logging.WARNING
             log.log(level, "%s (%s)", message.msg, message.id)
+        return None
 
     def _metrics_option(self, opts: dict, settings: conf.Settings) -> tuple[int, str] | None:
         """(port, address) to serve metrics on, or None."""
