@@ -136,3 +136,18 @@ def test_the_recycler_asks_once():
         recycler.run_started()
     assert asked == ["2 jobs started (--max-jobs 2)"]
     assert recycle.rss_mib() > 1
+
+
+def test_max_jobs_counts_async_runs_too(worker, r, prefix):
+    tokens = push(r, prefix, "testapp.async_jobs.shared_client", count=30)
+    w = worker(args=["--max-jobs", "10", "--async-concurrency", "3"])
+    assert w.wait(60) == 0
+    ran = runs(r, prefix)
+    assert all(n == 1 for n in ran.values()), ran
+    # The 10th start quiets the process; jobs a fetch already handed to the loop's free
+    # slots (three here) may still start.
+    assert 10 <= len(ran) <= 10 + 3 + 5, len(ran)
+    assert r.llen(f"{prefix}:queue:default") == 30 - len(ran)
+    assert in_progress(r, prefix) == 0
+    assert "recycling: 10 jobs started (--max-jobs 10)" in w.log()
+    assert set(ran) <= set(tokens)
