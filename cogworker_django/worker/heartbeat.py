@@ -194,6 +194,8 @@ class Heartbeat:
         self.clearance = Clearance(stall_gap(self.interval))
         self._threads: list[threading.Thread] = []
         self._subscriber: Any = None
+        # Why this process is recycling (recycle.py; "" when it isn't), for the admin.
+        self.recycling = ""
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -252,6 +254,7 @@ class Heartbeat:
             "rss_kb": _rss_kb(),
             "identity": self.identity,
             "prefix": s.PREFIX,
+            "recycling": self.recycling,
         }
 
     def beat(self) -> None:

@@ -37,6 +37,18 @@ def record(token=None):
     _count(token)
 
 
+# What grow_memory holds on to: a job that leaks (tests/worker/test_recycle.py).
+_held: list[bytes] = []
+
+
+@job
+def grow_memory(mib, token=None):
+    """Grows this process's RSS by ``mib`` MiB for good (every page written), as a leak
+    in job code would."""
+    _held.append(b"\x01" * (int(mib) * 2**20))
+    _count(token)
+
+
 @job(durable=True)
 def durable_record(token=None):
     """A job whose every enqueue is durable (an outbox row: tests/durable/test_durable_*.py)."""
