@@ -96,7 +96,7 @@ def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tupl
         record_error(
             job, payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
         )
-    if payload.retries_exhausted(job) or isinstance(exc, jobs.BadArguments):
+    if payload.retries_exhausted(job) or isinstance(exc, (jobs.BadArguments, jobs.ArgumentGone)):
         # Arguments the function can't take fail the same way every time: not retried.
         return "dead", time.time()
     return "retry", time.time() + backoff(job["retry_count"])

@@ -546,4 +546,5 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.close()
 
 
-from . import async_jobs  # noqa: E402, F401 - the async jobs (tests/worker/test_async_*.py)
+# The async jobs (tests/worker/test_async_*.py) and the argument types' (tests/core/test_argument_types*.py).
+from . import argument_jobs, async_jobs  # noqa: E402, F401
