@@ -19,6 +19,7 @@ LAYER = {
     "_moved": "base",  # the old import paths (imports nothing of the package)
     "store": "base",  # the Redis seam: connection, keys, homes, scripts, codec, outbox, errors
     "core.payload": "base",
+    "core.argcodec": "base",  # the tagged form of argument values, which payloads hold
     "core.taskcontext": "base",
     "controls.spec": "base",  # a LIMITS entry parsed: conf validates the setting with it
     # jobs: what an application calls, and what every push and run share

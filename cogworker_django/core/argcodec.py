@@ -1,6 +1,9 @@
 """Values JSON has no form for, carried in a job's arguments (and kept results) as tagged
 JSON: ``{"__cw__": <type>, "v": <value>}``.
 
+(Over 400 lines: writing the form, reading it back and saying why a value can't be
+written are one format's three sides, kept together so it has one definition.)
+
 =============  ==============================================================
 type           ``"v"``
 =============  ==============================================================
@@ -67,7 +70,7 @@ class BadTag(CogworkerError, ValueError):
     model that is not installed here)."""
 
 
-class _Refused(TypeError):
+class _Refused(CogworkerError, TypeError):
     """A value of a known type that can't travel (``why`` says so)."""
 
     def __init__(self, why: str) -> None:
@@ -217,7 +220,7 @@ def dumps(value: Any) -> str:
 # Reading ---------------------------------------------------------------------------------
 
 
-class _NeedsDatabase(Exception):
+class _NeedsDatabase(CogworkerError):
     """Raised by the loader of :func:`arestore_arguments`' first pass on the loop."""
 
 
