@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import decimal
 import json
+import re
 import uuid
 from zoneinfo import ZoneInfo
 
@@ -209,3 +210,24 @@ def test_loads_reads_bytes_and_plain_json():
     assert argcodec.loads(b"[1,2]") == [1, 2]
     # A dict shaped like a tag in JSON that has none of the tag text: read as it is.
     assert argcodec.loads('{"v": 1}') == {"v": 1}
+
+
+def _documented_forms() -> list[str]:
+    """The JSON of each row of docs/jobs.md's table of tagged forms."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "jobs.md").read_text()
+    section = text.split("### The tagged form", 1)[1].split("\n### ", 1)[0]
+    return re.findall(r"^\|[^|]*\| `(\{\"__cw__\".*?\})`", section, re.MULTILINE)
+
+
+def test_the_documented_forms_are_what_is_written():
+    forms = _documented_forms()
+    assert len(forms) == 10
+    for text in forms:
+        value = json.loads(text)
+        if value["__cw__"] == "model":  # (its models are the docs' own)
+            label, pk = value["v"]
+            assert re.fullmatch(r"\w+\.[A-Z]\w+", label)
+            continue
+        assert argcodec.dumps(argcodec.loads(text)) == text, text
