@@ -263,3 +263,29 @@ def test_signatures_carry_tagged_arguments(inworker, r):
     assert isinstance(got_ticket, Ticket) and got_ticket.pk == ticket.pk
     assert kwargs == {"when": dt.date(2025, 5, 1)}
     assert dead(r) == []
+
+
+@db
+@pytest.mark.parametrize(
+    "how",
+    ["enqueue_many", "enqueue_in", "on_commit", "durable"],
+)
+def test_every_way_of_enqueueing_carries_the_tags(how, inworker, r):
+    from django.db import transaction
+
+    ticket = Ticket.objects.create(note=how)
+    ident = uuid.UUID(int=7)
+    if how == "enqueue_many":
+        aj.keep.enqueue_many([("plain", 1), ("tagged", ident, ticket)])
+    elif how == "enqueue_in":
+        aj.keep.enqueue_in(0.2, "tagged", ident, ticket)
+    else:
+        with transaction.atomic():
+            aj.keep.using(**{how: True}).enqueue("tagged", ident, ticket)
+            assert r.llen(keys.queue("default")) == 0  # not before the commit
+    inworker()
+    got_ident, got_ticket = wait_until(lambda: aj.received.get("tagged"), 15, message="run")[0]
+    assert got_ident == ident and type(got_ident) is uuid.UUID
+    assert type(got_ticket) is Ticket and got_ticket.note == how
+    if how == "enqueue_many":
+        assert wait_until(lambda: aj.received.get("plain"), 15, message="plain") == ((1,), {})
