@@ -54,15 +54,22 @@ Loader = Callable[[str, Any], Any]
 
 class ArgumentGone(CogworkerError, ObjectDoesNotExist):
     """A model instance passed to a job has no row any more when the job runs (deleted
-    since the enqueue): the run goes to dead without a retry."""
+    since the enqueue): the run goes to dead without a retry. ``label``, ``pk`` and
+    ``where`` (the argument) say which; the message says them too."""
 
-    def __init__(self, label: str, pk: Any, where: str = "") -> None:
-        self.label, self.pk, self.where = label, pk, where
-        at = f" ({where})" if where else ""
-        super().__init__(
-            f"{label} with pk {pk!r}{at} no longer exists: deleted since the enqueue, or "
-            "never committed (inside a transaction, enqueue with on_commit=True)"
-        )
+    label: str = ""
+    pk: Any = None
+    where: str = ""
+
+
+def _gone(label: str, pk: Any, where: str = "") -> ArgumentGone:
+    at = f" ({where})" if where else ""
+    exc = ArgumentGone(
+        f"{label} with pk {pk!r}{at} no longer exists: deleted since the enqueue, or never "
+        "committed (inside a transaction, enqueue with on_commit=True)"
+    )
+    exc.label, exc.pk, exc.where = label, pk, where
+    return exc
 
 
 class BadTag(CogworkerError, ValueError):
@@ -238,7 +245,7 @@ def load_model(label: str, pk: Any) -> Model:
     try:
         return model._default_manager.get(pk=pk)
     except model.DoesNotExist:
-        raise ArgumentGone(model._meta.label, pk) from None
+        raise _gone(model._meta.label, pk) from None
     except (ValidationError, ValueError, TypeError) as exc:
         raise BadTag(f"{model._meta.label} pk {pk!r} is not a valid pk: {exc}") from None
 
@@ -320,7 +327,7 @@ def restore_arguments(
             where = f"keyword argument {name!r}"
             named[name] = restore(value, load)
     except ArgumentGone as exc:
-        raise ArgumentGone(exc.label, exc.pk, where) from None
+        raise _gone(exc.label, exc.pk, where) from None
     except BadTag as exc:
         raise BadTag(f"{where}: {exc}") from None
     return restored, named
@@ -398,6 +405,10 @@ def keys_are_strings(value: Any) -> bool:
     return True
 
 
+def _a(name: str) -> str:
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
 def _at(path: str) -> str:
     return f" (at {path})" if path else ""
 
@@ -449,7 +460,7 @@ def why_not(value: Any) -> str | None:
         except TypeError:
             if not path:
                 return "is not JSON-serialisable"
-            return f"is not JSON-serialisable: it holds a {kind.__name__}{_at(path)}"
+            return f"is not JSON-serialisable: it holds {_a(kind.__name__)}{_at(path)}"
         if tagged[TAG] == "model":
             stack.append((tagged["v"][1], f"{path}.pk"))
     return None

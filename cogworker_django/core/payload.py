@@ -355,6 +355,12 @@ _PLAIN_DATA = (
 )
 
 
+def _advised(why: str) -> str:
+    # A refusal that gives its own advice (an unsaved model instance: save it) needs no
+    # more; one that is about JSON says what may travel.
+    return f"{why}; {_PLAIN_DATA}" if "JSON" in why else why
+
+
 def _why_not_json(value: Any) -> str | None:
     """Why ``value`` can't travel in a payload, or None when it can."""
     return argcodec.why_not(value)
@@ -365,15 +371,13 @@ def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     for i, value in enumerate(job.get("args") or ()):
         why = _why_not_json(value)
         if why:
-            return f"{func}: positional argument {i} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
+            return f"{func}: positional argument {i} ({type(value).__name__}) {_advised(why)}"
     for name, value in (job.get("kwargs") or {}).items():
         if not isinstance(name, str):
             return f"{func}: keyword argument names must be strings, got {name!r}"
         why = _why_not_json(value)
         if why:
-            return (
-                f"{func}: keyword argument {name!r} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
-            )
+            return f"{func}: keyword argument {name!r} ({type(value).__name__}) {_advised(why)}"
     return f"{func}: the job is not JSON-serialisable: {safe_str(exc)}"
 
 

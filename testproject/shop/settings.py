@@ -1,5 +1,5 @@
 """The shop's settings of docs/celery.md ("After"), which the tests apply on top of the
-test project's (tests/test_celery_conversion.py)."""
+test project's (tests/core/test_celery_conversion.py)."""
 
 COGWORKER = {
     "REDIS_URL": "redis://127.0.0.1:6379/0",

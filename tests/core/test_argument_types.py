@@ -13,7 +13,9 @@ import uuid
 from zoneinfo import ZoneInfo
 
 import pytest
-from testapp import argument_jobs as aj
+from testapp.jobs import (
+    argument_jobs as aj,
+)  # (through the job module: registered as a worker would)
 from testapp.models import Article, Ticket
 
 from cogworker_django import testing

@@ -28,8 +28,8 @@ from cogworker_django import api
 from cogworker_django.core import jobs
 from cogworker_django.store import keys
 
-from .conftest import PROJECT_LIMITS
-from .helpers import wait_until
+from ..conftest import PROJECT_LIMITS
+from ..helpers import wait_until
 
 # The page's code uses retry control and results (docs/jobs.md): without them, nothing here
 # can run.
