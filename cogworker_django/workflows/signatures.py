@@ -70,8 +70,7 @@ class Signature:
         if tagged:  # read back from a spec: the arguments are in their tagged form
             self._json: tuple[list[Any], dict[str, Any], bool] = (self.args, self.kwargs, True)
         else:  # checked as an enqueue checks them, and as a payload will hold them
-            built = payload.build(func, self.args, self.kwargs)
-            self._json = (built["args"], built["kwargs"], built.get("tagged") is True)
+            self._json = payload.stored_arguments(func, self.args, self.kwargs)
 
     def with_results(self) -> Signature:
         """This signature, made to receive the return values of the batch's members (a
