@@ -579,5 +579,6 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.close()
 
 
-# The async jobs (tests/worker/test_async_*.py); results, progress, retry control (tests/core).
-from . import async_jobs, result_jobs  # noqa: E402, F401
+# The async jobs (tests/worker/test_async_*.py), the argument types' (tests/core/test_argument_types*.py),
+# results, progress and retry control (tests/core/test_results*.py, test_retry_control.py).
+from . import argument_jobs, async_jobs, result_jobs  # noqa: E402, F401
