@@ -30,6 +30,7 @@ from .controls import (  # noqa: E402
     check_cancelled,
     limit,
 )
+from .core.argcodec import ArgumentGone  # noqa: E402
 from .core.client import BulkPushError  # noqa: E402
 from .core.jobref import JobRef  # noqa: E402
 from .core.jobs import BadArguments, NotRegistered, call, current_job, job  # noqa: E402
@@ -48,6 +49,7 @@ from .workflows import (  # noqa: E402
 )
 
 __all__ = [
+    "ArgumentGone",
     "BadArguments",
     "Batch",
     "BatchFinished",

@@ -192,7 +192,7 @@ def inworker(request, configure, cogworker_worker):
     django_settings = request.getfixturevalue("settings")
 
     def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
-        configure(LIMITS=PROJECT_LIMITS, **{**FAST_SETTINGS, **(settings or {})})
+        configure(**{"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})})
         django_settings.COGWORKER_PERIODIC = periodic or {}
         return cogworker_worker(**options)
 

@@ -19,6 +19,7 @@ LAYER = {
     "_moved": "base",  # the old import paths (imports nothing of the package)
     "store": "base",  # the Redis seam: connection, keys, homes, scripts, codec, outbox, errors
     "core.payload": "base",
+    "core.argcodec": "base",  # the tagged form of argument values, which payloads hold
     "core.taskcontext": "base",
     "core.testrun": "base",  # whether this is a test run: conf's test prefix asks it
     "controls.spec": "base",  # a LIMITS entry parsed: conf validates the setting with it

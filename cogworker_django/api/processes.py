@@ -100,6 +100,12 @@ class ProcessRecord:
         return value if isinstance(value, int) else None
 
     @property
+    def recycling(self) -> str:
+        """Why the process is recycling (``--max-jobs`` / ``--max-memory``: it fetches no
+        more and exits once its running jobs end), "" when it isn't."""
+        return text(self._info("recycling"))
+
+    @property
     def started_at(self) -> dt.datetime | None:
         return as_datetime(self._info("started_at"))
 

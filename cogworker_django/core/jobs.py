@@ -29,8 +29,10 @@ from django.db import transaction
 
 from .. import conf
 from ..store.errors import CogworkerError
-from . import client, middleware, payload, progress, recording, signatures, taskcontext
+from . import argcodec, client, middleware, payload, progress, recording, signatures, taskcontext
 from . import retry as retry_control
+from .argcodec import ArgumentGone as ArgumentGone  # not retried (worker/failures.py)
+from .celery_words import CeleryWords
 from .jobref import JobRef, ref
 
 UNIQUE_MODES = (None, "until_executed", "until_started", "while_executing")
@@ -121,6 +123,8 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     if fn is None:
         return None
     args, kwargs = job.get("args") or [], job.get("kwargs") or {}
+    if job.get("tagged") is True:  # (only such payloads are walked: argcodec.py)
+        return _tagged_runner(fn, args, kwargs)
 
     def run() -> Any:
         # Arguments the function can't take fail before the call, as BadArguments: a
@@ -128,6 +132,35 @@ def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
         fn.check_call(args, kwargs)
         return fn.func(*args, **kwargs)
 
+    return run
+
+
+def _tagged_runner(fn: JobFunction, args: list[Any], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """:func:`resolve`'s runner for a payload with tagged arguments: they are restored
+    inside the run (a model is read then, fresh), before the signature check. An
+    ``async def`` job's runner has an ``arun`` too, which the worker's loop awaits
+    (worker/aio_run.py): its models are read off the loop. A tagged value that can't be
+    read is :class:`BadArguments` (dead, no retry); a row gone, :class:`ArgumentGone`."""
+
+    def run() -> Any:
+        try:
+            restored, named = argcodec.restore_arguments(args, kwargs)
+        except argcodec.BadTag as exc:
+            raise BadArguments(f"{fn.path}: {exc}") from None
+        fn.check_call(restored, named)
+        return fn.func(*restored, **named)
+
+    if fn.is_async:
+
+        async def arun() -> Any:
+            try:
+                restored, named = await argcodec.arestore_arguments(args, kwargs)
+            except argcodec.BadTag as exc:
+                raise BadArguments(f"{fn.path}: {exc}") from None
+            fn.check_call(restored, named)
+            return await fn.func(*restored, **named)
+
+        run.arun = arun  # type: ignore[attr-defined]
     return run
 
 
@@ -296,8 +329,9 @@ class _Lazy:
 _lazy = _Lazy()
 
 
-class _Enqueuer:
-    """The enqueue methods, shared by a job function and its ``using()`` variants."""
+class _Enqueuer(CeleryWords):
+    """The enqueue methods, shared by a job function and its ``using()`` variants
+    (Celery's ``delay`` and ``apply_async`` too: celery_words.py)."""
 
     _fn: JobFunction
     _opts: dict[str, Any]

@@ -4,7 +4,9 @@
 module reads, kept together so the format has one definition.)
 
 Fields: ``jid``, ``func`` (dotted path of a registered job), ``args``, ``kwargs``,
-``queue``, ``retry``, ``retry_count``, ``created_at``, ``enqueued_at``; later stages add
+``queue``, ``retry``, ``retry_count``, ``created_at``, ``enqueued_at``; ``tagged: true``
+when the arguments hold tagged values (a UUID, a model instance..., argcodec.py), the
+only payloads whose arguments are walked before the run; later stages add
 ``at``, ``error_class``, ``error_message``, ``failed_at``, ``retried_at``, ``traceback``,
 ``orphan_count``, ``unique``/``unique_for``/``unique_digest``, ``periodic``...
 
@@ -30,6 +32,7 @@ from typing import Any
 from .. import conf
 from ..store.codec import CompactJSON, json_string
 from ..store.errors import CogworkerError, safe_str
+from . import argcodec
 
 DEFAULT_MAX_RETRIES = 25
 UNPARSEABLE = "(unparseable)"
@@ -129,9 +132,56 @@ def build_encoded(
             check_arguments(func, args_, kwargs_)  # raises, naming the NaN or infinity
         raise TypeError(_explain_unserialisable(job, exc)) from None
     except TypeError as exc:
-        raise TypeError(_explain_unserialisable(job, exc)) from None
+        # A value JSON has no form for: tagged (argcodec.py) when it is one of the types
+        # an argument may be, else refused naming it. Plain arguments never come here.
+        data = _with_tags(job, exc)
     _check_size_of(job, data)
     return job, data
+
+
+def _with_tags(job: dict[str, Any], exc: Exception) -> str:
+    """The payload text of ``job`` with its arguments in their tagged form (set in
+    ``job``, marked ``"tagged": true``); TypeError naming the argument that can't be."""
+    func, args, kwargs = job["func"], job["args"], job["kwargs"]
+    try:
+        tagged_args, tagged = argcodec.tagged_json([args, kwargs])
+        job["args"], job["kwargs"] = tagged_args
+        if tagged:
+            job["tagged"] = True
+        return _strict_dumps(job)  # (another field JSON can't hold: explained below)
+    except ValueError as error:
+        if "Circular" not in safe_str(error):
+            check_arguments(func, args, kwargs)  # raises, naming the NaN or infinity
+        exc = error
+    except TypeError as error:
+        exc = error
+    job["args"], job["kwargs"] = args, kwargs
+    job.pop("tagged", None)
+    raise TypeError(_explain_unserialisable(job, exc)) from None
+
+
+def stored_arguments(
+    func: str, args: tuple | list = (), kwargs: dict | None = None
+) -> tuple[list[Any], dict[str, Any], bool]:
+    """``(args, kwargs, tagged)`` as a payload of ``func`` holds them: checked as an
+    enqueue checks them (JSON, or a type with a tagged form: argcodec.py; string keys,
+    finite numbers; each refusal naming the argument), in their tagged form when one is
+    needed. Reads no settings and sizes nothing: a signature made at import (a
+    decorator's callback) uses it before Django is set up."""
+    job: dict[str, Any] = {"func": func, "args": list(args), "kwargs": dict(kwargs or {})}
+    args_, kwargs_ = job["args"], job["kwargs"]
+    if (args_ or kwargs_) and not (_keys_are_strings(args_) and _keys_are_strings(kwargs_)):
+        check_arguments(func, args_, kwargs_)  # raises, naming the key
+    try:
+        _strict_dumps([args_, kwargs_])
+    except ValueError as exc:
+        if "Circular" not in safe_str(exc):
+            check_arguments(func, args_, kwargs_)  # raises, naming the NaN or infinity
+        raise TypeError(_explain_unserialisable(job, exc)) from None
+    except TypeError as exc:
+        _with_tags(job, exc)  # tags them, or raises naming what can't travel
+        return job["args"], job["kwargs"], job.get("tagged") is True
+    return args_, kwargs_, False
 
 
 def plain_texts(
@@ -244,33 +294,7 @@ def check_arguments(func: str, args: list, kwargs: dict) -> None:
         _explain_value(func, f"keyword argument {name!r}", value)
 
 
-_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
-def _keys_are_strings(value: Any) -> bool:
-    # The fast pass: containers only (a list of a million numbers is one comprehension).
-    # Each container is walked once: a shared one is checked already, and a list that
-    # holds itself must not walk forever (the encoder then refuses the cycle).
-    stack = [value]
-    seen: set[int] | None = None  # (made only for nested containers)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if not all(isinstance(k, str) for k in item):
-                return False
-            nested = [v for v in item.values() if type(v) not in _SCALARS]
-        elif isinstance(item, (list, tuple)):
-            nested = [v for v in item if type(v) not in _SCALARS]
-        else:
-            continue
-        if nested:
-            if seen is None:
-                seen = {id(value)}
-            for v in nested:
-                if id(v) not in seen:
-                    seen.add(id(v))
-                    stack.append(v)
-    return True
+_keys_are_strings = argcodec.keys_are_strings
 
 
 def _finite(args: list, kwargs: dict) -> bool:
@@ -349,20 +373,21 @@ def encode(job: dict[str, Any]) -> str:
         raise TypeError(_explain_unserialisable(job, exc)) from None
 
 
-_PLAIN_DATA = "pass plain data (ids, strings, numbers, lists, dicts)"
+_PLAIN_DATA = (
+    "pass plain data (ids, strings, numbers, lists, dicts) or a UUID, Decimal, datetime, "
+    "date, time, timedelta or saved model instance"
+)
+
+
+def _advised(why: str) -> str:
+    # A refusal that gives its own advice (an unsaved model instance: save it) needs no
+    # more; one that is about JSON says what may travel.
+    return f"{why}; {_PLAIN_DATA}" if "JSON" in why else why
 
 
 def _why_not_json(value: Any) -> str | None:
     """Why ``value`` can't travel in a payload, or None when it can."""
-    try:
-        _dumps(value)
-    except ValueError as exc:
-        if "Circular" in safe_str(exc):
-            return "holds itself (a circular reference), which JSON can't hold"
-        return "is not JSON-serialisable"
-    except TypeError:
-        return "is not JSON-serialisable"
-    return None
+    return argcodec.why_not(value)
 
 
 def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
@@ -370,21 +395,24 @@ def _explain_unserialisable(job: dict[str, Any], exc: Exception) -> str:
     for i, value in enumerate(job.get("args") or ()):
         why = _why_not_json(value)
         if why:
-            return f"{func}: positional argument {i} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
+            return f"{func}: positional argument {i} ({type(value).__name__}) {_advised(why)}"
     for name, value in (job.get("kwargs") or {}).items():
         if not isinstance(name, str):
             return f"{func}: keyword argument names must be strings, got {name!r}"
         why = _why_not_json(value)
         if why:
-            return (
-                f"{func}: keyword argument {name!r} ({type(value).__name__}) {why}; {_PLAIN_DATA}"
-            )
+            return f"{func}: keyword argument {name!r} ({type(value).__name__}) {_advised(why)}"
     return f"{func}: the job is not JSON-serialisable: {safe_str(exc)}"
 
 
 def is_json(value: Any) -> bool:
-    """True when ``value`` can travel in a payload."""
-    return _why_not_json(value) is None
+    """True when ``value`` is plain JSON (a periodic entry's arguments, which are shown
+    and published as they are, must be; a job's arguments may hold tagged values too)."""
+    try:
+        _dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def decode(raw: bytes | str, queue: str | None = None) -> dict[str, Any]:

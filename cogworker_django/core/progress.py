@@ -28,7 +28,7 @@ PROGRESS_INTERVAL = 0.25
 PROGRESS_TTL = 3600
 
 
-class RunningJob(dict):  # type: ignore[type-arg]
+class RunningJob(dict):
     """The payload of the job running now, as ``current_job()`` gives it: still the job's
     dict (jid, queue, retry_count, ...), with :meth:`progress`."""
 

@@ -15,7 +15,10 @@ path of plain jobs is unchanged); only a thread that set none of them falls back
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .progress import RunningJob
 
 
 class TaskRun:
@@ -23,7 +26,7 @@ class TaskRun:
 
     __slots__ = ("job", "runner", "state", "abandoned", "used_db")
 
-    def __init__(self, job: dict[str, Any], runner: Any) -> None:
+    def __init__(self, job: RunningJob, runner: Any) -> None:
         self.job = job
         self.runner = runner
         self.state: Any = None  # its controls.runtime.RunState, while inside the job

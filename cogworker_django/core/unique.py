@@ -29,14 +29,17 @@ PUSH_LOCKED = route.LOCKED_AT_PUSH
 def digest(func: str, args: Any, kwargs: Any, queue: str) -> str:
     """SHA-256 of canonical JSON of (callable, args, kwargs, queue): stable over key order
     and whitespace, and computed on the arguments as the payload will hold them (a tuple
-    is a list, a dict key ``1`` is ``"1"``), so what decodes alike digests alike."""
+    is a list, a dict key ``1`` is ``"1"``, a UUID its tagged form), so what decodes alike
+    digests alike."""
     try:
         # Through JSON first: mixed int/str dict keys could not be sorted otherwise.
         plain = json.loads(json.dumps([func, list(args), dict(kwargs), queue]))
     except (TypeError, ValueError):
-        # payload.encode raises a TypeError naming the argument JSON can't hold.
-        payload.encode(payload.build(func, args, kwargs, queue=queue))
-        raise
+        # payload.build raises naming the argument that can't travel; one that can (a
+        # UUID, a model instance...) is digested in its tagged form, as the payload
+        # holds it: the same row or UUID digests alike.
+        job = payload.build(func, args, kwargs, queue=queue)
+        plain = [func, job["args"], job["kwargs"], queue]
     canonical = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -1,28 +1,45 @@
 """The relay: committed outbox rows to Redis, each pushed exactly once, then deleted.
 
 (Over 400 lines: a pass's steps share one database transaction and one round trip per
-batch; the SQLite turn and the markers' cleanup are parts of the same pass.)
+batch; the SQLite turn and the markers' upkeep are parts of the same pass.)
 
 A pass, on one database, in one database transaction:
 
-1. read the oldest rows (at most :data:`BATCH`), holding them: ``SELECT ... FOR UPDATE
-   SKIP LOCKED`` where the database has it (PostgreSQL, MySQL 8, Oracle), so two
-   relays at once take different rows and neither waits for the other; SQLite has no
-   row locks, so there one pass at a time runs, under an owner-checked Redis lock
-   (:func:`_sqlite_turn`);
+1. take the pass's lease (Redis's clock, ``TIME``), then read the oldest rows (at most
+   :data:`BATCH`), holding them: ``SELECT ... FOR UPDATE SKIP LOCKED`` where the
+   database has it (PostgreSQL, MySQL 8, Oracle), so two relays at once take different
+   rows and neither waits for the other; SQLite has no row locks, so there one pass at a
+   time runs, under an owner-checked Redis lock (:class:`_SqliteTurn`);
 2. push each job by lua/outbox_relay.lua: a marker per jid (``keys.relayed``) is set
-   NX in the same script as the push, and only if it was not there;
-3. delete the rows whose script ran, commit; then drop their markers.
+   NX in the same script as the push, and only if it was not there, and only while the
+   pass's lease runs;
+3. delete the rows whose script ran, commit; then shorten their markers' TTL to
+   :data:`MARKER_KEEP`.
 
 A relay that dies after 2 and before the commit leaves its rows (its transaction rolls
 back) and their markers: the next pass finds a marker, pushes nothing and deletes the
 row. A marker outlives a dead relay by :data:`MARKER_TTL`, far longer than a row waits
 for the next pass of a running worker.
 
+The fence (rule 15). A relay may stall (a GC pause, a frozen VM, SIGSTOP) holding rows
+it then loses: PostgreSQL ends its session (``idle_in_transaction_session_timeout``,
+``pg_terminate_backend``, a pooler) and its row locks with it, or its SQLite turn
+lapses. Another relay then pushes and deletes the same rows. Two things keep the first
+from pushing them again when it comes back:
+
+- its pass's lease: the push scripts refuse every push once :data:`PASS_LEASE` seconds
+  have passed on Redis's clock since the pass began (before its read);
+- within the lease, the markers: each is kept :data:`MARKER_KEEP` seconds (more than the
+  lease) after its row's delete is committed, not dropped. A relay that read a row did
+  so before that commit, so its lease began before it too, and runs out while the
+  marker is still there.
+
+A relay whose lease ran out leaves the rows it did not push for the next pass (logged).
+
 A unique job's lock is taken here, by the same script (not at the enqueue: the row may
 roll back). A batch member is pushed and counted by the batch's script, with the same
-marker (workflows/store.py). A ``close`` row closes its batch's block once none of the
-batch's job rows is left.
+marker and lease (workflows/store.py). A ``close`` row closes its batch's block once
+none of the batch's job rows is left.
 """
 
 from __future__ import annotations
@@ -40,7 +57,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from ..core import locks, payload, route
 from ..core.unique import PUSH_LOCKED, lock_key
 from ..core.unique import _push_ttl as push_ttl
-from ..store import connection, errors, homes, keys, listing, scripts
+from ..store import connection, errors, homes, keys, listing, outbox, scripts
 from ..workflows import store
 from ..workflows.signatures import BatchFinished, BatchNotFound
 from .entry import CLOSE, TABLE, OutboxEntry
@@ -55,6 +72,16 @@ BATCH = 500
 MAX_PASSES = 20
 # Seconds a marker outlives a relay that died between its push and its commit.
 MARKER_TTL = 86400
+# Seconds from a pass's start (before its read) during which its pushes are accepted:
+# far longer than a pass takes (a query and a round trip, 500 rows), so only a relay
+# that stalled finds it run out.
+PASS_LEASE = 30.0
+# Seconds a marker is kept once its row's delete is committed: longer than PASS_LEASE,
+# so that a relay that read the row before that commit finds it while its lease runs;
+# the other 30 s cover clocks of cluster nodes that disagree (the lease is read on one
+# node, checked on another) and a whole-second TTL. What it costs: one small key per
+# durable job pushed in the last minute.
+MARKER_KEEP = 60
 # The SQLite relay lock's TTL: far longer than a pass (a query and a round trip), short
 # enough that a relay killed while holding it holds up the others only a little.
 SQLITE_LOCK_TTL = 15.0
@@ -220,18 +247,16 @@ def _pass(alias: str, conn: Any, ids: Sequence[int] | None = None) -> tuple[int,
     """One pass (see the module docstring); returns (pushed, rows read, rows deleted)."""
     if skip_locked(alias):
         pushed, read, markers, removed = _locked_pass(alias, conn, ids)
-        _drop(conn, markers)
+        _keep(conn, markers)
         return pushed, read, removed
     turn = _SqliteTurn(alias, conn)
     if not turn.take():
         return 0, 0, 0  # another relay is at it: these rows are its, or the next pass's
     try:
+        # Had the turn lapsed (a pass that stalled), another relay may have read and
+        # pushed these rows: the lease and the markers fence this one (module docstring).
         pushed, read, markers, removed = _locked_pass(alias, conn, ids)
-        # Only while the turn is still ours: had it expired (a pass longer than its
-        # TTL), another relay may have read these rows before our commit; the markers
-        # then make its push of them a no-op.
-        if turn.still_ours():
-            _drop(conn, markers)
+        _keep(conn, markers)
         return pushed, read, removed
     finally:
         turn.give_back()
@@ -253,9 +278,6 @@ class _SqliteTurn:
         self.taken = locks.take(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
         return self.taken
 
-    def still_ours(self) -> bool:
-        return locks.expire(self.key, self.owner, SQLITE_LOCK_TTL, self.conn)
-
     def give_back(self) -> None:
         if self.taken:
             errors.best_effort(COMPONENT, lambda: locks.delete(self.key, self.owner, self.conn))
@@ -265,7 +287,11 @@ def _locked_pass(
     alias: str, conn: Any, ids: Sequence[int] | None
 ) -> tuple[int, int, list[str], int]:
     """Read, push and delete in one database transaction; returns (pushed, rows read,
-    the markers to drop now that the deletes are committed, rows deleted)."""
+    the markers to keep for MARKER_KEEP now that the deletes are committed, rows
+    deleted)."""
+    # Before the read: a row this pass reads was not deleted by another relay's commit
+    # yet, so the lease runs out before that row's marker would (module docstring).
+    lease = outbox.take_lease(conn, PASS_LEASE)
     with transaction.atomic(using=alias):
         rows = _read(alias, ids)
         if not rows:
@@ -273,7 +299,7 @@ def _locked_pass(
         if after_read is not None:
             after_read(rows)
         jobs = [row for row in rows if row.kind != CLOSE]
-        done, pushed, markers = _push(conn, jobs)
+        done, pushed, markers = _push(conn, jobs, lease)
         if after_push is not None:
             after_push(jobs)
         closing = [row for row in rows if row.kind == CLOSE]
@@ -295,28 +321,33 @@ def _read(alias: str, ids: Sequence[int] | None) -> list[OutboxEntry]:
     return list(rows[:BATCH])
 
 
-def _drop(conn: Any, markers: list[str]) -> None:
-    """Drop the markers of committed deletes (best effort: left, they expire)."""
+def _keep(conn: Any, markers: list[str]) -> None:
+    """Keep the markers of committed deletes for MARKER_KEEP seconds more, no longer a
+    day (best effort: left as they are, they expire later; never dropped, which would
+    let a relay that stalled with the same rows push them again)."""
     if not markers:
         return
 
-    def drop() -> None:
+    def keep() -> None:
         pipe = conn.pipeline(transaction=False)
         for marker in markers:
-            pipe.delete(marker)
+            pipe.expire(marker, MARKER_KEEP)
         pipe.execute()
 
-    errors.best_effort(COMPONENT, drop)
+    errors.best_effort(COMPONENT, keep)
 
 
-def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]]:
+def _push(
+    conn: Any, rows: list[OutboxEntry], lease: outbox.Lease | None = None
+) -> tuple[list[int], int, list[str]]:
     """Each row's script in one pipeline; returns the ids of the rows to delete (their
     script ran), how many were pushed, and their markers. Raises when Redis is
     unavailable; a row refused deterministically (a key of the wrong type: the key guard
-    moves it aside) stays for a later pass, and is reported."""
+    moves it aside) stays for a later pass, and is reported; so does every row refused
+    because ``lease`` ran out (the pass stalled), logged."""
     if not rows:
         return [], 0, []
-    relay = _Pass(conn)
+    relay = _Pass(conn, lease)
     pipe = conn.pipeline(transaction=False)
     for row in rows:
         relay.add(pipe, row)
@@ -325,6 +356,13 @@ def _push(conn: Any, rows: list[OutboxEntry]) -> tuple[list[int], int, list[str]
         relay.push_batch(bid, found)
     if relay.failure is not None:
         errors.report(COMPONENT, relay.failure, "a row was left in the outbox")
+    if relay.expired:
+        log.warning(
+            "durable outbox: %d rows not pushed: this pass's lease of %g s ran out (the "
+            "process stalled?); another relay may have pushed them: left for the next pass",
+            relay.expired,
+            PASS_LEASE,
+        )
     return relay.done, relay.pushed, relay.markers
 
 
@@ -333,8 +371,9 @@ class _Pass:
     together, through their batch's own script), the replies read back into what to
     delete, how many were pushed and their markers."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, lease: outbox.Lease | None = None) -> None:
         self.conn = conn
+        self.lease = lease
         self.now = time.time()
         self.script = scripts.get("outbox_relay")
         self.members: dict[str, list[tuple[OutboxEntry, dict[str, Any]]]] = {}
@@ -343,6 +382,7 @@ class _Pass:
         self.done: list[int] = []
         self.markers: list[str] = []
         self.pushed = 0
+        self.expired = 0  # rows refused: the lease ran out
         self.failure: Exception | None = None  # the first deterministic refusal
 
     def add(self, pipe: Any, row: OutboxEntry) -> None:
@@ -351,7 +391,7 @@ class _Pass:
         plan: tuple[list[str], list[Any]] | None = None
         if why is None and not job.get("bid"):
             try:
-                plan = _plan(row, job, self.now)
+                plan = _plan(row, job, self.now, self.lease)
             except Exception as exc:  # noqa: BLE001 - this row's fields, not the others'
                 why = f"its fields can't be pushed: {errors.describe(exc)}"
         if why is not None:
@@ -390,6 +430,9 @@ class _Pass:
                     raise reply
                 self.failure = self.failure or reply
                 continue
+            if int(reply) == 3:
+                self.expired += 1  # the row stays: not pushed, no marker set
+                continue
             self.done.append(row.id)
             self.markers.append(marker)
             if int(reply) == 1:
@@ -397,7 +440,12 @@ class _Pass:
 
     def push_batch(self, bid: str, found: list[tuple[OutboxEntry, dict[str, Any]]]) -> None:
         try:
-            count, member_markers = store.push_durable(bid, [job for _row, job in found], self.conn)
+            count, member_markers = store.push_durable(
+                bid, [job for _row, job in found], self.conn, self.lease
+            )
+        except outbox.LeaseExpired:
+            self.expired += len(found)
+            return
         except (BatchNotFound, BatchFinished) as exc:
             # Its batch expired (BATCH_UNFINISHED_TTL) or finished: it can't join any more.
             for row, job in found:
@@ -431,7 +479,9 @@ def _unpushable(job: dict[str, Any]) -> str | None:
     return None
 
 
-def _plan(row: OutboxEntry, job: dict[str, Any], now: float) -> tuple[list[str], list[Any]]:
+def _plan(
+    row: OutboxEntry, job: dict[str, Any], now: float, lease: outbox.Lease | None = None
+) -> tuple[list[str], list[Any]]:
     """The keys and arguments of lua/outbox_relay.lua for ``row`` (not a batch member);
     the first key is its marker."""
     home = homes.job_home(job)
@@ -440,7 +490,7 @@ def _plan(row: OutboxEntry, job: dict[str, Any], now: float) -> tuple[list[str],
     where = route.placement(job, now, row.payload)
     key_list.append(where.key)
     value, score = where.value, where.score_arg
-    args: list[Any] = [value, score, MARKER_TTL]
+    args: list[Any] = [value, score, MARKER_TTL, *outbox.lease_args(lease)]
     lock = lock_key(job) if job.get("unique") in PUSH_LOCKED else None
     if lock is not None:
         key_list.append(lock)

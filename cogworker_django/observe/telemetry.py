@@ -46,6 +46,7 @@ from ..controls.errors import JobCancelled, JobTimeout
 from ..core import locks, payload
 from ..core.middleware import Reschedule
 from ..store import errors, scripts
+from . import health
 
 log = logging.getLogger("cogworker_django")
 
@@ -351,8 +352,12 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
-def wsgi_app(registry: Any, token: str | None) -> Callable:
-    """/metrics of ``registry``, behind the bearer ``token`` when one is set."""
+def wsgi_app(
+    registry: Any, token: str | None, health: Callable[[], tuple[bool, str]] | None = None
+) -> Callable:
+    """/metrics of ``registry``, behind the bearer ``token`` when one is set; /healthz
+    from ``health()`` (observe/health.py; no token: it tells only whether the process
+    beats, for probes that send none)."""
     from prometheus_client import make_wsgi_app
 
     from ..metrics import authorization_problem
@@ -360,6 +365,13 @@ def wsgi_app(registry: Any, token: str | None) -> Callable:
     serve = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if health is not None and environ.get("PATH_INFO") == "/healthz":
+            ok, line = health()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable",
+                [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")],
+            )
+            return [line.encode() + b"\n"]
         if environ.get("PATH_INFO") not in ("/metrics", "/"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
             return [b"not found: the metrics are at /metrics\n"]
@@ -384,10 +396,16 @@ def wsgi_app(registry: Any, token: str | None) -> Callable:
 class Exporter:
     """An HTTP server thread answering /metrics."""
 
-    def __init__(self, registry: Any, port: int, addr: str = DEFAULT_ADDR) -> None:
+    def __init__(
+        self,
+        registry: Any,
+        port: int,
+        addr: str = DEFAULT_ADDR,
+        health: Callable[[], tuple[bool, str]] | None = None,
+    ) -> None:
         from prometheus_client.exposition import ThreadingWSGIServer
 
-        app = wsgi_app(registry, conf.get().METRICS_TOKEN)
+        app = wsgi_app(registry, conf.get().METRICS_TOKEN, health)
         self.server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
         self.port = self.server.server_port
         self.addr = addr
@@ -410,12 +428,18 @@ class Exporter:
         self.server.socket.close()
 
 
-def serve_worker(port: int, concurrency: int, addr: str = DEFAULT_ADDR) -> Exporter:
+def serve_worker(
+    port: int,
+    concurrency: int,
+    addr: str = DEFAULT_ADDR,
+    health: Callable[[], tuple[bool, str]] | None = None,
+) -> Exporter:
     """One worker process: count its runs and serve them (with the process's default
-    registry, so metrics the application's jobs define are served too)."""
+    registry, so metrics the application's jobs define are served too), and /healthz
+    from ``health``."""
     pc = prometheus()
     enable_metrics(concurrency)
-    return Exporter(pc.REGISTRY, port, addr).start()
+    return Exporter(pc.REGISTRY, port, addr, health).start()
 
 
 class Supervision:
@@ -437,24 +461,33 @@ class Supervision:
         values.ValueClass = values.get_value_class()
         registry = pc.CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=self.path)
+        # /healthz: every child's beats, as files in the same directory.
+        self.children = health.Children(self.path)
         try:
-            self.exporter = Exporter(registry, port, addr)
+            self.exporter = Exporter(registry, port, addr, self.children.answer)
         except BaseException:
             self._remove_directory()
             raise
         self.exporter.start()
         log.info("metrics of %d processes from %s", processes, self.path)
 
-    def child_started(self) -> None:
-        """In a newly forked child, before its worker starts."""
+    def child_started(self) -> str:
+        """In a newly forked child, before its worker starts; returns the file its
+        beats touch (/healthz)."""
         self.exporter.close_inherited()
         enable_metrics(self.concurrency)
+        return self.children.path(os.getpid())
+
+    def child_forked(self, pid: int) -> None:
+        """In the supervisor, once it has forked ``pid``."""
+        self.children.forked(pid)
 
     def child_exited(self, pid: int) -> None:
         """A child is gone: its live gauges (busy threads) stop counting; its counters
         stay, so totals never go down."""
         from prometheus_client import multiprocess
 
+        self.children.exited(pid)
         try:
             multiprocess.mark_process_dead(pid, self.path)
         except OSError:

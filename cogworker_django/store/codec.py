@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -76,10 +77,16 @@ class CompactJSON(threading.local):
     raise ``ValueError("Circular reference detected")`` as ``json.dumps`` does: each thread
     has its own encoder, whose bookkeeping of the containers being encoded is cleared
     after an error. ``allow_nan=False``: NaN and infinities raise ``ValueError``.
+    ``default``: as ``json.JSONEncoder``'s, called only for a value JSON has no form for
+    (core/argcodec.py writes its tagged values so).
     """
 
-    def __init__(self, *, allow_nan: bool = True) -> None:
-        base = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
+    def __init__(
+        self, *, allow_nan: bool = True, default: Callable[[Any], Any] | None = None
+    ) -> None:
+        base = json.JSONEncoder(
+            separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan, default=default
+        )
         make = getattr(json.encoder, "c_make_encoder", None)
         self._markers: dict[int, Any] = {}
         self._plain = base.encode

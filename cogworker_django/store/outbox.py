@@ -17,6 +17,10 @@ its removal still finds its marker: each envelope is pushed exactly once.
 The pusher relays its own envelopes at once (:func:`relay`); the poller relays the ones
 a pusher left behind when it died in between (:func:`relay_leftovers`). Off spread
 nothing here is used: the scripts push into the real keys.
+
+A :class:`Lease` fences a relay that read what it relays at a known time (a pass of the
+database outbox, durable/relay.py): the push scripts refuse its pushes once the lease
+has run out on Redis's clock (rule 15).
 """
 
 from __future__ import annotations
@@ -47,6 +51,32 @@ LEFTOVER_BATCH = 500
 LEFTOVER_AGE = 60.0
 
 COMPONENT = "Outbox relay"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A relay's right to push what it read: from ``start`` (Redis's clock, read before
+    the entries were) for ``seconds``. lua/outbox_relay.lua and lua/batch_push.lua refuse
+    a push once it has run out: a relay that stalled that long may have lost what it
+    read to another relay, whose markers need to be kept only this long."""
+
+    start: float
+    seconds: float
+
+
+class LeaseExpired(errors.CogworkerError):
+    """A push refused because its relay's lease had run out (nothing was pushed)."""
+
+
+def take_lease(conn: Any, seconds: float) -> Lease:
+    """A lease from now on Redis's clock (one round trip: ``TIME``)."""
+    now_s, micros = conn.time()
+    return Lease(int(now_s) + int(micros) / 1e6, seconds)
+
+
+def lease_args(lease: Lease | None) -> list[Any]:
+    """The two script arguments that stand for ``lease`` (``"", 0``: none)."""
+    return ["", 0] if lease is None else [repr(lease.start), lease.seconds]
 
 
 @dataclass(frozen=True)
@@ -179,7 +209,7 @@ def _relay(conn: Any, entries: list[tuple[str, Envelope]]) -> tuple[int, list[Ex
         script.pipelined(
             pipe,
             [keys.relayed(entry.id, entry.home), entry.key],
-            [entry.value, entry.score, MARKER_TTL],
+            [entry.value, entry.score, MARKER_TTL, *lease_args(None)],
         )
     replies = scripts.execute(pipe, conn, raise_on_error=False)
     pushed = 0
@@ -246,9 +276,12 @@ __all__ = [
     "LEFTOVER_AGE",
     "MARKER_TTL",
     "Envelope",
+    "Lease",
+    "LeaseExpired",
     "envelope",
     "read",
     "relay",
     "relay_leftovers",
     "relay_present",
+    "take_lease",
 ]

@@ -94,7 +94,8 @@ class AsyncRun:
     async def _do(self, effect: run.Perform | run.Call) -> tuple[Any, BaseException | None]:
         try:
             if isinstance(effect, run.Perform):
-                return await self._chain_and_job(effect.attempt), None
+                await self._chain_and_job(effect.attempt)
+                return None, None
             return await aio_chain.in_helper(self.side, effect.fn, *effect.args), None
         except BaseException as exc:  # noqa: BLE001 - thrown into the run: its outcome
             # (A CancelledError here is the shutdown's: the run is refused its claim by

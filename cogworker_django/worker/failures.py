@@ -96,8 +96,9 @@ def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tupl
     opts = fn.options if fn is not None else {}
     if (
         payload.retries_exhausted(job)
-        # Arguments the function can't take fail the same way every time: not retried.
-        or isinstance(exc, jobs.BadArguments)
+        # Arguments the function can't take, or a model row gone, fail the same way
+        # every time: not retried.
+        or isinstance(exc, (jobs.BadArguments, jobs.ArgumentGone))
         or not retry.retried(opts, exc)
     ):
         return "dead", time.time()

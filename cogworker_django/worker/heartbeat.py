@@ -204,6 +204,8 @@ class Heartbeat(Background):
         self._pubsub: Any = None
         self._pubsub_client: Any = None
         self._subscribe_at = 0.0
+        # Why this process is recycling (recycle.py; "" when it isn't), for the admin.
+        self.recycling = ""
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -263,6 +265,7 @@ class Heartbeat(Background):
             "rss_kb": _rss_kb(),
             "identity": self.identity,
             "prefix": s.PREFIX,
+            "recycling": self.recycling,
         }
 
     def beat(self) -> None:

@@ -12,6 +12,8 @@ running jobs are done and handed over.
 
 Signals: TERM/INT stop gracefully (a second one cuts the wait short: the hand-over still
 runs, then the process exits), TSTP quiets, TTIN logs every thread's stack.
+
+Recycling (``max_jobs``, ``max_memory``: recycle.py) is TSTP, then TERM once no job runs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .manager import Manager
 from .plugins import Plugin, RunContext
 from .poller import Poller
 from .recovery import OrphanRecovery
+from .recycle import Recycle, Recycler
 
 log = logging.getLogger("cogworker_django")
 
@@ -53,6 +56,10 @@ log = logging.getLogger("cogworker_django")
 DUPLICATE_SIGNAL_WINDOW = 1.0
 # What the admin's Stop (over pub/sub) puts on the signal queue: a stop like TERM's.
 ADMIN_STOP = "admin-stop"
+# What a recycle (recycle.py) puts on the signal queue, once it has quieted the process.
+RECYCLE = "recycle"
+# How often a recycling process looks whether its running jobs are done.
+RECYCLE_POLL = 0.1
 
 
 def new_identity(tag: str = "") -> str:
@@ -98,10 +105,16 @@ class Launcher:
         started_at: float | None = None,
         supervisor: int | None = None,
         plugins: Sequence[Plugin] | None = None,
+        max_jobs: int | None = None,
+        max_memory: int | None = None,
     ) -> None:
         self.concurrency = concurrency
         # Every feature that joins the worker, in the order of its server chain (plugins.py).
         self.plugins = tuple(plugin_list.builtin() if plugins is None else plugins)
+        self.recycler: Recycler | None = None
+        if max_jobs is not None or max_memory is not None:
+            self.recycler = Recycler(max_jobs, max_memory)
+            self.plugins += (Recycle(self.recycler),)  # innermost: counts what runs
         self.async_concurrency = (
             conf.get().ASYNC_CONCURRENCY if async_concurrency is None else async_concurrency
         )
@@ -186,6 +199,8 @@ class Launcher:
             on_stop_signal=self.request_stop,
             hooks=plugin_list.beat_hooks(self.plugins, self.ctx),
         )
+        if self.recycler is not None:
+            self.recycler.bind(self._recycle)
         self.recovery = OrphanRecovery(self.identity, self.heartbeat, self.queues[0].name)
         self.poller = Poller(self.recovery)
         plugin_chores: list[Chore] = []
@@ -219,10 +234,23 @@ class Launcher:
         for c in self.components:
             c.start()
 
+    def _recycle(self, reason: str) -> None:
+        """Called once by the recycler (a processor thread or the heartbeat's)."""
+        log.warning("recycling: %s: no new jobs fetched; exiting once the running ones end", reason)
+        self.heartbeat.recycling = reason  # the admin's Processes page shows it
+        self.manager.quiet()
+        self._signals.put(RECYCLE)
+
     def _wait_for_stop(self) -> None:
+        recycling = False
         while True:
+            if recycling and self.manager.busy_count() == 0:
+                self.manager.begin_stop()
+                log.info("recycling: no job running: stopping")
+                self._stopping = True
+                return
             try:
-                signum = self._signals.get(timeout=1.0)
+                signum = self._signals.get(timeout=RECYCLE_POLL if recycling else 1.0)
             except queue.Empty:
                 if self.supervisor is not None and os.getppid() != self.supervisor:
                     self.manager.begin_stop()
@@ -246,7 +274,9 @@ class Launcher:
                 )
                 self._stopping = True
                 return
-            if signum == signal.SIGTSTP:
+            if signum == RECYCLE:
+                recycling = True
+            elif signum == signal.SIGTSTP:
                 self.manager.quiet()
             elif signum == signal.SIGTTIN:
                 dump_threads()

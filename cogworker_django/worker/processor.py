@@ -190,7 +190,8 @@ class Processor:
     def _do(self, effect: run.Perform | run.Call) -> tuple[Any, BaseException | None]:
         try:
             if isinstance(effect, run.Perform):
-                return self._chain_and_job(effect.attempt), None
+                self._chain_and_job(effect.attempt)
+                return None, None
             return effect.fn(*effect.args), None
         except BaseException as exc:  # noqa: BLE001 - thrown into the run: its outcome
             return None, exc

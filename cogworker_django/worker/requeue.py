@@ -60,7 +60,8 @@ def requeue_from_list(
             job["enqueued_at"] = time.time()
             target, score = priority.return_key(queue), ""
         new = payload.encode(job)
-        script_keys, args = [source, target, *listing], [wire(raw), new, queue, score]
+        script_keys = [source, target, *listing]
+        args: list[Any] = [wire(raw), new, queue, score]
         on_dead = failures.on_dead_of(job) if to_dead else None
         if on_dead is not None:  # pushed with the filing, as a run's death pushes it
             more_keys, more_args = failures.on_dead_placement(on_dead, home)

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from .. import history
 from ..controls import expiry, limits
 from ..controls.errors import JobCancelled, JobExpired, timeout_behind
-from ..core import departures, locks, middleware, payload, results, staleness
+from ..core import departures, locks, middleware, payload, progress, results, staleness
 from ..core.retry import Discard
 from ..observe import stats, telemetry
 from ..store import connection, errors, keys
@@ -75,9 +75,9 @@ class Attempt:
 
     __slots__ = ("work", "job", "runner", "returned", "on_filed", "abandoned")
 
-    def __init__(self, work: Work, job: dict[str, Any], runner: Any) -> None:
+    def __init__(self, work: Work, job: progress.RunningJob, runner: Any) -> None:
         self.work = work
-        self.job = job  # a progress.RunningJob: current_job() is this dict
+        self.job = job  # current_job() is this dict
         self.runner = runner  # what jobs.resolve made of it (None: nothing registered)
         self.returned: Any = None  # what the job function returned (kept as its result)
         self.on_filed: Callable[[str, bool], Any] | None = None  # a Reschedule's (limiters)
@@ -334,6 +334,6 @@ def abandon(driver: Driver, attempt: Attempt, exc: BaseException) -> bool:
     if target == "dead":
         departures.job_left(job, f"dead: {errors.safe_str(exc, 500)}")
     stats.counters.incr("failed")
-    stand_in = Attempt(work, job, None)
+    stand_in = Attempt(work, progress.RunningJob(job), None)
     file(driver, stand_in, failures.filing_for(work, job, target, score))
     return True

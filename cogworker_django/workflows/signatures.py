@@ -6,8 +6,10 @@ an enqueue would check them (JSON, string keys, finite numbers) when the signatu
 made, so a bad one fails in the caller, not in a worker hours later.
 
 A signature travels inside Redis as a *spec*: a small JSON object (``func``, ``args``,
-``kwargs``, ``queue``, ``retry``, ``results``) from which :meth:`Signature.build` makes a
-fresh payload, in Python (rule 3), each time one is needed.
+``kwargs``, ``queue``, ``retry``, ``results``; ``tagged`` when its arguments hold tagged
+values, a UUID or a model instance, as a payload's may: core/argcodec.py) from which
+:meth:`Signature.build` makes a fresh payload, in Python (rule 3), each time one is
+needed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core import payload
+from ..core import argcodec, payload
 from ..store.errors import CogworkerError
 
 
@@ -50,6 +52,7 @@ class Signature:
         *,
         wants_results: bool = False,
         enqueuer: Any = None,
+        tagged: bool = False,
     ) -> None:
         self.func = func
         self.args = list(args)
@@ -66,8 +69,11 @@ class Signature:
         # its reference is returned before it exists); None: a new one each build.
         self.jid: str | None = None
         self.unique = opts.get("unique")
-        payload.check_arguments(func, self.args, self.kwargs)
-        payload.encode({"func": func, "args": self.args, "kwargs": self.kwargs})
+        self._read_back = tagged
+        if tagged:  # read back from a spec: the arguments are in their tagged form
+            self._json: tuple[list[Any], dict[str, Any], bool] = (self.args, self.kwargs, True)
+        else:  # checked as an enqueue checks them, and as a payload will hold them
+            self._json = payload.stored_arguments(func, self.args, self.kwargs)
 
     def with_results(self) -> Signature:
         """This signature, made to receive the return values of the batch's members (a
@@ -76,7 +82,13 @@ class Signature:
         ``on_success``, ``on_complete``)."""
         options = {**self.options, "unique": self.unique}
         return Signature(
-            self.func, self.args, self.kwargs, options, wants_results=True, enqueuer=self.enqueuer
+            self.func,
+            self.args,
+            self.kwargs,
+            options,
+            wants_results=True,
+            enqueuer=self.enqueuer,
+            tagged=self._read_back,
         )
 
     @property
@@ -92,14 +104,17 @@ class Signature:
             )
 
     def spec(self) -> dict[str, Any]:
+        args, kwargs, tagged = self._json
         spec = {
             "func": self.func,
-            "args": self.args,
-            "kwargs": self.kwargs,
+            "args": args,
+            "kwargs": kwargs,
             "queue": self.options["queue"],
             "retry": self.options["retry"],
             "results": self.wants_results,
         }
+        if tagged:
+            spec["tagged"] = True
         if self.jid is not None:
             spec["jid"] = self.jid
         return spec
@@ -113,6 +128,7 @@ class Signature:
             {**self.options, "unique": self.unique},
             wants_results=self.wants_results,
             enqueuer=self.enqueuer,
+            tagged=self._read_back,
         )
         copy.jid = jid
         return copy
@@ -132,6 +148,7 @@ class Signature:
             spec.get("kwargs") or {},
             {"queue": spec.get("queue") or "default", "retry": spec.get("retry", True)},
             wants_results=bool(spec.get("results")),
+            tagged=spec.get("tagged") is True,
         )
         if isinstance(spec.get("jid"), str) and spec["jid"]:
             sig.jid = spec["jid"]
@@ -141,13 +158,28 @@ class Signature:
         """A fresh payload (new jid) of this signature; ``first`` is put before its
         arguments (a chain step's input). Raises as payload.build does on a value JSON
         can't hold or a payload over MAX_PAYLOAD_BYTES."""
-        args = self.args if first is _NOTHING else [first, *self.args]
+        args, kwargs, tagged = self._json
+        if tagged:
+            # Arguments in their tagged form already: the input is put in its own (a
+            # payload is tagged whole or not at all).
+            if first is not _NOTHING:
+                try:
+                    args = [argcodec.to_json(first)[0], *args]
+                except (TypeError, ValueError):
+                    payload.build(self.func, [first], {})  # raises, naming the input
+                    raise
+            extra["tagged"] = True
+        else:
+            # The arguments as given (the input may need tags: the build adds them).
+            args, kwargs = self.args, self.kwargs
+            if first is not _NOTHING:
+                args = [first, *args]
         if self.jid is not None:
             extra.setdefault("jid", self.jid)
         return payload.build(
             self.func,
             args,
-            self.kwargs,
+            kwargs,
             queue=self.options["queue"],
             retry=self.options["retry"],
             **extra,

@@ -208,18 +208,24 @@ def push(bid: str, jobs: list[dict[str, Any]]) -> int:
 
 
 def push_counted(
-    bid: str, jobs: list[dict[str, Any]], conn: Any = None, markers: list[str] | None = None
+    bid: str,
+    jobs: list[dict[str, Any]],
+    conn: Any = None,
+    markers: list[str] | None = None,
+    lease: outbox.Lease | None = None,
 ) -> tuple[int, list[str]]:
     """The script of :func:`push`, without the relay: the number of jobs pushed and the
     outbox envelopes standing for them (none off spread, where the script pushes into
     the queues itself). Raises BatchNotFound / BatchFinished when nothing was pushed.
     ``markers`` (durable members, durable/relay.py): each job's relay marker, set with
-    its push; a job whose marker is there is skipped (pushed by an earlier relay)."""
+    its push; a job whose marker is there is skipped (pushed by an earlier relay).
+    ``lease`` (the same relay's): once it has run out nothing is pushed, and
+    outbox.LeaseExpired is raised."""
     at_now = now()
     batch_home = homes.Home.root()  # a batch's keys (keys.batch)
     targets: list[str] = []
     envelopes: list[str] = []
-    args: list[Any] = [bid, repr(at_now), unfinished_ttl()]
+    args: list[Any] = [bid, repr(at_now), unfinished_ttl(), *outbox.lease_args(lease)]
     for job in jobs:
         key, value, score = _target(job, at_now)
         home = homes.Home.of_job(job)
@@ -239,7 +245,7 @@ def push_counted(
         args += [7 + targets.index(key), value, score, job["jid"], listed, 0]
     for i, marker in enumerate(markers or ()):
         targets.append(marker)
-        args[3 + 6 * i + 5] = 6 + len(targets)
+        args[5 + 6 * i + 5] = 6 + len(targets)
     answer = scripts.run(
         "batch_push",
         conn or connection.get_client(),
@@ -259,6 +265,8 @@ def push_counted(
     answer = text(answer)
     if answer == "gone":
         raise BatchNotFound(f"no batch {bid} (never created, or expired): the job was not pushed")
+    if answer == "stale":
+        raise outbox.LeaseExpired(f"batch {bid}: the relay's lease ran out: nothing pushed")
     if answer == "finished":
         raise BatchFinished(
             f"batch {bid} has succeeded: nothing can join it any more (the job was not pushed)"
@@ -266,13 +274,15 @@ def push_counted(
     raise WorkflowError(f"batch {bid}: unexpected answer {answer!r}")
 
 
-def push_durable(bid: str, jobs: list[dict[str, Any]], conn: Any) -> tuple[int, list[str]]:
+def push_durable(
+    bid: str, jobs: list[dict[str, Any]], conn: Any, lease: outbox.Lease | None = None
+) -> tuple[int, list[str]]:
     """Durable members of batch ``bid`` from the database outbox (durable/relay.py): each
     pushed and counted with its relay marker (in the batch's home) in one script, then
     relayed on from the outbox with a home per queue; returns how many were pushed and
-    the markers."""
+    the markers. Raises outbox.LeaseExpired (nothing pushed) once ``lease`` ran out."""
     markers = [keys.relayed(job["jid"], keys.root()) for job in jobs]
-    pushed, envelopes = push_counted(bid, jobs, conn, markers)
+    pushed, envelopes = push_counted(bid, jobs, conn, markers, lease)
     outbox.relay_present(conn, envelopes)  # not those skipped: pushed by an earlier relay
     return pushed, markers
 

@@ -37,6 +37,18 @@ def record(token=None):
     _count(token)
 
 
+# What grow_memory holds on to: a job that leaks (tests/worker/test_recycle.py).
+_held: list[bytes] = []
+
+
+@job
+def grow_memory(mib, token=None):
+    """Grows this process's RSS by ``mib`` MiB for good (every page written), as a leak
+    in job code would."""
+    _held.append(b"\x01" * (int(mib) * 2**20))
+    _count(token)
+
+
 @job(durable=True)
 def durable_record(token=None):
     """A job whose every enqueue is durable (an outbox row: tests/durable/test_durable_*.py)."""
@@ -567,5 +579,6 @@ def tally_elsewhere(url, key, token, seconds=0.0):
         client.close()
 
 
-# The async jobs (tests/worker/test_async_*.py); results, progress, retry control (tests/core).
-from . import async_jobs, result_jobs  # noqa: E402, F401
+# The async jobs (tests/worker/test_async_*.py), the argument types' (tests/core/test_argument_types*.py),
+# results, progress and retry control (tests/core/test_results*.py, test_retry_control.py).
+from . import argument_jobs, async_jobs, result_jobs  # noqa: E402, F401

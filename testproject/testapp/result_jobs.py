@@ -150,7 +150,9 @@ def hostile_retry_in(token):
 
 @job
 def alert(message, *, dead_jid):
-    _note("alerts", f"{message}|{dead_jid}")
+    """Notes each run (with its own jid: a run interrupted by a kill runs again, as any
+    job does, while a second push would be a second jid)."""
+    _note("alerts", f"{message}|{dead_jid}|{current_job()['jid']}")
 
 
 @job(retry=False, on_dead=alert.s("sync failed"))

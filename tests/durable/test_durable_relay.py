@@ -169,12 +169,15 @@ def test_a_relay_stopped_between_its_push_and_its_delete_pushes_nothing_again(db
     # The pusher's relay pushed both, then failed before its delete: rows and markers stay.
     assert sorted(j["jid"] for j in queued(r)) == sorted(jids)
     assert len(rows(db_alias)) == 2
-    assert len(r.keys(f"{keys.prefix()}:relayed:*")) == 2
+    markers = r.keys(f"{keys.prefix()}:relayed:*")
+    assert len(markers) == 2
+    assert all(r.ttl(m) > relay.MARKER_KEEP for m in markers)  # a day: no commit yet
     hooks.after_push = None
     assert relay.relay_pending(conn(), db_alias) == 0  # the markers: nothing pushed again
     assert rows(db_alias) == []
     assert sorted(j["jid"] for j in queued(r)) == sorted(jids)  # each once
-    assert r.keys(f"{keys.prefix()}:relayed:*") == []
+    # The deletes committed: the markers are kept MARKER_KEEP more (the fence).
+    assert all(0 < r.ttl(m) <= relay.MARKER_KEEP for m in markers)
 
 
 def test_batch_members_of_a_relay_stopped_before_its_delete_are_pushed_and_counted_once(
@@ -425,7 +428,9 @@ def test_a_block_that_cant_be_closed_holds_up_no_job_row(db_alias, r, caplog):
     assert sorted(j["jid"] for j in queued(r)) == [f"{0:024x}", f"{2:024x}"]
     assert [row.kind for row in rows(db_alias)] == [CLOSE]
     assert f"the block of batch {'b' * 24} left in the outbox" in caplog.text
-    assert r.keys(f"{keys.prefix()}:relayed:*") == []  # the jobs' deletes committed
+    # The jobs' deletes committed: their markers are kept MARKER_KEEP, no longer.
+    markers = r.keys(f"{keys.prefix()}:relayed:*")
+    assert len(markers) == 2 and all(0 < r.ttl(m) <= relay.MARKER_KEEP for m in markers)
 
 
 def test_a_sqlite_table_dropped_since_is_found_gone_and_skipped(db_alias, caplog):
@@ -473,3 +478,67 @@ def test_a_hand_written_unique_for_out_of_range_pushes_with_its_lock(db_alias, r
     (lock,) = r.keys(f"{keys.prefix()}:unique:*")
     assert r.get(lock) == job["jid"]
     assert 86000 < r.ttl(lock) <= 86400  # UNIQUE_LOCK_TTL
+
+
+@pytest.fixture
+def short_lease(monkeypatch):
+    """A lease of half a second (the production one, relay.PASS_LEASE, is shown by
+    tests/durable/test_durable_stall.py with a real stopped process)."""
+    monkeypatch.setattr(relay, "PASS_LEASE", 0.5)
+
+
+def test_a_pass_whose_lease_ran_out_pushes_nothing_and_leaves_its_rows(
+    db_alias, r, hooks, short_lease, caplog
+):
+    import time
+
+    OutboxEntry.objects.using(db_alias).bulk_create(
+        [
+            OutboxEntry(jid=f"{i:024x}", queue="default", payload=_payload(i), created_at=i)
+            for i in range(3)
+        ]
+    )
+    hooks.after_read = lambda held: time.sleep(1.0)  # a pass that stalled past its lease
+    with caplog.at_level(logging.WARNING, logger="cogworker_django"):
+        assert relay.relay_pending(conn(), db_alias) == 0
+    assert queued(r) == []
+    assert len(rows(db_alias)) == 3  # left for the next pass
+    assert r.keys(f"{keys.prefix()}:relayed:*") == []  # no marker set either
+    assert "3 rows not pushed: this pass's lease of 0.5 s ran out" in caplog.text
+    hooks.after_read = None
+    assert relay.relay_pending(conn(), db_alias) == 3  # the next pass, in time
+    assert rows(db_alias) == []
+
+
+def test_batch_members_of_a_pass_whose_lease_ran_out_are_neither_pushed_nor_counted(
+    db_alias, r, hooks, short_lease
+):
+    import time
+
+    with transaction.atomic(using=db_alias):
+        with Batch() as batch:
+            durable(tj.wf_member, db_alias).enqueue_many([("a",), ("b",)])
+        hooks.after_read = lambda held: time.sleep(1.0)
+    assert queued(r) == []
+    assert len(rows(db_alias)) == 3  # two members and the block's close
+    assert r.lrange(keys.batch_jids(batch.bid), 0, -1) == []  # counted: none
+    hooks.after_read = None
+    assert relay.relay_pending(conn(), db_alias) == 2
+    assert rows(db_alias) == []
+    assert r.hget(keys.batch(batch.bid), "total") == "2"
+
+
+def test_the_push_script_refuses_a_push_past_its_lease_on_redis_clock(r):
+    """lua/outbox_relay.lua checks the lease against the server's own TIME: a lease
+    begun PASS_LEASE + 1 s ago (Redis's clock) is refused, one begun just now is not."""
+    from cogworker_django.store import outbox, scripts
+
+    client = conn()
+    now = outbox.take_lease(client, relay.PASS_LEASE).start
+    target = f"{keys.prefix()}:queue:default"
+    for start, answer in ((now - relay.PASS_LEASE - 1, 3), (now, 1)):
+        marker = keys.relayed(f"m{answer}", keys.root())
+        args = ["v", "", relay.MARKER_TTL, repr(start), relay.PASS_LEASE]
+        assert scripts.run("outbox_relay", client, [marker, target], args) == answer
+    assert r.lrange(target, 0, -1) == ["v"]
+    assert not r.exists(keys.relayed("m3", keys.root()))  # refused: no marker either

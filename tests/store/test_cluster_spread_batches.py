@@ -126,7 +126,7 @@ def test_a_relay_whose_removal_was_lost_removes_the_envelope_without_pushing(r, 
     assert (entry.key, entry.score, entry.queue) == (keys.queue(qa), "", qa)
     marker = keys.relayed(entry.id, keys.home_of(qa))
     # The relay script ran, the LREM after it never did.
-    args = [entry.value, entry.score, outbox.MARKER_TTL]
+    args = [entry.value, entry.score, outbox.MARKER_TTL, "", 0]
     assert scripts.run("outbox_relay", conn, [marker, entry.key], args) == 1
     assert listed_in_outbox(r) == [raw]
     assert outbox.relay_leftovers(conn, older_than=0) == 0

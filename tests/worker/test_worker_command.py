@@ -1,5 +1,6 @@
-"""``manage.py cogworker``: bad options, bad settings and an unreachable Redis exit
-non-zero with one clear line (no traceback); a good start logs one summary line."""
+"""``manage.py cogworker``: bad options and bad settings exit non-zero with one clear
+line (no traceback); a good start logs one summary line. (An unreachable Redis is waited
+for: tests/worker/test_wait_for_redis.py.)"""
 
 from __future__ import annotations
 
@@ -51,16 +52,6 @@ def test_bad_option_exits_with_one_line(prefix, args, expected):
 def test_bad_settings_exit_with_one_line(prefix, settings, expected):
     line = _one_clear_line(run_command(prefix, "cogworker", settings=settings))
     assert re.search(expected, line), line
-
-
-def test_unreachable_redis_exits_with_one_line_and_masks_the_password(prefix):
-    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
-    line = _one_clear_line(
-        run_command(prefix, "cogworker", redis_url=url, settings={"REDIS_OPTIONS": {}})
-    )
-    assert "is unreachable" in line, line
-    assert "hunter2" not in line
-    assert "redis://:***@127.0.0.1" in line
 
 
 def test_unknown_option_is_argparse_usage(prefix):

@@ -1,6 +1,9 @@
 """``manage.py cogworker``: run a worker process (or several, with ``--processes``).
 
-A bad option, bad settings or an unreachable Redis exit non-zero with one clear line.
+A bad option or bad settings exit non-zero with one clear line; so do credentials or a
+database index that Redis refuses. A Redis that does not answer yet is waited for
+(management/waiting.py): a worker started before its Redis (Compose, Kubernetes) starts
+when Redis does, instead of crash-looping.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from cogworker_django import checks, conf
 from cogworker_django.core import jobs
+from cogworker_django.management import waiting
+from cogworker_django.observe import health
 from cogworker_django.periodic import entries
 from cogworker_django.store import connection, errors
+from cogworker_django.worker.heartbeat import Beat
+from cogworker_django.worker.plugins import Plugin, RunContext
 
 log = logging.getLogger("cogworker_django")
 LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -83,6 +90,19 @@ class Command(BaseCommand):
             metavar="ADDR",
             help="the address --metrics-port listens on (default 0.0.0.0)",
         )
+        parser.add_argument(
+            "--max-jobs",
+            type=int,
+            metavar="N",
+            help="recycle a process once it has started N jobs: it stops fetching, finishes "
+            "its running jobs and exits 0 (replaced under --processes)",
+        )
+        parser.add_argument(
+            "--max-memory",
+            type=int,
+            metavar="MIB",
+            help="recycle a process once its RSS passes MIB mebibytes (read after each beat)",
+        )
 
     def handle(self, *args, **opts):
         # Taken first: periodic slots due after this are this worker's to fire.
@@ -106,7 +126,11 @@ class Command(BaseCommand):
             kwargs["supervisor"] = opts["reload_parent"]
         self._import_jobs(opts["verbosity"])
         self._validate()
-        self._check_redis()
+        stopped = self._check_redis()
+        if stopped:
+            log.info("%s received while waiting for Redis: exiting", stopped)
+            logging.shutdown()
+            os._exit(0)
         kwargs.update(fetch_mode=opts["fetch"] or settings.FETCH, started_at=started_at)
         code = (
             run_processes(kwargs, opts["processes"], metrics)
@@ -144,12 +168,18 @@ class Command(BaseCommand):
         tag = opts["tag"] or ""
         if tag and not conf.valid_name(tag):
             raise CommandError(f"--tag must not contain whitespace, got {tag!r}")
+        for flag in ("max_jobs", "max_memory"):
+            if opts[flag] is not None and opts[flag] < 1:
+                name = "--" + flag.replace("_", "-")
+                raise CommandError(f"{name} must be at least 1, got {opts[flag]}")
         return dict(
             concurrency=concurrency,
             async_concurrency=async_concurrency,
             queues=queues,
             tag=tag,
             shutdown_timeout=timeout,
+            max_jobs=opts["max_jobs"],
+            max_memory=opts["max_memory"],
         )
 
     def _import_jobs(self, verbosity: int) -> None:
@@ -183,13 +213,16 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
 
-    def _check_redis(self) -> None:
+    def _check_redis(self) -> str | None:
+        """Redis answers (None), else the signal that ended the wait for it."""
         try:
-            connection.get_client().ping()
+            stopped = waiting.wait_for_redis(lambda: connection.get_client().ping())
         except ImproperlyConfigured as exc:  # a client that would retry or wait too little
             raise CommandError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - one clear line, no traceback
             raise CommandError(checks.redis_failure(exc)[0]) from None
+        if stopped:
+            return stopped
         # The deployment checks that need Redis run here too (an old Redis is reported
         # by the launcher as it falls back to basic fetch).
         for message in checks.redis_messages():
@@ -198,6 +231,7 @@ class Command(BaseCommand):
             # An Info (the cluster's shape, cogworker.I001) is not a warning.
             level = logging.INFO if message.level < dj_checks.WARNING else logging.WARNING
             log.log(level, "%s (%s)", message.msg, message.id)
+        return None
 
     def _metrics_option(self, opts: dict, settings: conf.Settings) -> tuple[int, str] | None:
         """(port, address) to serve metrics on, or None."""
@@ -242,15 +276,37 @@ def serving_metrics(start, metrics: tuple[int, str]):
         ) from None
 
 
-def run_one(kwargs: dict, metrics: tuple[int, str] | None = None) -> int:
+class BeatsTold(Plugin):
+    """Tells /healthz's record (observe/health.py) of each beat that went through."""
+
+    name = "Health"
+
+    def __init__(self, freshness: health.Freshness) -> None:
+        self.freshness = freshness
+
+    def beat(self, ctx: RunContext, beat: Beat) -> None:
+        self.freshness.beat()
+
+
+def run_one(
+    kwargs: dict, metrics: tuple[int, str] | None = None, beat_file: str | None = None
+) -> int:
+    """One worker process; with ``metrics`` it serves /metrics and /healthz; a
+    ``--processes`` child touches ``beat_file`` at each beat (the supervisor's
+    /healthz)."""
     from cogworker_django.observe import telemetry
+    from cogworker_django.worker import plugins
     from cogworker_django.worker.launcher import Launcher
 
-    exporter = None
+    exporter = freshness = None
+    if metrics or beat_file:
+        freshness = health.Freshness(path=beat_file)
+        kwargs = {**kwargs, "plugins": (*plugins.builtin(), BeatsTold(freshness))}
     if metrics:
         port, addr = metrics
+        answer = freshness.answer if freshness is not None else None
         exporter = serving_metrics(
-            lambda: telemetry.serve_worker(port, kwargs["concurrency"], addr), metrics
+            lambda: telemetry.serve_worker(port, kwargs["concurrency"], addr, answer), metrics
         )
     try:
         return Launcher(**kwargs).run()
@@ -282,15 +338,16 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
             code = 1
             random.seed()  # a child's own jitter and queue order, not a copy of the parent's
             try:
-                if supervision is not None:
-                    supervision.child_started()
+                beat_file = supervision.child_started() if supervision is not None else None
                 # The child stops by itself if this process dies (SIGKILL, OOM): it would
                 # otherwise run on unsupervised, past deploys that stop the supervisor.
-                code = run_one({**kwargs, "supervisor": supervisor})
+                code = run_one({**kwargs, "supervisor": supervisor}, beat_file=beat_file)
             finally:
                 logging.shutdown()
                 os._exit(code)
         children[pid] = slot
+        if supervision is not None:
+            supervision.child_forked(pid)
 
     def forward(signum, _frame):
         nonlocal stopping
@@ -326,8 +383,17 @@ def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = No
         code = os.waitstatus_to_exitcode(status)
         worst = max(worst, code if code > 0 else 0)
         if slot is not None and not stopping:
-            log.error("worker process %d exited with %s; starting a replacement", pid, code)
-            time.sleep(1.0)
+            if code == 0:
+                # It left on its own, done with its jobs: recycled (--max-jobs,
+                # --max-memory) or stopped from the admin.
+                log.info(
+                    "worker process %d exited on its own (recycled, or stopped from the "
+                    "admin); starting a replacement",
+                    pid,
+                )
+            else:
+                log.error("worker process %d exited with %s; starting a replacement", pid, code)
+                time.sleep(1.0)  # a crash loop is not a busy loop
             spawn(slot)
     if supervision is not None:
         supervision.stop()

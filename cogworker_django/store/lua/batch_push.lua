@@ -6,6 +6,9 @@
 -- KEYS[4] = its jids list, KEYS[5] = P:queues, KEYS[6] = P:batches,
 -- KEYS[7...] = where the jobs go (queue lists, P:schedule, priority zsets)
 -- ARGV[1] = bid, ARGV[2] = now, ARGV[3] = TTL of an unfinished batch (seconds),
+-- ARGV[4] = when the relay of durable members read them (epoch seconds, Redis's clock;
+-- "" for none), ARGV[5] = its lease (seconds): once run out on this server's clock,
+-- nothing is pushed (a relay that stalled: lua/outbox_relay.lua, rule 15),
 -- then six per job: index of its target in KEYS, the payload (encoded in Python, rule 3;
 -- for a priority zset the member priority.py built), the score ("" for a list: LPUSH),
 -- the jid, the queue to list in P:queues ("" for none), the index in KEYS of its relay
@@ -13,7 +16,7 @@
 -- durable/relay.py: set NX with the push, TTL ARGV[3]; a job whose marker is there was
 -- pushed and counted by an earlier relay: skipped)
 -- Returns the number of jobs pushed, or "gone" (no such batch) / "finished" (on_success
--- has fired): then nothing is pushed.
+-- has fired) / "stale" (the relay's lease ran out): then nothing is pushed.
 --@include place
 local function kind(key)
   return redis.call("TYPE", key)["ok"]
@@ -26,12 +29,18 @@ for i = 1, 6 do
     return redis.error_reply("WRONGTYPE " .. KEYS[i] .. " holds the wrong kind of value")
   end
 end
-for i = 4, #ARGV, 6 do
+for i = 6, #ARGV, 6 do
   local key = KEYS[tonumber(ARGV[i])]
   local t = kind(key)
   local expected = ARGV[i + 2] == "" and "list" or "zset"
   if t ~= "none" and t ~= expected then
     return redis.error_reply("WRONGTYPE " .. key .. " holds the wrong kind of value")
+  end
+end
+if ARGV[4] ~= "" then
+  local now = redis.call("TIME")
+  if tonumber(now[1]) + tonumber(now[2]) / 1000000 - tonumber(ARGV[4]) > tonumber(ARGV[5]) then
+    return "stale"
   end
 end
 if redis.call("EXISTS", KEYS[1]) == 0 then
@@ -41,7 +50,7 @@ if redis.call("HEXISTS", KEYS[1], "success_at") == 1 then
   return "finished"
 end
 local pushed = 0
-for i = 4, #ARGV, 6 do
+for i = 6, #ARGV, 6 do
   local key, value, score, jid, queue =
     KEYS[tonumber(ARGV[i])], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local marker = tonumber(ARGV[i + 5])
