@@ -6,7 +6,7 @@ turns 503 too; a frozen process (SIGSTOP, a wedged interpreter) answers nothing 
 which a probe counts as a failure as well.
 
 - One process: :class:`Freshness`, told by each beat (a worker plugin's ``beat``, after
-  the presence write: the command's ``BeatsTold``) and asked by the exporter's thread.
+  the presence write: the Metrics plugin, worker/supervisor.py) and asked by the exporter's thread.
 - ``--processes N``: each child's beats touch a file of its own in the supervisor's
   private directory (:meth:`Freshness.beat`); the supervisor answers for all of them
   (:class:`Children`): 200 only while every child has beaten within the age (a child

@@ -428,18 +428,18 @@ class Exporter:
         self.server.socket.close()
 
 
-def serve_worker(
+def worker_exporter(
     port: int,
     concurrency: int,
     addr: str = DEFAULT_ADDR,
     health: Callable[[], tuple[bool, str]] | None = None,
 ) -> Exporter:
-    """One worker process: count its runs and serve them (with the process's default
-    registry, so metrics the application's jobs define are served too), and /healthz
-    from ``health``."""
+    """One worker process: count its runs, and an exporter bound to ``port`` (started by
+    the worker's Metrics plugin) serving them with the process's default registry (so
+    metrics the application's jobs define are served too), and /healthz from ``health``."""
     pc = prometheus()
     enable_metrics(concurrency)
-    return Exporter(pc.REGISTRY, port, addr, health).start()
+    return Exporter(pc.REGISTRY, port, addr, health)
 
 
 class Supervision:

@@ -9,11 +9,8 @@ when Redis does, instead of crash-looping.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
-import random
-import signal
 import sys
 import time
 from typing import Any
@@ -25,11 +22,8 @@ from django.core.management.base import BaseCommand, CommandError
 from cogworker_django import checks, conf
 from cogworker_django.core import jobs
 from cogworker_django.management import waiting
-from cogworker_django.observe import health
 from cogworker_django.periodic import entries
 from cogworker_django.store import connection, errors
-from cogworker_django.worker.heartbeat import Beat
-from cogworker_django.worker.plugins import Plugin, RunContext
 
 log = logging.getLogger("cogworker_django")
 LOG_FORMAT = "%(asctime)s %(levelname)s pid=%(process)d %(threadName)s %(name)s: %(message)s"
@@ -132,11 +126,16 @@ class Command(BaseCommand):
             logging.shutdown()
             os._exit(0)
         kwargs.update(fetch_mode=opts["fetch"] or settings.FETCH, started_at=started_at)
-        code = (
-            run_processes(kwargs, opts["processes"], metrics)
-            if opts["processes"] > 1
-            else run_one(kwargs, metrics)
-        )
+        from cogworker_django.worker import supervisor
+
+        try:
+            code = (
+                supervisor.run_processes(kwargs, opts["processes"], metrics)
+                if opts["processes"] > 1
+                else supervisor.run_one(kwargs, metrics)
+            )
+        except supervisor.PortTaken as exc:
+            raise CommandError(str(exc)) from None
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -263,141 +262,6 @@ class Command(BaseCommand):
                 raise CommandError(f"--logfile {logfile!r} can't be opened: {exc}") from None
             file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
             log.addHandler(file_handler)
-
-
-def serving_metrics(start, metrics: tuple[int, str]):
-    """``start()``: the metrics server; a port that can't be bound is one clear line."""
-    try:
-        return start()
-    except OSError as exc:
-        port, addr = metrics
-        raise CommandError(
-            f"--metrics-port {port}: can't listen on {addr}:{port}: {exc.strerror or exc}"
-        ) from None
-
-
-class BeatsTold(Plugin):
-    """Tells /healthz's record (observe/health.py) of each beat that went through."""
-
-    name = "Health"
-
-    def __init__(self, freshness: health.Freshness) -> None:
-        self.freshness = freshness
-
-    def beat(self, ctx: RunContext, beat: Beat) -> None:
-        self.freshness.beat()
-
-
-def run_one(
-    kwargs: dict, metrics: tuple[int, str] | None = None, beat_file: str | None = None
-) -> int:
-    """One worker process; with ``metrics`` it serves /metrics and /healthz; a
-    ``--processes`` child touches ``beat_file`` at each beat (the supervisor's
-    /healthz)."""
-    from cogworker_django.observe import telemetry
-    from cogworker_django.worker import plugins
-    from cogworker_django.worker.launcher import Launcher
-
-    exporter = freshness = None
-    if metrics or beat_file:
-        freshness = health.Freshness(path=beat_file)
-        kwargs = {**kwargs, "plugins": (*plugins.builtin(), BeatsTold(freshness))}
-    if metrics:
-        port, addr = metrics
-        answer = freshness.answer if freshness is not None else None
-        exporter = serving_metrics(
-            lambda: telemetry.serve_worker(port, kwargs["concurrency"], addr, answer), metrics
-        )
-    try:
-        return Launcher(**kwargs).run()
-    finally:
-        if exporter is not None:
-            exporter.stop()
-
-
-def run_processes(kwargs: dict, count: int, metrics: tuple[int, str] | None = None) -> int:
-    """Fork ``count`` workers and supervise them: signals are passed on, and a child that
-    dies unexpectedly is replaced (its in-progress jobs are recovered as orphans). With
-    ``metrics``, this process serves every child's metrics through the one port."""
-    from cogworker_django.observe import telemetry
-
-    children: dict[int, int] = {}
-    stopping = False
-    supervision = None
-    if metrics:
-        port, addr = metrics
-        supervision = serving_metrics(
-            lambda: telemetry.Supervision(port, kwargs["concurrency"], addr, count), metrics
-        )
-
-    supervisor = os.getpid()
-
-    def spawn(slot: int) -> None:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            random.seed()  # a child's own jitter and queue order, not a copy of the parent's
-            try:
-                beat_file = supervision.child_started() if supervision is not None else None
-                # The child stops by itself if this process dies (SIGKILL, OOM): it would
-                # otherwise run on unsupervised, past deploys that stop the supervisor.
-                code = run_one({**kwargs, "supervisor": supervisor}, beat_file=beat_file)
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        children[pid] = slot
-        if supervision is not None:
-            supervision.child_forked(pid)
-
-    def forward(signum, _frame):
-        nonlocal stopping
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            stopping = True
-        for pid in list(children):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN):
-        signal.signal(sig, forward)
-    connection.reset()  # the children build their own pools
-    # What the parent has built so far is shared with the children copy-on-write: keep
-    # the collector from walking (and so writing to) those pages in every child.
-    gc.collect()
-    gc.freeze()
-    for first in range(count):
-        spawn(first)
-    log.info("supervising %d worker processes (pid %d)", count, os.getpid())
-    worst = 0
-    while children:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
-        slot = children.pop(pid, None)
-        if supervision is not None:
-            supervision.child_exited(pid)
-        code = os.waitstatus_to_exitcode(status)
-        worst = max(worst, code if code > 0 else 0)
-        if slot is not None and not stopping:
-            if code == 0:
-                # It left on its own, done with its jobs: recycled (--max-jobs,
-                # --max-memory) or stopped from the admin.
-                log.info(
-                    "worker process %d exited on its own (recycled, or stopped from the "
-                    "admin); starting a replacement",
-                    pid,
-                )
-            else:
-                log.error("worker process %d exited with %s; starting a replacement", pid, code)
-                time.sleep(1.0)  # a crash loop is not a busy loop
-            spawn(slot)
-    if supervision is not None:
-        supervision.stop()
-    return worst
 
 
 def _within_setting(flag: str, key: str, value: Any) -> None:
