@@ -239,10 +239,17 @@ class Launcher:
 
     def shutdown(self) -> int:
         """Stop the parts (after ``manager.begin_stop``): what TERM leads to."""
+        # A component marked ``runs_while_draining`` (the periodic ticker) is stopped only
+        # after the drain: a slot that comes due while running jobs finish must still fire
+        # (rule 16; without this a restart with a job running lost the slot).
+        last = [c for c in self.components if getattr(c, "runs_while_draining", False)]
         for c in self.components:
-            errors.best_effort("Shutdown", c.stop)
+            if c not in last:
+                errors.best_effort("Shutdown", c.stop)
         self.poller.stop()
         self.manager.stop(self.shutdown_timeout, self._force)
+        for c in last:
+            errors.best_effort("Shutdown", c.stop)
         # Last chance for releases deferred by a recent outage (they live in memory).
         locks.retry_deferred()
         errors.best_effort("Stats flush", lambda: stats.counters.flush(connection.get_client()))

@@ -37,7 +37,7 @@ from ..controls import cancel, limits, options
 from ..core import unique
 from ..durable import chore
 from ..observe import runlog, telemetry
-from ..periodic import entries, running_lock, ticker
+from ..periodic import entries, running_lock, source, ticker
 from ..workflows.middleware import BatchMiddleware
 from . import keyguard
 from .heartbeat import Beat
@@ -116,7 +116,8 @@ class Unique(Plugin):
 
 class Periodic(Plugin):
     """Periodic entries: their until_executed runs' locks kept alive by every beat, and
-    the ticker when entries are configured (resolved on the main thread: rule 10)."""
+    the ticker (settings entries resolved on the main thread: rule 10; the database's
+    read by the ticker's own reader)."""
 
     name = "Periodic"
 
@@ -132,11 +133,11 @@ class Periodic(Plugin):
     def start(self, ctx: RunContext) -> Sequence[Any]:
         self._refresher = running_lock.LockRefresher(ctx.record)
         periodic = entries.load()
-        if not periodic:
-            return ()
+        # Always a ticker: entries may be added in the admin at any time (source.py).
         return (
             ticker.Ticker(
                 periodic,
+                database=source.DatabaseEntries(reserved=[e.name for e in periodic]),
                 ready=ctx.recovered_once,
                 started_at=ctx.started_at,
                 identity=ctx.identity,
