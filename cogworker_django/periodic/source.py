@@ -58,10 +58,12 @@ class Snapshot:
 
 class DatabaseEntries:
     """``request(version)`` starts a read unless one is under way; ``wait`` waits for
-    one; ``snapshot`` is the last good read. ``reserved``: the settings' entry names."""
+    one; ``snapshot`` is the last good read. ``reserved``: the settings' entry names;
+    ``alias``: a database alias (tests), else the routers'."""
 
-    def __init__(self, reserved: Iterable[str] = ()) -> None:
+    def __init__(self, reserved: Iterable[str] = (), alias: str | None = None) -> None:
         self.reserved = set(reserved)
+        self.alias = alias  # None: the database the routers give for reading the model
         self.snapshot = Snapshot((), None, -math.inf)
         self.failing = False  # the last read failed: the snapshot is what was read before
         self._lock = threading.Condition()
@@ -153,7 +155,7 @@ class DatabaseEntries:
     def _rows(self) -> list:
         from .stored import PeriodicEntry
 
-        alias = router.db_for_read(PeriodicEntry)
+        alias = self.alias or router.db_for_read(PeriodicEntry)
         table = _has_table(alias)
         if not table:
             if table is False and not self._no_table_said:

@@ -42,6 +42,8 @@ log = logging.getLogger("cogworker_django")
 COMPONENT = "Periodic entries"
 # The table's name (Django's default for the model, spelled out for the loader's check).
 TABLE = "cogworker_django_periodicentry"
+# When a save happens (epoch seconds): tests with a fixed clock replace it.
+clock = time.time
 UNIQUE_CHOICES = [("", "None"), ("until_executed", "until_executed: runs never overlap")]
 
 
@@ -154,7 +156,7 @@ class PeriodicEntry(models.Model):
     # Saving: the stamps, then the version bump once committed ------------------------
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        now = time.time()
+        now = clock()
         using = kwargs.get("using") or router.db_for_write(type(self), instance=self)
         previous = None
         if self.pk is not None:
