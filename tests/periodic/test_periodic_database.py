@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 import time
 
-from . import db_support as db
 from ..helpers import wait_until
+from . import db_support as db
 
 pytestmark = db.database
 db_alias = db.db_alias
