@@ -15,7 +15,8 @@ Duties:
 
 The reads run on their own thread because a database may hang (a server stopped with
 SIGSTOP, packets dropped by a failover: a connect waits for minutes): the ticker waits
-for a read at most ``LOAD_WAIT`` seconds and otherwise fires the schedule it has.
+for a read at most ``LOAD_WAIT`` seconds, and not at all while a read is under way or
+after one failed; meanwhile it fires the schedule it has.
 
 Cost: one SELECT per change and per ``REREAD`` per process; the ticker's own cost is one
 GET of the version key per tick (ticker.py).
@@ -44,6 +45,8 @@ log = logging.getLogger("cogworker_django")
 REREAD = 60.0
 # How long a tick waits for a read it asked for before it fires the schedule it has.
 LOAD_WAIT = 2.0
+# A read that has not returned after this long counts as an outage (said once).
+HUNG = 10.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class DatabaseEntries:
         self._thread: threading.Thread | None = None
         self._said: dict[str, object] = {}  # row name -> the version of it logged as bad
         self._no_table_said = False
+        self._say = threading.Lock()  # the outage is said once (by either thread)
 
     # The ticker's side -------------------------------------------------------------------
 
@@ -88,16 +92,20 @@ class DatabaseEntries:
 
     def request(self, version: str) -> int | None:
         """Ask for a read tagged ``version``; returns the count of reads to wait past, or
-        None when a read has been under way for longer than LOAD_WAIT (a hung database:
-        not worth waiting for)."""
+        None when it is not worth waiting: a read is under way already (the database may
+        hang) or the last one failed (the outage goes on: the last schedule fires)."""
         with self._lock:
-            if self._reading_since is not None:
-                if time.monotonic() - self._reading_since > LOAD_WAIT:
-                    self._wanted = version  # read again once the hung one returns
-                    return None
             self._wanted = version
-            target = self._reads + (2 if self._reading_since is not None else 1)
+            if self._reading_since is not None or self.failing:
+                target = None
+            else:
+                target = self._reads + 1
+            hung = self._reading_since is not None and (
+                time.monotonic() - self._reading_since > HUNG
+            )
             self._lock.notify_all()
+        if hung:
+            self._down(TimeoutError(f"a read has not returned for over {HUNG:g}s"))
         self._ensure_thread()
         return target
 
@@ -199,8 +207,9 @@ class DatabaseEntries:
         return found
 
     def _down(self, exc: BaseException) -> None:
-        if not self.failing:
-            self.failing = True
+        with self._say:
+            first, self.failing = not self.failing, True
+        if first:
             log.warning(
                 "%s: the database can't be read (%s); firing the last schedule read until it "
                 "answers",

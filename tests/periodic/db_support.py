@@ -69,3 +69,75 @@ def once_each(runs: list[dict]) -> dict[int, dict]:
     twice = {s: c for s, c in Counter(n["slot"] for n in runs).items() if c > 1}
     assert twice == {}, f"slots run more than once: {twice}"
     return {n["slot"]: n for n in runs}
+
+
+class TcpGate:
+    """A TCP forwarder in front of a server (PostgreSQL here) that a test closes and opens
+    again on the same port: closed, every connection through it is cut and new ones are
+    refused, as when the server is stopped."""
+
+    def __init__(self, host: str, port: int) -> None:
+        from ..helpers import free_port
+
+        self.target = (host, port)
+        self.port = free_port()
+        self._socks: list = []
+        self._listener = None
+        self.open()
+
+    def open(self) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def _accept(self, listener) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            if self._listener is not listener:  # closed meanwhile: cut this one too
+                client.close()
+                upstream.close()
+                return
+            self._socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        import socket
+
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for s in self._socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+        self._socks.clear()
