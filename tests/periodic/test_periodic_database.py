@@ -81,3 +81,57 @@ def test_add_edit_disable_enable_delete_while_three_workers_run(db_alias, worker
     assert every[after_enable[0]]["at"] - enabled < CHANGE_SEEN
     # Deleted: nothing after the delete returned.
     assert [s for s in slots if s > deleted] == []
+
+
+def test_an_edit_at_the_very_second_a_slot_comes_due(db_alias, worker, r, prefix):
+    """Edits landing just before, at and just after a slot's second (every 3 s, two
+    workers): that slot fires once, with the old arguments or the new, and none after
+    the edit is skipped or doubled."""
+    db.start_workers(worker, db_alias, 2)
+    name = "edge"
+    db.add(db_alias, name, "*/3 * * * * *", args=[0])
+    wait_until(lambda: db.notes(r, prefix, name), 15, message="a first run")
+    edits = []
+    for i, offset in enumerate((-0.05, 0.0, 0.02, 0.3, 1.0), start=1):
+        slot = (math.floor(time.time()) // 3 + 2) * 3  # a slot at least 3 s away
+        wait_until(lambda s=slot, o=offset: time.time() >= s + o, 10, 0.002, message="the edge")
+        db.change(db_alias, name, args=[i])
+        edits.append((slot, offset, i))
+    last_edit_slot = edits[-1][0]
+    wait_until(
+        lambda: max(n["slot"] for n in db.notes(r, prefix, name)) >= last_edit_slot + 6,
+        15,
+        message="two slots after the last edit",
+    )
+    every = db.once_each(db.notes(r, prefix, name))
+    slots = sorted(every)
+    assert slots == list(range(slots[0], slots[-1] + 1, 3)), "a slot skipped"
+    for slot, offset, i in edits:
+        # The edge slot ran with the arguments of the edit or of the one before it; the
+        # next slot with this edit's.
+        assert every[slot]["args"] in ([i], [i - 1]), (slot, offset, every[slot])
+        assert every[slot + 3]["args"] in ([i], [i + 1]), (slot, offset, every[slot + 3])
+
+
+def test_at_the_production_timings_a_change_reaches_the_runs_within_10s(
+    db_alias, worker, r, prefix
+):
+    from cogworker_django.conf import DEFAULTS
+
+    from ..helpers import FAST_SETTINGS
+
+    production = {k: DEFAULTS[k] for k in FAST_SETTINGS if k != "RETRY_BACKOFF"}
+    assert production["PERIODIC_TICK"] == 5.0
+    probe = {"probe": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick"}}
+    db.start_workers(worker, db_alias, 2, settings=production, periodic=probe)
+    # Their tickers run (the first tick waits for the first orphan pass).
+    wait_until(lambda: r.hlen(f"{prefix}:test:slots") >= 1, 60, 0.2, message="ticking")
+    added = time.time()
+    db.add(db_alias, "every-second", EVERY_SECOND)
+    wait_until(lambda: db.notes(r, prefix, "every-second"), CHANGE_SEEN, 0.1, message="a run")
+    first = db.notes(r, prefix, "every-second")[0]
+    assert first["at"] - added < CHANGE_SEEN
+    deleted = db.delete(db_alias, "every-second")
+    time.sleep(6)  # more than a tick
+    every = db.once_each(db.notes(r, prefix, "every-second"))
+    assert every and max(every) <= deleted
