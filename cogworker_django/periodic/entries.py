@@ -21,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .. import conf
 from ..core import jobs, payload
+from ..store.errors import CogworkerError
 from .slots import Cron, CronError
 
 FIELDS = ("cron", "job", "args", "kwargs", "queue", "unique", "timezone")
@@ -30,7 +31,7 @@ SETTINGS = "settings"
 DATABASE = "database"
 
 
-class FieldProblem(ImproperlyConfigured):
+class FieldProblem(CogworkerError, ImproperlyConfigured):
     """One bad field of one entry: ``key`` and ``why`` (for a form's field errors); its
     text names the setting, the entry and the value."""
 

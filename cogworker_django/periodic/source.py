@@ -161,10 +161,10 @@ class DatabaseEntries:
         return True
 
     def _rows(self) -> list:
-        from .stored import PeriodicEntry
+        from .stored import TABLE, PeriodicEntry
 
         alias = self.alias or router.db_for_read(PeriodicEntry)
-        table = _has_table(alias)
+        table = has_table(alias)
         if not table:
             if table is False and not self._no_table_said:
                 self._no_table_said = True
@@ -173,7 +173,7 @@ class DatabaseEntries:
                     "COGWORKER_PERIODIC's entries run",
                     COMPONENT,
                     alias,
-                    PeriodicEntry._meta.db_table,
+                    TABLE,
                 )
             return []
         self._no_table_said = False
@@ -227,7 +227,7 @@ def _close_connections() -> None:
         conn.close()
 
 
-def _has_table(alias: str) -> bool | None:
+def has_table(alias: str) -> bool | None:
     """Whether ``alias`` has the table. A SQLite file that does not exist is not opened
     (opening it would create it): None, no table and nothing to say (a project that
     never used that database)."""
