@@ -14,6 +14,7 @@ unknown, as the ticker treats it; Redis being away raises.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,9 @@ from ..periodic import entries as entries_mod
 from ..periodic import running_lock
 from ..store import connection, errors, keys
 from ._util import as_datetime, text
+
+log = logging.getLogger("cogworker_django")
+_unreadable = False  # the table could not be read last time (said once)
 
 
 def _when(value: Any) -> dt.datetime | None:
@@ -197,8 +201,20 @@ def _database_rows(reserved: set[str]) -> list[dict[str, Any]]:
     problem: the settings entry wins)."""
     from ..periodic.stored import PeriodicEntry
 
+    global _unreadable
+    try:
+        found = list(PeriodicEntry.objects.all())
+    except Exception as exc:  # noqa: BLE001 - the settings' entries are still listed
+        # (a database down, or not migrated: the dashboard and the metrics read this too)
+        if not _unreadable:
+            log.warning(
+                "Periodic entries: the database's can't be listed (%s)", errors.describe(exc)
+            )
+        _unreadable = True
+        return []
+    _unreadable = False
     rows = []
-    for row in PeriodicEntry.objects.all():
+    for row in found:
         entry, problem = None, ""
         if row.name in reserved:
             problem = "COGWORKER_PERIODIC has an entry of this name: the settings entry runs"
