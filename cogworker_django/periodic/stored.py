@@ -36,6 +36,7 @@ from .. import conf
 from ..core import client
 from ..store import connection, errors, keys
 from . import entries
+from .slots import Cron
 
 log = logging.getLogger("cogworker_django")
 
@@ -171,10 +172,14 @@ def owed(previous: PeriodicEntry | None, name: str, now: float) -> int | None:
     enabled, valid and kept its name: whether it fired is ``last_slot``'s to say."""
     if previous is None or previous.name != name or not previous.enabled:
         return None
+    # Only its schedule matters (the job need not be importable in this process: a save
+    # from a shell that imported no job module).
     try:
-        return previous.entry().due(now)
+        slot = Cron(previous.cron, previous.timezone or entries.default_timezone()).latest(now)
     except Exception:  # noqa: BLE001 - an invalid previous version had nothing due
         return None
+    since = previous.since()
+    return previous.owed_slot if since is not None and slot < since else slot
 
 
 def _sentence(why: str) -> str:
@@ -194,8 +199,6 @@ def next_fire_times(
     """The next ``count`` slots of ``cron`` in ``zone`` (settings.TIME_ZONE when empty),
     as aware datetimes in that zone; CronError (or ValueError for the zone) when bad."""
     from zoneinfo import ZoneInfo
-
-    from .slots import Cron
 
     name = zone or entries.default_timezone()
     schedule = Cron(cron, name)
