@@ -253,11 +253,14 @@ class Schedule:
         self.configured = list(configured)
         self.database = database
         self._version_unreadable = False
+        # The database's snapshot this tick runs: taken once per refresh, so a read that
+        # returns in the middle of a tick (one that hung) changes nothing until the next.
+        self._in_use = database.snapshot if database is not None else None
 
     @property
     def entries(self) -> list[Entry]:
-        db = self.database
-        return self.configured + (list(db.snapshot.entries) if db is not None else [])
+        snap = self._in_use
+        return self.configured + (list(snap.entries) if snap is not None else [])
 
     def counts(self) -> tuple[int, int]:
         db = self.database
@@ -277,7 +280,8 @@ class Schedule:
             target = db.request(version if version is not None else "")
             if target is not None:
                 db.wait(target)
-        if version is None or db.snapshot.version != version:
+        snap = self._in_use = db.snapshot
+        if version is None or snap.version != version:
             return ""
         return version
 

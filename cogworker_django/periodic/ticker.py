@@ -278,6 +278,8 @@ class Ticker:
         except Exception as exc:  # noqa: BLE001 - only an outage gets here
             errors.report("Periodic tick", exc, "retrying next tick")
             return  # every claim would fail the same way
+        if self.schedule.database is not None:
+            errors.recovered("Periodic tick")  # it read the version key
         if self._published != self.entries:
             self.publish(conn)
         if not self._retry_rollbacks():
