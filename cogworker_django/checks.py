@@ -63,6 +63,51 @@ def check_periodic(app_configs=None, **kwargs):
     ]
 
 
+@checks.register("cogworker", checks.Tags.database)
+def check_periodic_database(app_configs=None, databases=None, **kwargs):
+    """Every database periodic entry that a worker would not run (its job gone in a deploy,
+    a cron line a newer croniter refuses): a warning each, ``cogworker.W102``, never an
+    error: ``migrate`` must work, and the workers run the other entries. Only when the
+    command gives databases (``migrate``, ``check --database``): it reads the table."""
+    if not databases:
+        return []
+    from django.db import router
+
+    from .core import jobs
+    from .periodic import source
+
+    try:
+        jobs.import_job_modules()
+    except jobs.JobModuleError:
+        return []  # cogworker.E006
+    from .models import PeriodicEntry
+
+    alias = router.db_for_read(PeriodicEntry)
+    if alias not in databases:
+        return []
+    try:
+        if not source.has_table(alias):
+            return []  # before its migration
+        rows = list(PeriodicEntry.objects.using(alias).all())
+    except Exception:  # noqa: BLE001 - an unreachable database is not this check's to say
+        return []
+    found = []
+    for row in rows:
+        try:
+            row.entry()
+        except ImproperlyConfigured as exc:
+            found.append(
+                checks.Warning(
+                    f"periodic entry {row.name!r} of the database is not run: "
+                    + str(exc).replace("COGWORKER_PERIODIC", "PeriodicEntry"),
+                    hint="Fix it on the admin's Periodic schedule page (or delete it).",
+                    obj=f"PeriodicEntry {row.name!r}",
+                    id="cogworker.W102",
+                )
+            )
+    return found
+
+
 @checks.register("cogworker")
 def check_job_modules(app_configs=None, **kwargs):
     """Every job module imports (``cogworker.E006`` otherwise, naming it and its file),

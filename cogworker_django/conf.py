@@ -594,6 +594,9 @@ class Settings:
     # Seconds a while_executing job waits before trying again when another run holds its lock.
     UNIQUE_RESCHEDULE_DELAY: float = setting(5.0, number=_seconds(0, DAY))
     PERIODIC_CATCH_UP: bool = setting(False, _bool)
+    # Catch-up off: the last slot missed while no worker ran still fires at a worker's
+    # start when it passed less than this many seconds before it (a restart's gap).
+    PERIODIC_GRACE: float = setting(300, number=_seconds(0, 30 * DAY, open=False))
     DEAD_MAX_JOBS: int = setting(10000, number=_count(0, 10**9, open=False))
     DEAD_TIMEOUT: float = setting(180 * DAY, number=_seconds(0, 10 * YEAR))
     HISTORY_MAX_RUNS: int = setting(100000, number=_count(0, 10**9, open=False))

@@ -1,5 +1,6 @@
-"""Unmanaged models: no table, one per admin page; and, at the end, the one real table,
-the durable enqueue's outbox (durable/entry.py).
+"""Unmanaged models: no table, one per admin page; and, at the end, the real tables: the
+durable enqueue's outbox (durable/entry.py) and the periodic entries edited in the admin
+(periodic/stored.py, whose admin page lists the settings' entries beside them).
 
 The pages exist for what the admin hangs on a model: an entry in the admin index under
 "Cogworker", and Django auth permissions (view to look, change to act, delete to
@@ -64,13 +65,6 @@ class DeadJob(_Page):
         default_permissions = ("view", "change", "delete")  # change: retry (all)
 
 
-class PeriodicEntry(_Page):
-    class Meta(_Page.Meta):
-        verbose_name = "periodic entry"
-        verbose_name_plural = "Periodic schedule"
-        default_permissions = ("view", "change")  # change: disable, enable, run now
-
-
 class JobRun(_Page):
     class Meta(_Page.Meta):
         verbose_name = "job run"
@@ -101,3 +95,6 @@ class Limiter(_Page):
 
 # The durable enqueue's outbox: a real table (cogworker_django/durable/).
 from .durable.entry import OutboxEntry  # noqa: E402,F401
+
+# Periodic entries stored in the database (cogworker_django/periodic/).
+from .periodic.stored import PeriodicEntry  # noqa: E402,F401

@@ -3,22 +3,32 @@ each entry with its next and last run, whether it is enabled and who holds its r
 lock; disable, enable, and run now.
 
 Entries come from this process's ``COGWORKER_PERIODIC`` (the same settings the workers
-run), their state from Redis. A disabled-set or per-entry key that can't be read (wrong
-type) shows as enabled / unknown, as the ticker treats it; Redis being away raises.
+run) and from the ``PeriodicEntry`` table (``source``: "settings" or "database"), their
+state from Redis. A settings entry is disabled in Redis (``P:periodic:disabled``); a
+database entry by its ``enabled`` field (saved: the workers see it at their next tick).
+A database row that would not run (its job gone, say) is listed with ``problem``. A
+disabled-set or per-entry key that can't be read (wrong type) shows as enabled /
+unknown, as the ticker treats it; Redis being away raises.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
 
 from ..core import client, locks
 from ..periodic import entries as entries_mod
 from ..periodic import running_lock
 from ..store import connection, errors, keys
 from ._util import as_datetime, text
+
+log = logging.getLogger("cogworker_django")
+_unreadable = False  # the table could not be read last time (said once)
 
 
 def _when(value: Any) -> dt.datetime | None:
@@ -62,6 +72,28 @@ class PeriodicEntry:
     @property
     def enabled(self) -> bool:
         return bool(self.data.get("enabled", True))
+
+    @property
+    def source(self) -> str:
+        return text(self.data.get("source")) or entries_mod.SETTINGS
+
+    @property
+    def from_settings(self) -> bool:
+        return self.source == entries_mod.SETTINGS
+
+    @property
+    def pk(self) -> Any:
+        """The database row's primary key (None for a settings entry)."""
+        return self.data.get("pk")
+
+    @property
+    def description(self) -> str:
+        return text(self.data.get("description"))
+
+    @property
+    def problem(self) -> str:
+        """Why a database entry is not run ("" when it is)."""
+        return text(self.data.get("problem"))
 
     @property
     def lock_holder(self) -> str:
@@ -128,45 +160,135 @@ def _epoch(value: Any) -> float | None:
 
 
 def entries() -> list[dict[str, Any]]:
-    """Every configured entry as a dict: name, cron, timezone, job, queue, unique, args,
-    kwargs, next_run (epoch), last_run (epoch of the last claimed slot, or None),
-    enabled, lock_holder (the jid holding the running lock, or None)."""
+    """Every entry as a dict, the settings' first, then the database's by name: name,
+    source, cron, timezone, job, queue, unique, args, kwargs, next_run (epoch, None when
+    disabled or not run), last_run (epoch of the last claimed slot, or None), enabled,
+    lock_holder (the jid holding the running lock, or None); a database entry also has
+    pk, description and problem (why it is not run, or "")."""
     loaded = entries_mod.load()
+    rows = _database_rows({e.name for e in loaded})
+    names = [e.name for e in loaded] + [row["name"] for row in rows]
     conn = connection.get_client()
     pipe = conn.pipeline(transaction=False)
     pipe.smembers(keys.periodic_disabled())
-    for entry in loaded:
-        pipe.get(keys.periodic_last_slot(entry.name))
-        pipe.get(keys.periodic_running(entry.name))
+    for name in names:
+        pipe.get(keys.periodic_last_slot(name))
+        pipe.get(keys.periodic_running(name))
     results = pipe.execute(raise_on_error=False)
     disabled = {connection.text(m) for m in (_readable(results[0]) or ())}
     now = time.time()
-    rows = []
-    for i, entry in enumerate(loaded):
+    found = [{**e.as_dict(), "entry": e, "enabled": e.name not in disabled} for e in loaded]
+    found += [{**row, "enabled": row["enabled"] and row["name"] not in disabled} for row in rows]
+    out = []
+    for i, row in enumerate(found):
         last, holder = _readable(results[1 + 2 * i]), _readable(results[2 + 2 * i])
+        entry = row.pop("entry", None)
+        out.append(
+            {
+                **row,
+                "next_run": float(entry.schedule.next(now))
+                if entry is not None and row["enabled"]
+                else None,
+                "last_run": _epoch(last),
+                "lock_holder": connection.text(holder) if holder is not None else None,
+            }
+        )
+    return out
+
+
+def _database_rows(reserved: set[str]) -> list[dict[str, Any]]:
+    """The database's entries as listed (a row of a settings entry's name shows its
+    problem: the settings entry wins)."""
+    from ..periodic.stored import PeriodicEntry
+
+    global _unreadable
+    try:
+        found = list(PeriodicEntry.objects.all())
+    except Exception as exc:  # noqa: BLE001 - the settings' entries are still listed
+        # (a database down, or not migrated: the dashboard and the metrics read this too)
+        if not _unreadable:
+            log.warning(
+                "Periodic entries: the database's can't be listed (%s)", errors.describe(exc)
+            )
+        _unreadable = True
+        return []
+    _unreadable = False
+    rows = []
+    for row in found:
+        entry, problem = None, ""
+        if row.name in reserved:
+            problem = "COGWORKER_PERIODIC has an entry of this name: the settings entry runs"
+        else:
+            try:
+                entry = row.entry()
+            except ImproperlyConfigured as exc:
+                problem = str(exc).replace("COGWORKER_PERIODIC", "PeriodicEntry")
+        raw = row.raw()
         rows.append(
             {
-                **entry.as_dict(),
-                "next_run": float(entry.schedule.next(now)),
-                "last_run": _epoch(last),
-                "enabled": entry.name not in disabled,
-                "lock_holder": connection.text(holder) if holder is not None else None,
+                "name": row.name,
+                "source": entries_mod.DATABASE,
+                "cron": row.cron,
+                "job": row.job,
+                "args": raw["args"],
+                "kwargs": raw["kwargs"],
+                "queue": entry.queue if entry is not None else row.queue,
+                "unique": row.unique or None,
+                "timezone": entry.timezone if entry is not None else row.timezone,
+                "enabled": row.enabled and entry is not None,
+                "pk": row.pk,
+                "description": row.description,
+                "problem": problem,
+                "entry": entry,
             }
         )
     return rows
 
 
+def _resolve(name: str) -> tuple[entries_mod.Entry | None, Any]:
+    """(the settings entry, None) or (its entry or None when invalid, the database row);
+    KeyError for a name of neither."""
+    try:
+        return entries_mod.by_name(name), None
+    except KeyError:
+        pass
+    from ..periodic.stored import PeriodicEntry
+
+    row = PeriodicEntry.objects.filter(name=name).first()
+    if row is None:
+        raise KeyError(f"no periodic entry named {name!r} (COGWORKER_PERIODIC or the database)")
+    try:
+        return row.entry(), row
+    except ImproperlyConfigured:
+        return None, row
+
+
 def disable(name: str) -> bool:
     """Stop firing ``name`` (its slots are skipped, last_slot untouched, so enabling it
-    again fires no burst). True if it was enabled. KeyError for an unknown name."""
-    entries_mod.by_name(name)
+    again fires no burst). True if it was enabled. KeyError for an unknown name. A
+    database entry is saved with ``enabled`` off (the workers see it within a tick)."""
+    _, row = _resolve(name)
+    if row is not None:
+        return _set_enabled(row, False)
     return bool(connection.get_client().sadd(keys.periodic_disabled(), name))
 
 
 def enable(name: str) -> bool:
     """Fire ``name`` again from its next slot. True if it was disabled."""
-    entries_mod.by_name(name)
+    _, row = _resolve(name)
+    if row is not None:
+        # (a name left in the Redis set by a settings entry of the same name once)
+        connection.get_client().srem(keys.periodic_disabled(), name)
+        return _set_enabled(row, True)
     return bool(connection.get_client().srem(keys.periodic_disabled(), name))
+
+
+def _set_enabled(row: Any, enabled: bool) -> bool:
+    if row.enabled == enabled:
+        return False
+    row.enabled = enabled
+    row.save(update_fields=["enabled", "changed_at", "owed_slot"])
+    return True
 
 
 def run_now(name: str) -> str | None:
@@ -174,7 +296,9 @@ def run_now(name: str) -> str | None:
     works while disabled). For ``until_executed`` the running lock is taken first, as
     the claim does: None when a run holds it (or when a client middleware refused the
     push). Returns the jid."""
-    entry = entries_mod.by_name(name)
+    entry, _ = _resolve(name)
+    if entry is None:
+        raise ValueError(f"periodic entry {name!r} of the database is invalid: fix it first")
     job = entry.build_job()
     if not entry.until_executed:
         return client.push(job)

@@ -1,11 +1,13 @@
-"""``COGWORKER_PERIODIC``: parsing and validating the periodic entries.
+"""Periodic entries: parsing and validating ``COGWORKER_PERIODIC`` (and, with the same
+checks, the database's entries: periodic/stored.py).
 
 Each entry is checked field by field; a bad one raises ``ImproperlyConfigured`` naming
 the entry and every bad field (one line each), at worker start (the Periodic plugin's
 ``validate``, worker/plugins.py) and in ``manage.py check``. ``job`` must name a
 registered ``@job``, so :func:`load` imports the ``jobs`` and ``tasks`` modules of
 installed apps first (as the worker command does) and resolves every callable here, on
-the calling (main) thread (rule 10).
+the calling (main) thread (rule 10). A database entry's job is looked up in the same
+registry (no import: the worker imported its job modules at boot).
 """
 
 from __future__ import annotations
@@ -19,10 +21,23 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .. import conf
 from ..core import jobs, payload
+from ..store.errors import CogworkerError
 from .slots import Cron, CronError
 
 FIELDS = ("cron", "job", "args", "kwargs", "queue", "unique", "timezone")
 UNIQUE_MODES = (None, "until_executed")
+# Where an entry comes from: the setting, or a row of cogworker_django.PeriodicEntry.
+SETTINGS = "settings"
+DATABASE = "database"
+
+
+class FieldProblem(CogworkerError, ImproperlyConfigured):
+    """One bad field of one entry: ``key`` and ``why`` (for a form's field errors); its
+    text names the setting, the entry and the value."""
+
+    def __init__(self, name: Any, key: str, value: Any, why: str) -> None:
+        self.key, self.value, self.why = key, value, why
+        super().__init__(f"COGWORKER_PERIODIC[{name!r}][{key!r}] = {value!r} is invalid: {why}.")
 
 
 @dataclass(frozen=True)
@@ -39,10 +54,25 @@ class Entry:
     timezone: str
     schedule: Cron = field(compare=False, repr=False)
     function: jobs.JobFunction = field(compare=False, repr=False)
+    source: str = SETTINGS
+    # A database entry's last change (epoch, whole seconds): its own slots before it were
+    # not its slots. ``owed``: the slot its previous version had due then, if any (an
+    # edit skips no slot: periodic/stored.py). None for a settings entry.
+    since: int | None = None
+    owed: int | None = None
 
     @property
     def until_executed(self) -> bool:
         return self.unique == "until_executed"
+
+    def due(self, now: float) -> int | None:
+        """The slot to fire at ``now``: the latest at or before it, unless that came
+        before this version of the entry existed (then the slot its previous version had
+        due at the change, or None)."""
+        slot = self.schedule.latest(now)
+        if self.since is not None and slot < self.since:
+            return self.owed
+        return slot
 
     def as_dict(self) -> dict[str, Any]:
         """What is published to ``P:periodic:schedule`` and shown in the admin."""
@@ -55,6 +85,7 @@ class Entry:
             "queue": self.queue,
             "unique": self.unique,
             "timezone": self.timezone,
+            "source": self.source,
         }
 
     def build_job(self, *, slot: int | None = None) -> dict[str, Any]:
@@ -72,10 +103,8 @@ class Entry:
         return job
 
 
-def _bad(name: str, key: str, value: Any, why: str) -> ImproperlyConfigured:
-    return ImproperlyConfigured(
-        f"COGWORKER_PERIODIC[{name!r}][{key!r}] = {value!r} is invalid: {why}."
-    )
+def _bad(name: str, key: str, value: Any, why: str) -> FieldProblem:
+    return FieldProblem(name, key, value, why)
 
 
 def default_timezone() -> str:
@@ -84,11 +113,26 @@ def default_timezone() -> str:
     return getattr(settings, "TIME_ZONE", None) or "UTC"
 
 
-def parse_entry(name: Any, raw: Any) -> Entry:
-    """Validate one entry; ImproperlyConfigured naming the entry and the field."""
+def parse_entry(name: Any, raw: Any, **origin: Any) -> Entry:
+    """Validate one entry; ImproperlyConfigured naming the entry and the field (every
+    bad field: one line each). ``origin``: ``source``, ``since``, ``owed`` of a database
+    entry."""
     _check_shape(name, raw)
+    entry, problems = check_fields(name, raw, **origin)
+    if problems:
+        if len(problems) == 1:
+            raise problems[0]
+        raise ImproperlyConfigured("\n".join(str(p) for p in problems))
+    assert entry is not None
+    return entry
+
+
+def check_fields(
+    name: str, raw: dict[str, Any], **origin: Any
+) -> tuple[Entry | None, list[FieldProblem]]:
+    """The entry, or every bad field (a form shows each beside its field)."""
     # Every field is checked before raising: one message names all that are wrong.
-    problems: list[ImproperlyConfigured] = []
+    problems: list[FieldProblem] = []
     zone = _zone(name, raw, problems)
     schedule = _schedule(name, raw, zone, problems)
     path, function = _job(name, raw, problems)
@@ -98,12 +142,10 @@ def parse_entry(name: Any, raw: Any) -> Entry:
     if unique not in UNIQUE_MODES:
         problems.append(_bad(name, "unique", unique, "expected None or 'until_executed'"))
     if problems:
-        if len(problems) == 1:
-            raise problems[0]
-        raise ImproperlyConfigured("\n".join(str(p) for p in problems))
+        return None, problems
     assert schedule is not None and function is not None and isinstance(zone, str)
     assert isinstance(path, str) and isinstance(queue, str)
-    return Entry(
+    entry = Entry(
         name=name,
         cron=schedule.expr,
         job=path,
@@ -114,7 +156,9 @@ def parse_entry(name: Any, raw: Any) -> Entry:
         timezone=zone,
         schedule=schedule,
         function=function,
+        **origin,
     )
+    return entry, []
 
 
 def _check_shape(name: Any, raw: Any) -> None:
@@ -138,7 +182,7 @@ def _check_shape(name: Any, raw: Any) -> None:
         )
 
 
-def _zone(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) -> Any:
+def _zone(name: str, raw: dict[str, Any], problems: list[FieldProblem]) -> Any:
     zone = raw.get("timezone", None)
     if zone is None:
         zone = default_timezone()
@@ -155,7 +199,7 @@ def _zone(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) 
 
 
 def _schedule(
-    name: str, raw: dict[str, Any], zone: Any, problems: list[ImproperlyConfigured]
+    name: str, raw: dict[str, Any], zone: Any, problems: list[FieldProblem]
 ) -> Cron | None:
     if "cron" not in raw:
         problems.append(_bad(name, "cron", None, "required, e.g. '0 3 * * *'"))
@@ -168,7 +212,7 @@ def _schedule(
         return None
 
 
-def _job(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) -> tuple[Any, Any]:
+def _job(name: str, raw: dict[str, Any], problems: list[FieldProblem]) -> tuple[Any, Any]:
     """The entry's job path and its registered function (None when it isn't one)."""
     path = raw.get("job")
     if not isinstance(path, str) or not path:
@@ -193,7 +237,7 @@ def _job(name: str, raw: dict[str, Any], problems: list[ImproperlyConfigured]) -
 
 
 def _arguments(
-    name: str, raw: dict[str, Any], function: Any, problems: list[ImproperlyConfigured]
+    name: str, raw: dict[str, Any], function: Any, problems: list[FieldProblem]
 ) -> tuple[Any, Any]:
     """``args`` and ``kwargs``, each JSON, and (when both are) accepted by the job."""
     args = raw.get("args", [])
@@ -223,9 +267,7 @@ def _arguments(
     return args, kwargs
 
 
-def _queue(
-    name: str, raw: dict[str, Any], function: Any, problems: list[ImproperlyConfigured]
-) -> Any:
+def _queue(name: str, raw: dict[str, Any], function: Any, problems: list[FieldProblem]) -> Any:
     """The entry's queue: its own, else its job's (checked when there is either)."""
     queue = raw.get("queue", None)
     if queue is None and function is not None:

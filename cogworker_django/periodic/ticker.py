@@ -21,13 +21,19 @@ Duties, each tick:
   away does not back off (rule 5) and ends the tick early; one entry failing never
   stops the others (rule 6);
 - ``PERIODIC_CATCH_UP`` off: on this process's first look at an entry, a slot that
-  passed more than a couple of ticks before this process *started* is not fired; a slot
-  that came due after the start fires, however long the first tick waited (the first
-  tick waits for the first orphan pass, tens of seconds at the production timings, and
-  a slot due in that window is no missed slot: a deploy just before a slot must not
-  lose it); on: the latest missed slot fires once;
-- publish the schedule to ``P:periodic:schedule`` for the admin (best-effort, retried
-  until it works once).
+  passed ``PERIODIC_GRACE`` or more before this process *started* is not fired (said
+  once, unless another process fired it); one that passed less than that before the
+  start (a restart's gap), or came due after it, fires, however long the first tick
+  waited (the first tick waits for the first orphan pass, tens of seconds at the
+  production timings); on: the latest missed slot fires once;
+- database entries (source.py): each tick reads ``P:periodic:version`` (one GET) and,
+  when it moved, has the table read again; their claims carry that version as a fence,
+  so a change seen late fires nothing it removed ("stale": looked at again next tick);
+  an entry's slots before its last change are not its own (``Entry.due``);
+- publish the schedule to ``P:periodic:schedule`` for the admin (best-effort, again
+  whenever the entries change).
+The ticker runs until the process exits: the launcher stops it after the drain, so a
+slot that comes due while the worker is quiet or stopping still fires (rule 16).
 The first tick waits for the first orphan recovery pass, so jobs of processes found
 dead then are requeued before this process fires anything (a requeued until_executed
 run takes its running lock back when a worker starts it, or waits for the run holding
@@ -40,7 +46,6 @@ import json
 import logging
 import math
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,7 +54,7 @@ from typing import Any
 from .. import conf
 from ..core import locks
 from ..store import connection, errors, keys, scripts
-from . import claims, running_lock
+from . import claims, entries, running_lock, source
 from .entries import Entry
 
 log = logging.getLogger("cogworker_django")
@@ -63,15 +68,11 @@ BLOCKED_GRACE_BEATS = 3
 # The per-slot NX lock lives until the entry's next slot, plus this margin for clock
 # skew between hosts: after that no process computes this slot as the latest one.
 SLOT_LOCK_MARGIN = 60
-# Catch-up off: a slot older than this many ticks at a process's first look counts as
-# missed (nobody ran it while it was due); at least FIRST_LOOK_MIN seconds.
-FIRST_LOOK_TICKS = 2
-FIRST_LOOK_MIN = 1.0
 
 
 @dataclass(frozen=True)
 class Claim:
-    code: str  # "claimed", "taken", "blocked" or "disabled"
+    code: str  # "claimed", "taken", "blocked", "disabled" or "stale"
     detail: str  # previous last_slot ("claimed") or the lock holder ("blocked")
     disabled_unreadable: bool
 
@@ -87,10 +88,17 @@ class Rollback:
 
 
 def claim(
-    conn: Any, entry: Entry, slot: int, job: dict[str, Any], now: float, identity: str
+    conn: Any,
+    entry: Entry,
+    slot: int,
+    job: dict[str, Any],
+    now: float,
+    identity: str,
+    fence: str = "",
 ) -> Claim:
     """Run lua/periodic_claim.lua for ``slot`` of ``entry``; the claim carries ``job``
-    (claims.py) until it is pushed."""
+    (claims.py) until it is pushed. ``fence``: the version of the database entries the
+    caller runs ("" for none: a settings entry), refused as "stale" once it moved."""
     lock_ttl = max(1, math.ceil(entry.schedule.next(slot) - now)) + SLOT_LOCK_MARGIN
     code, detail, unreadable = scripts.run(
         "periodic_claim",
@@ -102,6 +110,7 @@ def claim(
             keys.periodic_running(entry.name),
             keys.periodic_claims(identity),
             keys.periodic_claimers(),
+            keys.periodic_version(),
         ],
         [
             entry.name,
@@ -113,6 +122,7 @@ def claim(
             claims.field(entry.name, slot),
             claims.record(job),
             identity,
+            fence if entry.source == entries.DATABASE else "",
         ],
     )
     return Claim(connection.text(code), connection.text(detail), connection.text(unreadable) == "1")
@@ -139,12 +149,15 @@ def rollback(conn: Any, rb: Rollback) -> int:
 
 
 class Ticker:
-    """A launcher component (``start()`` / ``stop()``); :meth:`tick` is one pass."""
+    """The periodic entries' firing: :meth:`announce` at start, :meth:`run` every
+    ``interval`` (a chore of the worker's chores thread, which goes on until the drain
+    ends: rule 16), :meth:`close` once the chores have stopped; :meth:`tick` is one pass."""
 
     def __init__(
         self,
         entries: Iterable[Entry],
         *,
+        database: source.DatabaseEntries | None = None,
         ready: Callable[[], bool] = lambda: True,
         catch_up: bool | None = None,
         started_at: float | None = None,
@@ -159,15 +172,18 @@ class Ticker:
         # before this count as missed. The launcher passes its own start; tests driving
         # tick(now) with a fixed clock pass theirs.
         self.started_at = time.time() if started_at is None else started_at
-        self.entries = list(entries)
+        # The settings' entries and the database's (``database``: None for none).
+        self.schedule = source.Schedule(entries, database)
+        self._fence = ""  # the version of the database entries this tick runs
         self.ready = ready
         self.catch_up = s.PERIODIC_CATCH_UP if catch_up is None else catch_up
         self.interval = s.PERIODIC_TICK
-        self.grace = BLOCKED_GRACE_BEATS * s.HEARTBEAT_INTERVAL
-        self.first_look_window = max(FIRST_LOOK_TICKS * self.interval, FIRST_LOOK_MIN)
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._published = False
+        self.blocked_grace = BLOCKED_GRACE_BEATS * s.HEARTBEAT_INTERVAL
+        # Catch-up off: at this process's first look at an entry, its due slot fires if
+        # it passed less than this before the process started (docs/periodic.md).
+        self.restart_grace = s.PERIODIC_GRACE
+        self._ticking = False  # a tick is under way (close: its claims may be in flight)
+        self._published: list[Entry] | None = None  # the entries last published
         self._done: dict[str, int] = {}  # entry -> the slot this process is done with
         self._seen: set[str] = set()  # entries looked at once (catch-up)
         self._blocked: dict[str, tuple[int, float]] = {}  # entry -> (slot, first seen)
@@ -179,20 +195,46 @@ class Ticker:
         self._backoff = errors.Backoff(BACKOFF_FIRST, BACKOFF_MAX, clock)
         self._disabled_unreadable = False
 
+    @property
+    def entries(self) -> list[Entry]:
+        return self.schedule.entries
+
     # Lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="periodic", daemon=True)
-        self._thread.start()
+    def announce(self) -> None:
+        """The start's periodic line: the entries, and what a restart does to a slot."""
+        db = self.schedule.database
+        if db is not None:
+            # The table's first read, so the line counts its entries (not waited for
+            # longer than LOAD_WAIT: a database that hangs delays nothing else).
+            target = db.request("")
+            if target is not None:
+                db.wait(target)
+        settings_count, db_count = self.schedule.counts()
+        rule = (
+            "the latest slot missed while no worker ran fires at start (PERIODIC_CATCH_UP)"
+            if self.catch_up
+            else "a slot missed while no worker ran fires at start when less than "
+            f"{self.restart_grace:g}s late (PERIODIC_GRACE)"
+        )
+        log.info(
+            "periodic: %d entries from COGWORKER_PERIODIC, %d from the database%s; a slot "
+            "due while this worker is quiet or stopping still fires; %s",
+            settings_count,
+            db_count,
+            " (unreadable now: read again every tick)" if db is not None and db.failing else "",
+            rule,
+        )
 
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(5)
+    def close(self) -> None:
+        """Once the chores have stopped (a tick still under way, its thread not ended in
+        time, keeps this process's claimer entry listed)."""
+        if self.schedule.database is not None:
+            self.schedule.database.stop()
         if self._rollbacks:
             # Last chance: a pending rollback lives in this process's memory only.
             errors.best_effort("Periodic rollback", lambda: self._retry_rollbacks(force=True))
-        if self._thread is None or not self._thread.is_alive():
+        if not self._ticking:
             # No claim left to push: nothing for orphan recovery to find under this
             # identity. (A record left, from a rollback still failing, keeps it listed:
             # recovery pushes that slot's job once this process has missed the threshold.)
@@ -203,17 +245,18 @@ class Ticker:
         if conn.hlen(keys.periodic_claims(self.identity)) == 0:
             conn.srem(keys.periodic_claimers(), self.identity)
 
-    def _run(self) -> None:
-        while not self.ready():
-            if self._stopping.wait(self.interval):
-                return
-        while not self._stopping.is_set():
+    def run(self, conn: Any = None) -> float:
+        """One pass once orphan recovery has run once (a dead process's claimed slots are
+        pushed before this one claims); the seconds until the next."""
+        if self.ready():
+            self._ticking = True
             try:
                 self.tick()
-            except Exception as exc:  # noqa: BLE001 - the ticker thread never dies
+            except Exception as exc:  # noqa: BLE001 - the next tick comes all the same
                 errors.report("Periodic tick", exc)
-            if self._stopping.wait(self.interval):
-                return
+            finally:
+                self._ticking = False
+        return self.interval
 
     # One pass ----------------------------------------------------------------------------
 
@@ -222,7 +265,14 @@ class Ticker:
         # This process's own delayed releases first: see BLOCKED_GRACE_BEATS.
         locks.retry_deferred()
         conn = connection.get_client()
-        if not self._published:
+        try:
+            self._fence = self.schedule.refresh(conn)
+        except Exception as exc:  # noqa: BLE001 - only an outage gets here
+            errors.report("Periodic tick", exc, "retrying next tick")
+            return  # every claim would fail the same way
+        if self.schedule.database is not None:
+            errors.recovered("Periodic tick")  # it read the version key
+        if self._published != self.entries:
             self.publish(conn)
         if not self._retry_rollbacks():
             return  # Redis is away
@@ -248,24 +298,19 @@ class Ticker:
     def _tick_entry(self, conn: Any, entry: Entry, now: float) -> bool:
         """One entry; returns whether it talked to Redis."""
         name = entry.name
-        slot = entry.schedule.latest(now)
-        if self._done.get(name) == slot:
+        slot = entry.due(now)
+        if slot is None or self._done.get(name) == slot:
             return False
         first_look = name not in self._seen
         self._seen.add(name)
-        missed = self.started_at - slot > self.first_look_window
-        if first_look and not self.catch_up and missed:
+        late = self.started_at - slot  # > 0: it passed before this process started
+        if first_look and not self.catch_up and late > 0 and late >= self.restart_grace:
             self._done[name] = slot
-            log.info(
-                "periodic %s: slot %s passed before this process started; not fired "
-                "(PERIODIC_CATCH_UP is off)",
-                name,
-                _iso(slot),
-            )
-            return False
+            self._say_missed(conn, entry, slot)
+            return True
         job = entry.build_job(slot=slot)
         try:
-            result = claim(conn, entry, slot, job, now, self.identity)
+            result = claim(conn, entry, slot, job, now, self.identity, self._fence)
         except Exception as exc:
             if errors.is_unavailable(exc):
                 # The script may have run and only its reply been lost (a connection cut
@@ -273,6 +318,12 @@ class Ticker:
                 # push, with this job, once Redis answers (_settle_unconfirmed).
                 self._unconfirmed[name] = (slot, job)
             raise
+        if result.code == "stale":
+            # A database entry changed since this tick read them: nothing was written;
+            # the next tick reads them again (the version differs) and looks again.
+            if first_look:
+                self._seen.discard(name)
+            return True
         self._note_disabled_readable(not result.disabled_unreadable)
         if result.code == "claimed":
             self._push(conn, entry, slot, job, result.detail)
@@ -352,13 +403,36 @@ class Ticker:
             )
         log.debug("periodic %s: slot %s enqueued as %s", entry.name, _iso(slot), jid)
 
+    def _say_missed(self, conn: Any, entry: Entry, slot: int) -> None:
+        """Catch-up off, first look: ``slot`` passed PERIODIC_GRACE or more before this
+        process started. Said once (INFO), unless another process fired it (then it was
+        not missed: nothing to say)."""
+        try:
+            last = conn.get(keys.periodic_last_slot(entry.name))
+            fired = last is not None and float(connection.text(last)) >= slot
+        except Exception as exc:
+            if errors.is_unavailable(exc):
+                self._done.pop(entry.name, None)
+                self._seen.discard(entry.name)
+                raise  # looked at again next tick
+            fired = False  # unreadable: say it
+        if not fired:
+            log.info(
+                "periodic %s: slot %s was missed (no worker ran then) and passed more than "
+                "PERIODIC_GRACE (%gs) before this worker started; not fired "
+                "(PERIODIC_CATCH_UP is off)",
+                entry.name,
+                _iso(slot),
+                self.restart_grace,
+            )
+
     def _in_grace(self, name: str, slot: int) -> bool:
         now = time.monotonic()
         seen = self._blocked.get(name)
         if seen is None or seen[0] != slot:
             self._blocked[name] = (slot, now)
             return True
-        return now - seen[1] < self.grace
+        return now - seen[1] < self.blocked_grace
 
     def _note_disabled_readable(self, readable: bool) -> None:
         # Logged once until it is readable again: checked on every claim.
@@ -437,18 +511,22 @@ class Ticker:
         configured); best-effort: failing to publish never stops the process."""
         conn = conn or connection.get_client()
         key = keys.periodic_schedule()
+        current = self.entries
 
         def write() -> None:
-            names = {e.name for e in self.entries}
+            names = {e.name for e in current}
             stale = {connection.text(k) for k in conn.hkeys(key)} - names
             pipe = conn.pipeline(transaction=True)
-            pipe.hset(key, mapping={e.name: json.dumps(e.as_dict()) for e in self.entries})
+            if current:
+                pipe.hset(key, mapping={e.name: json.dumps(e.as_dict()) for e in current})
             if stale:
                 pipe.hdel(key, *stale)
             pipe.execute()
 
-        self._published = errors.best_effort("Periodic schedule", write, f"{key} not published")
-        return self._published
+        done = errors.best_effort("Periodic schedule", write, f"{key} not published")
+        if done:
+            self._published = current
+        return done
 
 
 def _iso(slot: int) -> str:

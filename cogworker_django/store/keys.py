@@ -137,6 +137,10 @@ def periodic_claimers() -> str:  # set: identities that may hold periodic claim 
     return _k("periodic", "claimers")
 
 
+def periodic_version() -> str:  # string: counter bumped by every change of a database entry
+    return _k("periodic", "version")
+
+
 def history() -> str:  # stream: run records
     return _k("history")
 
@@ -355,6 +359,7 @@ def fixed_types() -> dict[str, str]:
         periodic_schedule(): "hash",
         periodic_disabled(): "set",
         periodic_claimers(): "set",
+        periodic_version(): "string",
         history(): "stream",
         stat("processed"): "string",
         stat("failed"): "string",

@@ -40,7 +40,7 @@ from ..controls import cancel, limits, options
 from ..core import staleness, unique
 from ..durable import chore
 from ..observe import runlog, telemetry
-from ..periodic import entries, running_lock, ticker
+from ..periodic import entries, running_lock, source, ticker
 from ..workflows.middleware import BatchMiddleware
 from . import keyguard
 from .background import Chore
@@ -141,12 +141,14 @@ class Unique(Plugin):
 
 class Periodic(Plugin):
     """Periodic entries: their until_executed runs' locks kept alive by every beat, and
-    the ticker when entries are configured (resolved on the main thread: rule 10)."""
+    the ticks, a chore (settings entries resolved on the main thread: rule 10; the
+    database's read on a thread started on demand: periodic/source.py)."""
 
     name = "Periodic"
 
     def __init__(self) -> None:
         self._refresher: running_lock.LockRefresher | None = None
+        self._ticker: ticker.Ticker | None = None
 
     def validate(self) -> None:
         entries.load()  # each bad COGWORKER_PERIODIC entry names itself and its field
@@ -157,16 +159,21 @@ class Periodic(Plugin):
     def start(self, ctx: RunContext) -> Sequence[Any]:
         self._refresher = running_lock.LockRefresher(ctx.ledger)
         periodic = entries.load()
-        if not periodic:
-            return ()
-        return (
-            ticker.Ticker(
-                periodic,
-                ready=ctx.recovered_once,
-                started_at=ctx.started_at,
-                identity=ctx.identity,
-            ),
+        # Always a ticker: entries may be added in the admin at any time (source.py).
+        self._ticker = t = ticker.Ticker(
+            periodic,
+            database=source.DatabaseEntries(reserved=[e.name for e in periodic]),
+            ready=ctx.recovered_once,
+            started_at=ctx.started_at,
+            identity=ctx.identity,
         )
+        t.announce()
+        # A chore: it goes on while running jobs finish at a stop (rule 16).
+        return (Chore("periodic", t.run, t.interval),)
+
+    def exit(self, ctx: RunContext) -> None:
+        if self._ticker is not None:
+            self._ticker.close()
 
     def beat(self, ctx: RunContext, beat: Beat) -> None:
         if self._refresher is not None:

@@ -258,6 +258,26 @@ def periodic_span(seconds=0.0):
 
 
 @job
+def periodic_note(*args, **kwargs):
+    """Appends its run to ``<prefix>:test:notes`` as JSON: the entry's name and slot (from
+    its payload), its arguments, the worker's pid and when it ran (database entries:
+    tests/periodic/test_periodic_database*.py)."""
+    import json
+
+    job_ = current_job() or {}
+    note = {
+        "entry": job_.get("periodic"),
+        "slot": job_.get("periodic_slot"),
+        "args": list(args),
+        "kwargs": kwargs,
+        "pid": os.getpid(),
+        "at": time.time(),
+        "jid": job_.get("jid"),
+    }
+    connection.get_client().rpush(f"{keys.prefix()}:test:notes", json.dumps(note))
+
+
+@job
 def tracked(seconds, token):
     """Counts ``<token>:start`` when it starts and ``<token>:end`` when it finishes."""
     _count(f"{token}:start")

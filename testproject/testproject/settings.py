@@ -19,6 +19,8 @@ Environment knobs (the tests start workers with them):
 - TESTPROJECT_DURABLE_SQLITE / TESTPROJECT_DURABLE_PG_NAME  the database files/names of
                            the "durable_sqlite" / "durable_pg" aliases (the tests pass
                            their test databases' to the workers they start)
+- TESTPROJECT_PERIODIC_DB  the database alias of cogworker_django.PeriodicEntry (a
+                           router; the periodic tests point workers at their test database)
 - TESTPROJECT_EXTRA_APPS   more INSTALLED_APPS, comma-separated (e.g. "soakapp")
 - DJANGO_DEBUG             "0"/"false" turns DEBUG off (default on)
 - TESTPROJECT_JSON_LOGS    "1": the JSON logs recipe of docs/observability.md
@@ -124,6 +126,10 @@ if os.environ.get("COGWORKER_TEST_POSTGRES_URL"):
         "PORT": str(_pg.port or 5432),
         "TEST": {"NAME": "test_cogworker_durable", "DEPENDENCIES": []},
     }
+# The periodic entries' database (tests/periodic/test_periodic_database*.py): the alias
+# the routers give cogworker_django.PeriodicEntry in a worker the tests start.
+if os.environ.get("TESTPROJECT_PERIODIC_DB"):
+    DATABASE_ROUTERS = ["testproject.routers.PeriodicEntriesRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

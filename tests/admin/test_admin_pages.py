@@ -43,9 +43,12 @@ def test_cogworker_section_in_admin_index(admin_client):
     ):
         assert f">{label}</a>" in html
     app_index = admin_client.get("/admin/cogworker_django/").content.decode()
-    # No change forms here: every entry is a "View" link, none "Change" or "Add".
+    # Every entry is a "View" link, none "Change"; the one "Add" is the periodic
+    # schedule's (its database entries).
     assert app_index.count('class="viewlink"') == 12
-    assert 'class="changelink"' not in app_index and 'class="addlink"' not in app_index
+    assert 'class="changelink"' not in app_index
+    assert app_index.count('class="addlink"') == 1
+    assert 'href="/admin/cogworker_django/periodicentry/add/" class="addlink"' in app_index
 
 
 @pytest.mark.parametrize("model", PAGES)

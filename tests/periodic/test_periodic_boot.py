@@ -4,8 +4,8 @@ The first tick waits for the first orphan pass (the first beat, then the poller'
 pass: from a second to tens of seconds after the launch, with the machine's load), so
 a slot due a few seconds after ``manage.py cogworker`` was launched may be in the past
 at that tick. With catch-up off it must still fire: it came due after the process
-started. (A first tick before it comes finds the previous minute's slot, which did pass
-before the start, and says so: that line is about another slot.)
+started. (A first tick before it comes finds the previous minute's slot, which passed
+less than PERIODIC_GRACE before the start while no worker ran: it fires too, once.)
 """
 
 from __future__ import annotations
@@ -33,6 +33,5 @@ def test_a_slot_due_during_boot_fires_once_at_the_production_timings(worker, r, 
     w = worker(settings={**PRODUCTION_TIMINGS, "PERIODIC_CATCH_UP": False}, periodic=entry)
     wait_until(lambda: slot in slots(r, prefix), 50, 0.2, message=f"slot {slot} run")
     time.sleep(1)
-    assert slots(r, prefix) == {slot: 1}
-    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(slot))
-    assert f"slot {iso} passed before this process started" not in w.log()
+    assert slots(r, prefix) in ({slot: 1}, {slot - 60: 1, slot: 1})
+    assert "was missed" not in w.log()

@@ -377,7 +377,7 @@ def test_a_stopped_ticker_with_nothing_left_is_no_longer_a_claimer(r):
     t = Ticker([e], started_at=T0, identity="me:1:stop")
     t.tick(now=T0 + 0.1)
     assert "me:1:stop" in r.smembers(keys.periodic_claimers())
-    t.stop()
+    t.close()
     assert "me:1:stop" not in r.smembers(keys.periodic_claimers())
 
 
@@ -422,7 +422,7 @@ def test_a_stopped_ticker_with_a_record_left_stays_listed_for_recovery(r):
     t = Ticker([e], started_at=T0, identity="me:1:left")
     t.tick(now=T0 + 0.1)
     r.hset(keys.periodic_claims("me:1:left"), "1:x", "c j {}")  # say, a rollback still failing
-    t.stop()
+    t.close()
     assert "me:1:left" in r.smembers(keys.periodic_claimers())
 
 

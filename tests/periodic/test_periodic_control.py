@@ -12,6 +12,9 @@ from django.test import override_settings
 from cogworker_django.api import periodic as control
 from cogworker_django.store import keys
 
+# (an entry may be the database's too: names are looked up there after the settings)
+pytestmark = pytest.mark.django_db
+
 ENTRIES = {
     "report": {"cron": "0 3 * * *", "job": "testapp.jobs.periodic_tick", "timezone": "Asia/Tokyo"},
     "exclusive": {

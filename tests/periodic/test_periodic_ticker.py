@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 
 from testapp import jobs as tj  # noqa: F401 - registers the jobs the entries name
@@ -44,19 +43,34 @@ def test_two_processes_claim_a_slot_once(r):
     assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]
 
 
-def test_catch_up_off_skips_a_slot_missed_before_the_first_look(r, caplog):
-    e = entry()
-    t = Ticker([e], catch_up=False, started_at=T0 + 29)
+def test_catch_up_off_skips_a_slot_missed_more_than_the_grace_before_the_start(r, caplog):
+    # PERIODIC_GRACE at its default (300 s): the T0 slot of an hourly entry passed 301 s
+    # before this process started, while no process ran.
+    e = entry(cron="0 * * * *")
+    t = Ticker([e], catch_up=False, started_at=T0 + 301)
+    assert t.restart_grace == 300
     with caplog.at_level(logging.INFO, "cogworker_django"):
-        t.tick(now=T0 + 30)  # the T0 slot passed 29 s before this process started
+        t.tick(now=T0 + 302)
+        t.tick(now=T0 + 303)
     assert queued(r) == []
     assert not r.exists(keys.periodic_last_slot("e"))  # last_slot means "ran": untouched
-    assert "not fired (PERIODIC_CATCH_UP is off)" in caplog.text
-    t.tick(now=T0 + 60.1)  # a slot that becomes due while it runs fires
-    assert [j["periodic_slot"] for j in queued(r)] == [T0 + 60]
+    said = [m for m in caplog.messages if "was missed" in m]
+    assert len(said) == 1, said  # once, not every tick
+    assert "PERIODIC_GRACE (300s)" in said[0] and "not fired" in said[0]
+    t.tick(now=T0 + 3600.1)  # a slot that becomes due while it runs fires
+    assert [j["periodic_slot"] for j in queued(r)] == [T0 + 3600]
     # A slot due just now is not "missed": a process that starts then fires it.
-    Ticker([entry("f")], catch_up=False, started_at=T0 + 120.4).tick(now=T0 + 120.5)
+    Ticker([entry("f")], catch_up=False, started_at=T0 + 7200.4).tick(now=T0 + 7200.5)
     assert queued(r)[-1]["periodic"] == "f"
+
+
+def test_a_missed_slot_another_process_fired_is_not_said(r, caplog):
+    e = entry(cron="0 * * * *")
+    Ticker([e], started_at=T0 - 10).tick(now=T0 + 1)  # a process that ran then fired it
+    with caplog.at_level(logging.INFO, "cogworker_django"):
+        Ticker([e], catch_up=False, started_at=T0 + 400).tick(now=T0 + 401)
+    assert [j["periodic_slot"] for j in queued(r)] == [T0]
+    assert "was missed" not in caplog.text
 
 
 def test_catch_up_off_fires_a_slot_due_after_the_start_however_late_the_first_tick(r, caplog):
@@ -66,13 +80,24 @@ def test_catch_up_off_fires_a_slot_due_after_the_start_however_late_the_first_ti
     with caplog.at_level(logging.INFO, "cogworker_django"):
         t.tick(now=T0 + 55)
     assert [j["periodic_slot"] for j in queued(r)] == [T0]
-    assert "passed before this process started" not in caplog.text
-    # A slot due shortly before the start (the command's own boot) still fires ...
-    Ticker([entry("g")], catch_up=False, started_at=T0 + 8).tick(now=T0 + 50)
+    assert "was missed" not in caplog.text
+    # A slot missed less than PERIODIC_GRACE before the start (a restart's gap) fires ...
+    Ticker([entry("g", "0 * * * *")], catch_up=False, started_at=T0 + 299).tick(now=T0 + 330)
     assert queued(r)[-1]["periodic"] == "g"
-    # ... but not one due well before it.
-    Ticker([entry("h")], catch_up=False, started_at=T0 + 12).tick(now=T0 + 50)
+    # ... but not one that passed PERIODIC_GRACE or more before it.
+    Ticker([entry("h", "0 * * * *")], catch_up=False, started_at=T0 + 300).tick(now=T0 + 330)
     assert queued(r)[-1]["periodic"] == "g"
+
+
+def test_the_grace_is_the_setting(r, configure):
+    configure(PERIODIC_GRACE=20)
+    Ticker([entry("a")], catch_up=False, started_at=T0 + 19).tick(now=T0 + 25)
+    Ticker([entry("b")], catch_up=False, started_at=T0 + 21).tick(now=T0 + 25)
+    assert [j["periodic"] for j in queued(r)] == ["a"]
+    configure(PERIODIC_GRACE=0)  # only slots due at or after the start
+    Ticker([entry("c")], catch_up=False, started_at=T0).tick(now=T0 + 25)
+    Ticker([entry("d")], catch_up=False, started_at=T0 + 1).tick(now=T0 + 25)
+    assert [j["periodic"] for j in queued(r)] == ["a", "c"]
 
 
 def test_catch_up_on_fires_the_latest_missed_slot_once(r):
@@ -294,20 +319,16 @@ def test_a_rollback_that_fails_is_retried_before_the_entry_is_looked_at_again(
     assert c.get(keys.periodic_last_slot("e")) == str(T0)
 
 
-def test_the_first_tick_waits_for_the_first_orphan_recovery(r, configure):
-    configure(PERIODIC_TICK=0.05)
+def test_the_first_tick_waits_for_the_first_orphan_recovery(r):
     recovered = []
     t = Ticker([entry(cron="* * * * * *")], ready=lambda: bool(recovered))
-    t.start()
-    try:
-        time.sleep(0.3)
-        assert queued(r) == [] and not r.exists(keys.periodic_schedule())
-        recovered.append(True)
-        wait_until(lambda: queued(r), 3, message="a run once recovery has run")
-    finally:
-        t.stop()
-    # stop() joined its thread (seen from outside: no "periodic" thread left running).
-    assert not [th for th in threading.enumerate() if th.name == "periodic" and th.is_alive()]
+    for _ in range(3):  # the chore runs, and fires nothing, until recovery has run once
+        assert t.run() == t.interval
+        time.sleep(0.4)
+    assert queued(r) == [] and not r.exists(keys.periodic_schedule())
+    recovered.append(True)
+    wait_until(lambda: t.run() and queued(r), 3, message="a run once recovery has run")
+    t.close()
 
 
 def test_a_claim_whose_push_never_happens_blocks_the_entry_briefly_not_for_a_day(r):

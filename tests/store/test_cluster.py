@@ -240,6 +240,7 @@ PINNED = {
     "periodic_schedule": "cw:periodic:schedule",
     "periodic_disabled": "cw:periodic:disabled",
     "periodic_claimers": "cw:periodic:claimers",
+    "periodic_version": "cw:periodic:version",
     "history": "cw:history",
     "batches": "cw:batches",
     "cancels": "cw:cancels",

@@ -27,6 +27,7 @@ def test_every_key_is_under_the_prefix(prefix):
         keys.periodic_schedule(),
         keys.periodic_disabled(),
         keys.periodic_claimers(),
+        keys.periodic_version(),
         keys.history(),
         keys.stat("processed"),
         keys.stat("failed"),

@@ -3,7 +3,8 @@
 -- KEYS[3] = P:periodic:lock:<name>:<slot> (per-slot NX lock),
 -- KEYS[4] = P:periodic:running:<name> (until_executed running lock, value = owner jid),
 -- KEYS[5] = P:periodic:claims:<identity> (hash: this process's claims not yet pushed),
--- KEYS[6] = P:periodic:claimers (set: identities that may hold claim records)
+-- KEYS[6] = P:periodic:claimers (set: identities that may hold claim records),
+-- KEYS[7] = P:periodic:version (string: bumped by every change of a database entry)
 -- ARGV[1] = entry name, ARGV[2] = slot (epoch, whole seconds),
 -- ARGV[3] = slot lock TTL (whole seconds), ARGV[4] = "1" for until_executed else "",
 -- ARGV[5] = jid the caller will push this slot's job under,
@@ -11,13 +12,17 @@
 -- seconds; lua/owned_confirm.lua then gives it the queued TTL),
 -- ARGV[7] = the claim's field in KEYS[5] ("<slot>:<name>"),
 -- ARGV[8] = the claim record ("c <jid> <payload JSON>", built in Python: rule 3),
--- ARGV[9] = this process's identity
+-- ARGV[9] = this process's identity,
+-- ARGV[10] = the version of the database entries the caller runs ("0" when the key was
+-- absent; "" for a settings entry, or a worker that can't read the database: no fence)
 -- Returns {code, detail, disabled_unreadable}:
 --   {"claimed", previous last_slot or ""}: push the job (roll back with
 --     periodic_rollback.lua and that previous value if the push fails);
 --   {"taken", ""}: this slot (or a later one) was already claimed;
 --   {"blocked", holder jid}: an earlier run still holds the running lock;
---   {"disabled", ""}: disabled from the admin (last_slot is left alone).
+--   {"disabled", ""}: disabled from the admin (last_slot is left alone);
+--   {"stale", version}: the database entries changed since the caller read them (it
+--     reads them again; nothing written).
 -- disabled_unreadable is "1" when the disabled set could not be read (wrong type):
 -- the entry then counts as enabled (losing a Disable is the lesser evil than stopping
 -- every entry).
@@ -30,6 +35,15 @@
 -- recovery finds the record and pushes the job, so the slot is late, not lost. Its
 -- writes use pcall: a claims hash of the wrong type (until the key guard moves it) must
 -- not stop the entry from firing; the slot is then only as safe as it was without it.
+-- The fence: a worker that has not seen a change yet (an entry deleted, renamed, its
+-- cron line changed) must not fire a slot the change removed.
+if ARGV[10] ~= "" then
+  local version = redis.call("GET", KEYS[7]) or "0"
+  if version ~= ARGV[10] then
+    return {"stale", version, ""}
+  end
+end
+
 local unreadable = ""
 local disabled = redis.pcall("SISMEMBER", KEYS[1], ARGV[1])
 if type(disabled) == "table" and disabled.err then
