@@ -194,7 +194,7 @@ def inworker(request, configure, cogworker_worker):
     def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
         configure(**{"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})})
         django_settings.COGWORKER_PERIODIC = periodic or {}
-        return cogworker_worker(**options)
+        return cogworker_worker(periodic=bool(periodic), **options)
 
     return start
 

@@ -114,6 +114,11 @@ class DatabaseEntries:
         with self._lock:
             return self._lock.wait_for(lambda: self._reads >= target, timeout)
 
+    def finished(self, target: int) -> bool:
+        """Whether ``target`` reads have finished (:meth:`wait` without the wait)."""
+        with self._lock:
+            return self._reads >= target
+
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
@@ -255,6 +260,9 @@ class Schedule:
         self.configured = list(configured)
         self.database = database
         self._version_unreadable = False
+        # A read asked for and not waited for (the chores' tick): (its target, until when
+        # the ticks wait for it, monotonic).
+        self._awaiting: tuple[int, float] | None = None
         # The database's snapshot this tick runs: taken once per refresh, so a read that
         # returns in the middle of a tick (one that hung) changes nothing until the next.
         self._in_use = database.snapshot if database is not None else None
@@ -268,20 +276,30 @@ class Schedule:
         db = self.database
         return len(self.configured), (len(db.snapshot.entries) if db is not None else 0)
 
-    def refresh(self, conn: object) -> str:
+    def refresh(self, conn: object, block: bool = True) -> str | None:
         """One GET; a read of the table when due (waited for up to LOAD_WAIT). Returns the
         fence for the database entries' claims: the version their snapshot was read at,
         or "" (no fence) when the snapshot is not of the current version (the database
         can't be read: the last schedule read keeps firing) or the key can't be read.
-        Raises when Redis is away."""
+        ``block`` False (the worker's chores thread, which a database must not hold up):
+        None while the read asked for is under way and LOAD_WAIT has not passed; ask
+        again soon. Raises when Redis is away."""
         db = self.database
         if db is None:
             return ""
         version = self._version(conn)
-        if db.due(version):
+        if self._awaiting is None and db.due(version):
             target = db.request(version if version is not None else "")
             if target is not None:
-                db.wait(target)
+                if block:
+                    db.wait(target)
+                else:
+                    self._awaiting = (target, time.monotonic() + LOAD_WAIT)
+        if self._awaiting is not None:
+            target, until = self._awaiting
+            if not db.finished(target) and time.monotonic() < until:
+                return None
+            self._awaiting = None
         snap = self._in_use = db.snapshot
         if version is None or snap.version != version:
             return ""

@@ -65,6 +65,9 @@ BACKOFF_MAX = 300.0
 # A slot blocked by a running lock is retried this many heartbeats before it is skipped:
 # the process that ran the job retries a deferred release on every beat.
 BLOCKED_GRACE_BEATS = 3
+# While a read of the database's entries that a tick waits for is under way, the chore
+# looks again this often (the chores thread is never held up by a database).
+READ_POLL = 0.05
 # The per-slot NX lock lives until the entry's next slot, plus this margin for clock
 # skew between hosts: after that no process computes this slot as the latest one.
 SLOT_LOCK_MARGIN = 60
@@ -247,35 +250,43 @@ class Ticker:
 
     def run(self, conn: Any = None) -> float:
         """One pass once orphan recovery has run once (a dead process's claimed slots are
-        pushed before this one claims); the seconds until the next."""
-        if self.ready():
-            self._ticking = True
-            try:
-                self.tick()
-            except Exception as exc:  # noqa: BLE001 - the next tick comes all the same
-                errors.report("Periodic tick", exc)
-            finally:
-                self._ticking = False
+        pushed before this one claims); the seconds until the next (a moment, while a
+        read of the database's entries it waits for is under way)."""
+        if not self.ready():
+            return self.interval
+        self._ticking = True
+        try:
+            if self.tick(block=False) is False:
+                return READ_POLL
+        except Exception as exc:  # noqa: BLE001 - the next tick comes all the same
+            errors.report("Periodic tick", exc)
+        finally:
+            self._ticking = False
         return self.interval
 
     # One pass ----------------------------------------------------------------------------
 
-    def tick(self, now: float | None = None) -> None:
-        """Fire every due entry once; ``now`` (epoch) is for tests with a fixed clock."""
+    def tick(self, now: float | None = None, block: bool = True) -> bool:
+        """Fire every due entry once; ``now`` (epoch) is for tests with a fixed clock.
+        ``block`` False: False (nothing done) while a read of the database's entries
+        it waits for is under way (Schedule.refresh); else True."""
         # This process's own delayed releases first: see BLOCKED_GRACE_BEATS.
         locks.retry_deferred()
         conn = connection.get_client()
         try:
-            self._fence = self.schedule.refresh(conn)
+            fence = self.schedule.refresh(conn, block)
         except Exception as exc:  # noqa: BLE001 - only an outage gets here
             errors.report("Periodic tick", exc, "retrying next tick")
-            return  # every claim would fail the same way
+            return True  # every claim would fail the same way
+        if fence is None:
+            return False
+        self._fence = fence
         if self.schedule.database is not None:
             errors.recovered("Periodic tick")  # it read the version key
         if self._published != self.entries:
             self.publish(conn)
         if not self._retry_rollbacks():
-            return  # Redis is away
+            return True  # Redis is away
         for entry in self.entries:
             name = entry.name
             if name in self._rollbacks or self._backing_off(name):
@@ -287,13 +298,14 @@ class Ticker:
             except Exception as exc:  # noqa: BLE001 - rule 6: one entry never stops the others
                 if errors.is_unavailable(exc):
                     errors.report("Periodic tick", exc, f"{name}: retrying next tick")
-                    return  # the rest would fail the same way; no backoff (rule 5)
+                    return True  # the rest would fail the same way; no backoff (rule 5)
                 delay = self._back_off(name)
                 errors.report("Periodic tick", exc, f"{name} (next try in {delay:.0f}s)")
                 continue
             self._backoff.succeeded(name)
             if talked:
                 errors.recovered("Periodic tick")
+        return True
 
     def _tick_entry(self, conn: Any, entry: Entry, now: float) -> bool:
         """One entry; returns whether it talked to Redis."""

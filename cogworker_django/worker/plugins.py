@@ -146,7 +146,8 @@ class Periodic(Plugin):
 
     name = "Periodic"
 
-    def __init__(self) -> None:
+    def __init__(self, ticks: bool = True) -> None:
+        self.ticks = ticks  # False: the entries never fire here (an in-process test worker)
         self._refresher: running_lock.LockRefresher | None = None
         self._ticker: ticker.Ticker | None = None
 
@@ -158,6 +159,8 @@ class Periodic(Plugin):
 
     def start(self, ctx: RunContext) -> Sequence[Any]:
         self._refresher = running_lock.LockRefresher(ctx.ledger)
+        if not self.ticks:
+            return ()
         periodic = entries.load()
         # Always a ticker: entries may be added in the admin at any time (source.py).
         self._ticker = t = ticker.Ticker(

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..observe import health, telemetry
 from ..store import connection
+from ..store.errors import CogworkerError
 from . import plugins
 from .heartbeat import Beat
 from .launcher import Launcher
@@ -30,7 +31,7 @@ log = logging.getLogger("cogworker_django")
 T = TypeVar("T")
 
 
-class PortTaken(Exception):
+class PortTaken(CogworkerError):
     """``--metrics-port`` can't be listened on (the command's one line)."""
 
 

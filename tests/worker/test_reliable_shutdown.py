@@ -93,12 +93,16 @@ def test_a_job_whose_ack_failed_is_not_run_again(worker, redis_server, configure
         w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=5)
         w.signal(signal.SIGTERM)
         assert w.wait(20) == 0
-    # The fetch that carried the ack never ran; it was acked once, by the heartbeat's
+    # The fetch that carried the ack never ran; it was acked by the heartbeat's
     # retry or by the hand-over.
     handover, fetch = scripts.get("handover").sha, scripts.get("fetch").sha
-    (ack,) = mon.lines
-    # (the fetch script asking for no job: the heartbeat's ack, keeping the run's result)
-    assert ack.startswith((f"EVALSHA {fetch}", f"EVALSHA {handover}")), mon.lines
+    # (An ack the heartbeat sent while the pause held it may still run when the pause
+    # ends, its reply timed out, and then its retry runs too: an ack is idempotent, the
+    # LREM of that payload and the same result written again.)
+    assert 1 <= len(mon.lines) <= 2, "\n".join(line[:300] for line in mon.lines)
+    for ack in mon.lines:
+        # (the fetch script asking for no job: the heartbeat's ack, keeping the run's result)
+        assert ack.startswith((f"EVALSHA {fetch}", f"EVALSHA {handover}")), mon.lines
     log = w.log()
     assert "requeued 2 job(s) unfinished at shutdown" in log, log
     queued = [json.loads(x)["args"][1] for x in client.lrange(f"{prefix}:queue:default", 0, -1)]

@@ -6,6 +6,7 @@ and stops as on TERM."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from testapp import jobs as tj
@@ -142,7 +143,7 @@ def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
         tj.record.enqueue(f"t{i}")
     w.run_until(lambda: len(r.hgetall(tj.runs_key())) == 3)
     w.run_until(lambda: rec.calls.count("timer") >= 2)
-    # (The project's settings have periodic demo entries, whose last slot fires at start.)
+    # (The project's settings have periodic demo entries: the builtin plugins fire them.)
     assert [j for j in rec.ran if not j.startswith("demo.")] == ["testapp.jobs.record"] * 3
     w.stop()
     assert rec.calls[-2:] == ["component stop", "exit"]
@@ -203,12 +204,21 @@ def test_stop_hands_back_a_job_still_running():
         from cogworker_django.store import connection
 
         queued = connection.get_client().lrange(keys.queue("default"), 0, -1)
-        # Back on its queue, not lost (beside the project's periodic demo jobs, whose last
-        # slot fired at the start: PERIODIC_GRACE).
-        ours = [raw for raw in queued if '"func":"demo.' not in str(raw)]
-        assert len(ours) == 1 and jid in str(ours[0])
+        assert len(queued) == 1 and jid in str(queued[0])  # back on its queue, not lost
     finally:
         gate.set()
+
+
+@pytest.mark.cogworker_redis
+def test_the_in_process_worker_fires_periodic_entries_only_when_asked(r, settings):
+    settings.COGWORKER_PERIODIC = {
+        "every-second": {"cron": "* * * * * *", "job": "testapp.jobs.record", "args": ["tick"]}
+    }
+    with InProcessWorker(queues=["default"], concurrency=1):
+        time.sleep(2.5)  # two slots and more, and the one at start (PERIODIC_GRACE)
+    assert r.hget(tj.runs_key(), "tick") is None
+    with InProcessWorker(queues=["default"], concurrency=1, periodic=True) as w:
+        w.run_until(lambda: r.hget(tj.runs_key(), "tick"), timeout=10)
 
 
 def test_bad_arguments_and_misuse_are_refused():
