@@ -55,6 +55,7 @@ class Recorder(plugins.Plugin):
         def wrap(job, queue, run):
             with self.lock:
                 self.ran.append(job["func"])
+            self._note("run")
             return run()
 
         return (wrap,)
@@ -158,12 +159,19 @@ def test_a_worker_calls_every_part_of_its_plugins(cogworker_worker, r):
     assert left == []
 
 
-def test_plugins_are_called_in_the_list_order():
+def test_plugins_are_called_in_the_list_order(cogworker_worker, r):
+    """A real worker, started and stopped: every hook of two plugins is called first
+    for the first of the list, then for the second (the middleware: the first outermost)."""
     calls: list[str] = []
     first, second = Recorder(calls, "1:"), Recorder(calls, "2:")
-    w = InProcessWorker(queues=["default"], concurrency=1, plugins=(first, second))
-    plugins.validate(w.plugins)
-    assert calls == ["1:validate", "2:validate"]
+    w = cogworker_worker(queues=["default"], concurrency=1, plugins=(first, second))
+    tj.record.enqueue("ordered")
+    w.run_until(lambda: r.hget(tj.runs_key(), "ordered") == "1")
+    w.run_until(lambda: calls.count("2:timer") >= 1 and calls.count("2:beat") >= 1)
+    w.stop()
+    for hook in ("validate", "start", "component start", "timer", "beat", "run", "exit"):
+        seen = [c for c in calls if c.split(":", 1)[1] == hook]
+        assert seen[:2] == [f"1:{hook}", f"2:{hook}"], (hook, calls)
 
 
 @pytest.mark.cogworker_redis
