@@ -464,10 +464,18 @@ def bench_wait_incr(ms):
 
 @job(timeout=1, retry=False)
 def spin_forever():
-    """Pure Python that never returns: stopped by its timeout."""
+    """Pure Python that never returns: stopped by its timeout. Stamps its start and the
+    interruption (its own clock, ``test:times``, under its jid)."""
+    jid = current_job()["jid"]
+    started = time.time()
     _count()
-    while True:
-        pass
+    try:
+        while True:
+            pass
+    except BaseException:
+        stamps = {f"{jid}:started": repr(started), f"{jid}:interrupted": repr(time.time())}
+        connection.get_client().hset(times_key(), mapping=stamps)
+        raise
 
 
 @job(timeout=1, retry=False)
