@@ -123,11 +123,33 @@ async def starts_a_blocking_task(seconds, token):
 
 @job(retry=False)
 async def waits_for_cancel(token):
+    """Checks check_cancelled() every 0.1 s; records in ``test:ended`` what ended it: its
+    own check ("check") or a cancellation delivered at its await ("await")."""
     await client.hincrby(key("starts"), token, 1)
     for _ in range(600):
-        await asyncio.sleep(0.1)
-        check_cancelled()  # never reached once the cancel interrupts the sleep
+        try:
+            await asyncio.sleep(0.1)
+        except asyncio.CancelledError:
+            await client.hset(key("ended"), token, "await")
+            raise
+        try:
+            check_cancelled()
+        except BaseException:
+            await client.hset(key("ended"), token, "check")
+            raise
     await _count(token)
+
+
+@job(retry=False)
+async def deaf_to_cancel(token):
+    """Never checks cancelled(): interrupted at its await after CANCEL_GRACE. Stamps its
+    start and the interruption (wall clock, ``test:times``)."""
+    await client.hset(key("times"), f"{token}:started", repr(time.time()))
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        await client.hset(key("times"), f"{token}:interrupted", repr(time.time()))
+        raise
 
 
 @job
@@ -139,10 +161,14 @@ async def where_am_i(token):
 
 @job(timeout=1, retry=False)
 async def times_out(token):
+    """Stamps its start and when its time limit's cancellation reached it (wall clock,
+    ``test:times``)."""
+    await client.hset(key("times"), f"{token}:started", repr(time.time()))
     await client.hincrby(key("starts"), token, 1)
     try:
         await asyncio.sleep(3600)
     finally:
+        await client.hset(key("times"), f"{token}:interrupted", repr(time.time()))
         await client.hincrby(key("unwound"), token, 1)  # the cancellation reached it
 
 

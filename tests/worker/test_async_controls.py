@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from testapp import async_jobs as aj
@@ -17,6 +18,18 @@ from testapp import jobs as tj
 from cogworker_django import api
 
 from ..helpers import free_port, wait_until
+
+
+# A limit or a grace lands at its time, never before it; after it, within these bounds
+# (generous: the machine may be loaded). EARLY is the moment between a run's deadline
+# being armed and its job's first line, where the job stamps its start.
+EARLY = 0.05
+LATE = 5.0
+
+
+def stamp(r, prefix, name) -> float:
+    """A wall-clock time a test job wrote (``test:times``)."""
+    return float(r.hget(f"{prefix}:test:times", name))
 
 
 def runs(r, prefix) -> dict[str, int]:
@@ -64,6 +77,10 @@ def test_a_timeout_cancels_the_coroutine_and_the_loop_goes_on(worker, r, prefix)
     # The cancellation reached the coroutine (its finally ran), on the same loop, which
     # goes on running async jobs.
     assert r.hget(f"{prefix}:test:unwound", "late") == "1"
+    # When it landed, on the job's own clock: at its timeout of 1 s (less the moment
+    # between the deadline's arming and the coroutine's first line), and soon after.
+    took = stamp(r, prefix, "late:interrupted") - stamp(r, prefix, "late:started")
+    assert 1.0 - EARLY <= took <= 1.0 + LATE, took
     aj.where_am_i.enqueue_many([(f"after-{i}",) for i in range(20)])
     wait_until(
         lambda: all(runs(r, prefix).get(f"after-{i}") == 1 for i in range(20)),
@@ -88,6 +105,9 @@ def test_a_running_coroutine_that_checks_is_cancelled_at_once(worker, r, prefix)
     )
     [run] = [h for h in history(r, prefix) if h["jid"] == jid]
     assert run["status"] == "cancelled"
+    # Ended by its own check_cancelled(), not by a cancellation delivered at its await
+    # (which would mean the worker cut it short without waiting out the grace).
+    assert r.hget(f"{prefix}:test:ended", "c1") == "check"
     assert "c1" not in runs(r, prefix)
     assert dead_jobs(r, prefix) == [] and r.zcard(f"{prefix}:retry") == 0
     assert w.stop() == 0
@@ -96,10 +116,20 @@ def test_a_running_coroutine_that_checks_is_cancelled_at_once(worker, r, prefix)
 def test_a_running_coroutine_that_never_checks_is_cancelled_after_the_grace(worker, r, prefix):
     # Production CANCEL_GRACE (5 s): the coroutine never looks at cancelled(); its task
     # is cancelled at its await once the grace is over.
-    jid = aj.started_then_waits.enqueue(3600, "c2")
+    grace = 5.0
+    jid = aj.deaf_to_cancel.enqueue("c2")
     w = worker()
-    wait_until(lambda: r.hget(f"{prefix}:test:starts", "c2") == "1", 15, message="started")
+    wait_until(lambda: r.hget(f"{prefix}:test:times", "c2:started"), 15, message="started")
+    asked = time.time()  # the worker can only have been told after this
     assert api.cancel(jid) == "running"
+    wait_until(
+        lambda: r.hget(f"{prefix}:test:times", "c2:interrupted"),
+        grace + 15,
+        message="the interruption",
+    )
+    # Landed no sooner than the grace after the cancel, and within a generous bound.
+    waited = stamp(r, prefix, "c2:interrupted") - asked
+    assert grace <= waited <= grace + LATE, waited
     wait_until(
         lambda: any(h["jid"] == jid for h in history(r, prefix)),
         20,
