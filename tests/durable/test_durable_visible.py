@@ -4,6 +4,7 @@ the worker's warning about a row older than a minute (at the production threshol
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import pytest
@@ -49,7 +50,9 @@ def test_the_api_counts_the_rows_and_ages_the_oldest(waiting):
 def test_the_dashboard_shows_each_outbox(waiting, admin_client):
     html = admin_client.get(url("dashboard")).content.decode()
     assert f'id="outbox-size-{waiting}">2<' in html
-    assert f'id="outbox-age-{waiting}">' in html
+    # The oldest row's age, read (backdated two minutes), and the row marked stale.
+    assert re.search(rf'id="outbox-age-{waiting}">2 min \d+ s<', html), html
+    assert f'<tr class="cw-warn"><td>{waiting}</td>' in html
 
 
 def test_the_metrics_have_the_size_and_the_oldest_age(waiting):
