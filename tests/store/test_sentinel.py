@@ -179,6 +179,9 @@ def test_worker_follows_a_sentinel_failover(redis_server, sentinels, worker, con
     assert new_master.exists(keys.process(identity))
     assert w.proc.poll() is None
     assert w.stop() == 0
+    # The failover was an outage to the fetch (its connection to the old master went):
+    # logged once, and its recovery once, like every other component's that saw it.
     down, up = outage_lines(w.log())
+    assert "Fetch" in down, (down, w.log()[-4000:])
     assert all(n == 1 for n in down.values()) and down == up, (down, up, w.log()[-4000:])
     connection.reset()
