@@ -9,6 +9,8 @@ second, is the thread's own, not the feeder's. That reply is the one held back."
 
 from __future__ import annotations
 
+import itertools
+import re
 import signal
 
 from testapp import jobs as tj
@@ -35,7 +37,24 @@ def _held_at_the_second_fetch(worker, server, prefix, settings):
     listed = client.lrange(f"{prefix}:inprogress:{ident}", 0, -1)
     assert len(listed) == 1 and SECOND in listed[0]
     assert client.llen(f"{prefix}:queue:default") == 0
+    # The held fetch is the thread's own: TTIN's dump of the stacks shows processor-0
+    # inside its own fetch, waiting for that reply (not waiting for the feeder's).
+    w.signal(signal.SIGTTIN)
+    stack = wait_until(lambda: _stack_of(w.log(), "processor-0"), 10, message="the dump")
+    assert "in _own_fetch" in stack, stack
     return w, proxy, ident, client
+
+
+def _stack_of(log: str, thread: str) -> str | None:
+    """The stack TTIN logged for ``thread`` (its lines up to the next log record)."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if re.search(rf"\bthread {re.escape(thread)} \(\d+\):$", line):
+            rest = itertools.takewhile(
+                lambda x: not re.match(r"\d{4}-\d\d-\d\d ", x), lines[i + 1 :]
+            )
+            return "\n".join(rest)
+    return None
 
 
 def test_a_sigkill_while_a_threads_own_fetch_is_out_loses_nothing(
