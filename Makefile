@@ -26,7 +26,7 @@ print('admin user: admin / admin' + ('' if exists else ' (created)'))
 
 .DEFAULT_GOAL := help
 .PHONY: help venv redis postgres postgres-stop test demo runserver migrate lint bench clean distclean
-.PHONY: test-loaded
+.PHONY: test-loaded mutate
 .PHONY: docs dist
 
 help:
@@ -37,6 +37,7 @@ help:
 	@echo "make lint       ruff check + ruff format --check + mypy (the package; strict on the public modules)"
 	@echo "make bench      run the benchmark (BENCH_ARGS='...')"
 	@echo "make soak       run the chaos soak (SOAK_ARGS='--seconds 3600')"
+	@echo "make mutate     apply each break of scripts/mutations.toml in a copy; every one must fail its tests"
 	@echo "make docs       build the documentation site into site/ (DOCS_ARGS=--strict as in CI)"
 	@echo "make dist       build the sdist and wheel into dist/ and run twine check"
 	@echo "make venv       create/refresh .venv (pip install -e '.[test]')"
@@ -160,6 +161,12 @@ bench: venv redis
 SOAK_ARGS ?=
 soak: venv
 	scripts/soak $(SOAK_ARGS)
+
+# One-line breaks of the product code (scripts/mutations.toml), each applied alone in a copy
+# of the checkout: the tests named for it must fail (MUTATE_ARGS='--only unique' narrows it).
+MUTATE_ARGS ?=
+mutate: venv redis
+	scripts/mutate $(MUTATE_ARGS)
 
 # The documentation site (mkdocs.yml): site/index.html. Only the `docs` extra's tools are
 # installed (the API reference reads the source statically: no Django settings, no Redis).
