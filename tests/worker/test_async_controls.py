@@ -19,7 +19,6 @@ from cogworker_django import api
 
 from ..helpers import free_port, wait_until
 
-
 # A limit or a grace lands at its time, never before it; after it, within these bounds
 # (generous: the machine may be loaded). EARLY is the moment between a run's deadline
 # being armed and its job's first line, where the job stamps its start.
