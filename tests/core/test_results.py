@@ -11,7 +11,7 @@ import pytest
 from testapp import result_jobs as rj
 
 from cogworker_django import JobFailed, JobRef
-from cogworker_django.core import progress
+from cogworker_django.core import progress, results
 
 from ..helpers import wait_until
 
@@ -91,7 +91,13 @@ def test_no_worker_times_out(r):
     assert 0.4 < time.monotonic() - began < 5
 
 
-def test_result_wakes_within_a_fraction_of_a_second_of_the_end(cogworker_worker, r, prefix):
+def test_result_wakes_within_a_fraction_of_a_second_of_the_end(
+    cogworker_worker, r, prefix, monkeypatch
+):
+    # The caller's blocking slices made 4 s (the default 1 s slice ends within 0.5 s of
+    # the end half the time): only the end's write can wake it within the bound below.
+    # Still shorter than the client's socket_timeout (10 s).
+    monkeypatch.setattr(results, "WAIT_SLICE", 4.0)
     cogworker_worker(concurrency=1)
     ref = rj.waits_then_returns.enqueue(1.5, "late")
     got: dict = {}
