@@ -38,12 +38,13 @@ def test_a_busy_loop_is_interrupted_and_filed(worker, r, prefix):
     assert dead["jid"] == jid
     assert dead["error_class"].endswith("JobTimeout")
     assert "ran past its timeout of 1 s" in dead["error_message"]
-    # When it landed, on the job's own clock: at its timeout of 1 s (less the moment
-    # between the deadline's arming and the job's first line, where it stamps its
-    # start), within a generous bound after it. The message above is a template.
+    # When it landed, on the job's own clock: at its timeout of 1 s (less up to 0.2 s
+    # for the moment between the deadline's arming and the job's first line, where it
+    # stamps its start: a few ms, more on a loaded machine), within a generous bound
+    # after it. The message above is a template, not a measurement.
     times = r.hgetall(tj.times_key())
     took = float(times[f"{jid}:interrupted"]) - float(times[f"{jid}:started"])
-    assert 1.0 - 0.05 <= took <= 1.0 + 5.0, took
+    assert 1.0 - 0.2 <= took <= 1.0 + 5.0, took
     # Interrupted, not abandoned: the same thread goes on running jobs.
     assert "abandoned" not in w.log()
     tj.record.enqueue("after")
