@@ -8,12 +8,11 @@ counts back, so nothing is lost while Redis is away.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 
 import redis
 
-from ..store import keys
+from ..store import keys, runtime
 
 # Per-day counters are kept this long (the dashboard shows 30 days).
 DAY_KEY_TTL = 180 * 86400
@@ -37,44 +36,34 @@ def today(now: dt.datetime | None = None) -> str:
     return day
 
 
-class Counters:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str], int] = {}
-
-    def incr(self, name: str, by: int = 1) -> None:
-        day = today()
-        with self._lock:
-            self._counts[(name, day)] = self._counts.get((name, day), 0) + by
-
-    def pending(self) -> dict[tuple[str, str], int]:
-        with self._lock:
-            return dict(self._counts)
-
-    def flush(self, conn: redis.Redis) -> None:
-        """Write the buffered counts; on failure they are kept for the next flush."""
-        with self._lock:
-            counts, self._counts = self._counts, {}
-        if not counts:
-            return
-        pipe = conn.pipeline(transaction=False)
-        for (name, day), n in counts.items():
-            pipe.incrby(keys.stat(name), n)
-            pipe.incrby(keys.stat(name, day), n)
-            pipe.expire(keys.stat(name, day), DAY_KEY_TTL)
-        try:
-            results = pipe.execute(raise_on_error=False)
-        except Exception:
-            # Nothing is known to have landed: keep every count for the next flush.
-            with self._lock:
-                for k, n in counts.items():
-                    self._counts[k] = self._counts.get(k, 0) + n
-            raise
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed:
-            # Deterministic (a counter key of the wrong type): retrying can't help, and
-            # the key guard moves the key aside. These counts are dropped.
-            raise failed[0]
+def incr(name: str, by: int = 1) -> None:
+    """Add to this process's buffer (its runtime's, store/runtime.py)."""
+    runtime.current().counts.add((name, today()), by)
 
 
-counters = Counters()
+def pending() -> dict[tuple[str, str], int]:
+    return runtime.current().counts.pending()
+
+
+def flush(conn: redis.Redis) -> None:
+    """Write the buffered counts; on failure they are kept for the next flush."""
+    buffer = runtime.current().counts
+    counts = buffer.take_all()
+    if not counts:
+        return
+    pipe = conn.pipeline(transaction=False)
+    for (name, day), n in counts.items():
+        pipe.incrby(keys.stat(name), n)
+        pipe.incrby(keys.stat(name, day), n)
+        pipe.expire(keys.stat(name, day), DAY_KEY_TTL)
+    try:
+        results = pipe.execute(raise_on_error=False)
+    except Exception:
+        # Nothing is known to have landed: keep every count for the next flush.
+        buffer.put_back(counts)
+        raise
+    failed = [r for r in results if isinstance(r, Exception)]
+    if failed:
+        # Deterministic (a counter key of the wrong type): retrying can't help, and
+        # the key guard moves the key aside. These counts are dropped.
+        raise failed[0]

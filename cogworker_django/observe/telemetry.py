@@ -45,7 +45,7 @@ from .. import conf
 from ..controls.errors import JobCancelled, JobTimeout
 from ..core import locks, payload
 from ..core.middleware import Reschedule
-from ..store import errors, scripts
+from ..store import errors, runtime
 from . import health
 
 log = logging.getLogger("cogworker_django")
@@ -219,7 +219,8 @@ def enable_metrics(concurrency: int | None = None, registry: Any = None) -> Work
     with _metrics_lock:
         if _metrics is None:
             _metrics = WorkerMetrics(registry)
-            scripts.observer = _metrics.script_called
+        # The fetch scripts counted (on the runtime in use: a test's fresh one too).
+        runtime.current().script_observer = _metrics.script_called
         if concurrency is not None:
             _metrics.threads.set(concurrency)
         return _metrics

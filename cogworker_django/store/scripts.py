@@ -20,16 +20,14 @@ cluster a pipeline's commands go to several nodes that a load sent first might n
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
 
-# When set, called with the script's name before every run by EVALSHA: the worker's
-# fetch round-trip counter (telemetry.py). One check per call otherwise.
-observer: Callable[[str], None] | None = None
+from . import runtime
 
 
 class Script:
@@ -45,6 +43,9 @@ class Script:
     def __call__(
         self, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()
     ) -> Any:
+        # The runtime's observer, when set: the worker's fetch round-trip counter
+        # (telemetry.py). One check per call otherwise.
+        observer = runtime.current().script_observer
         if observer is not None:
             observer(self.name)
         try:
@@ -148,13 +149,12 @@ def expand(text: str, name: str, parts: Any = None) -> str:
     return "".join(out)
 
 
-_cache: dict[str, Script] = {}
-
-
 def get(name: str) -> Script:
-    script = _cache.get(name)
+    """The script ``name``, read and hashed once per runtime (runtime.py)."""
+    cache = runtime.current().scripts
+    script = cache.get(name)
     if script is None:
-        script = _cache[name] = Script(name)
+        script = cache[name] = Script(name)
     return script
 
 
