@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from ..store import codec, connection, errors, runtime, scripts
-from ..store.runtime import Deferred
+from ..store.deferred import Deferred
 from . import taskcontext
 
 log = logging.getLogger("cogworker_django")
@@ -87,11 +87,18 @@ def release(key: str, owner: str, component: str = "Lock release") -> bool:
     return True
 
 
-def deferred() -> Deferred[str, str]:
+class DeferredReleases(Deferred[str, str]):
     """Releases that failed (lock key -> owner), retried until they go through. In this
     process's memory only: one still pending when the process exits falls back to the
     lock's TTL."""
-    return runtime.current().releases
+
+    def __init__(self) -> None:
+        super().__init__("release of")
+
+
+def deferred() -> DeferredReleases:
+    """This process's deferred releases (its runtime's: store/runtime.py)."""
+    return runtime.current().of(DeferredReleases)
 
 
 def retry_deferred(component: str = "Deferred lock releases") -> None:

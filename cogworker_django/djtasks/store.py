@@ -36,7 +36,7 @@ from django.utils import timezone
 from .. import conf
 from ..core import priority
 from ..store import connection, errors, keys, runtime, scripts
-from ..store.runtime import Deferred
+from ..store.deferred import Deferred
 
 log = logging.getLogger("cogworker_django")
 
@@ -238,12 +238,19 @@ def read(task_id: str) -> dict[str, str]:
 # End writes waiting for Redis ----------------------------------------------------------------
 
 
-def pending() -> Deferred[tuple[str, str], list[Any]]:
+class PendingWrites(Deferred[tuple[str, str], list[Any]]):
     """End writes that could not be made while Redis was away ((task id, run token) ->
-    the script's arguments), retried on every beat. In this process's memory only
-    (store/runtime.py): one still pending when the process exits is lost (the task's job
-    itself is settled or handed over as usual)."""
-    return runtime.current().results
+    the script's arguments), retried on every beat. In this process's memory only: one
+    still pending when the process exits is lost (the task's job itself is settled or
+    handed over as usual)."""
+
+    def __init__(self) -> None:
+        super().__init__("result of task")
+
+
+def pending() -> PendingWrites:
+    """This process's pending end writes (its runtime's: store/runtime.py)."""
+    return runtime.current().of(PendingWrites)
 
 
 def retry_pending(conn: Any = None) -> None:

@@ -5,6 +5,8 @@ and the in-memory buffer) and written in batches to a capped Redis stream
 ``COGWORKER["HISTORY"] = False`` (or ``HISTORY_MAX_RUNS = 0``) records nothing.
 """
 
+from typing import Any
+
 from .recorder import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
@@ -16,13 +18,23 @@ from .recorder import (
     Buffer,
     HistoryMiddleware,
     as_dict,
-    buffer,
     capture,
+    current_buffer,
     dumps,
     enabled,
     record_text,
 )
-from .writer import Writer, flush, flush_safely, writer
+from .writer import Writer, current_writer, flush, flush_safely
+
+
+def __getattr__(name: str) -> Any:
+    # The buffer and the writer are the runtime's (store/runtime.py): read when asked.
+    if name == "buffer":
+        return current_buffer()
+    if name == "writer":
+        return current_writer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BACKOFF_FIRST",
@@ -38,6 +50,8 @@ __all__ = [
     "as_dict",
     "buffer",
     "capture",
+    "current_buffer",
+    "current_writer",
     "dumps",
     "enabled",
     "flush",

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis.exceptions as rx
 
+from . import runtime
+
 log = logging.getLogger("cogworker_django")
 
 
@@ -171,20 +173,20 @@ def report(
     began: float | None = None,
     then: str = "retrying until it is back",
 ) -> None:
-    runtime.current().reporter.report(component, exc, detail, began=began, then=then)
+    runtime.current().of(Reporter).report(component, exc, detail, began=began, then=then)
 
 
 def recovered(component: str) -> None:
-    runtime.current().reporter.recovered(component)
+    runtime.current().of(Reporter).recovered(component)
 
 
 def first_time(*what: str) -> bool:
-    return runtime.current().reporter.first_time(*what)
+    return runtime.current().of(Reporter).first_time(*what)
 
 
 def __getattr__(name: str) -> Any:
     if name == "reporter":  # errors.reporter: the process's, as before the runtime
-        return runtime.current().reporter
+        return runtime.current().of(Reporter)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -260,7 +262,3 @@ class Backoff:
         self.succeeded(component)
         recovered(component)
         return True
-
-
-# (At the end: runtime.py imports this module for its Deferred and Reporter.)
-from . import runtime  # noqa: E402

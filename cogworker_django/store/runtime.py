@@ -6,13 +6,18 @@ object (docs/internals.md, "The runtime").
 - the scripts loaded (:mod:`.scripts`), and who is told of each script run (the
   worker's fetch round-trip counter, when metrics are on);
 - the queue listing's throttle (:mod:`.listing`: when this process last listed a queue);
-- the outage reporter (:mod:`.errors`: which components are down, what was logged once);
-- the writes Redis refused while it was away, kept in memory and retried: the stats
-  counts (flushed every beat), lock releases and django.tasks result writes (retried
-  every beat), each a :class:`Deferred`;
+- the state each module keeps, one instance of its own class (:meth:`Runtime.of`): the
+  outage reporter (:mod:`.errors`), the writes Redis refused while it was away, kept in
+  memory and retried (each a :class:`.deferred.Deferred`: the stats counts, flushed
+  every beat; lock releases and django.tasks result writes, retried every beat), the
+  history buffer, the admin's caches, the test modes' records...;
 - the limiter leases this process holds (controls/limits.py), and what a worker process
   sets at its start: its identity (written in its leases) and its limiter waker's hook
   (told of a lease released, a job parked).
+
+What a module registers for the process's life, at import or in ``ready()`` (the jobs,
+the departure listeners...), is held apart (:func:`registered`): a test's fresh runtime
+keeps it. This module imports nothing of the package: every other module may use it.
 
 :func:`current` is the one in use. ``AppConfig.ready()`` builds it (:func:`install`); a
 process that never loads the app builds one on first use. A test gets a fresh one
@@ -21,83 +26,32 @@ process that never loads the app builds one on first use. A test gets a fresh on
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from . import errors
-
-log = logging.getLogger("cogworker_django")
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+T = TypeVar("T")
 
 
-class Deferred(Generic[K, V]):
-    """Writes that could not be made while Redis was away, one per key, kept in this
-    process's memory and retried (by the heartbeat, before a periodic tick, at shutdown).
-    One still pending when the process exits is lost: each caller says what that costs
-    (a lock left to its TTL, a result not written, counts not added).
+class Slots:
+    """One instance of each state class asked for, built on first use (``kind()``): the
+    state a module keeps, held here instead of in a module global. The class is the key,
+    so each module's state is typed and private to the module that defines its class."""
 
-    ``merge``: how a value added under a key already pending combines with it (counts
-    add up); without it the newer value replaces the older (one release per lock)."""
-
-    def __init__(self, what: str, merge: Callable[[V, V], V] | None = None) -> None:
-        self.what = what
-        self._merge = merge
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[K, V] = {}
+        self._slots: dict[type, Any] = {}
 
-    def add(self, key: K, value: V) -> None:
-        with self._lock:
-            merge, pending = self._merge, self._pending
-            if merge is not None and key in pending:
-                value = merge(pending[key], value)
-            pending[key] = value
-
-    def pending(self) -> dict[K, V]:
-        with self._lock:
-            return dict(self._pending)
-
-    def take_all(self) -> dict[K, V]:
-        """Everything pending, forgotten here (a caller that writes them in one go puts
-        back with :meth:`put_back` what did not go through)."""
-        with self._lock:
-            taken, self._pending = self._pending, {}
-            return taken
-
-    def put_back(self, items: dict[K, V]) -> None:
-        for key, value in items.items():
-            self.add(key, value)
-
-    def forget(self, key: K, value: V) -> None:
-        """Drop ``key`` if it still holds ``value`` (a newer one added meanwhile stays)."""
-        with self._lock:
-            if key in self._pending and self._pending[key] == value:
-                del self._pending[key]
-
-    def retry_all(self, write: Callable[[K, V], Any]) -> int:
-        """``write`` each pending entry, in the order they were added; stops at (and
-        raises) the first outage, no point hammering Redis. A deterministic failure is
-        logged and dropped: retrying it can't help. Returns how many were done."""
-        done = 0
-        for key, value in self.pending().items():
-            try:
-                write(key, value)
-            except Exception as exc:
-                if errors.is_unavailable(exc):
-                    raise
-                log.error("deferred %s %s dropped: %s", self.what, key, errors.describe(exc))
-            self.forget(key, value)
-            done += 1
-        return done
-
-    def clear(self) -> None:
-        with self._lock:
-            self._pending.clear()
+    def get(self, kind: type[T]) -> T:
+        found = self._slots.get(kind)
+        if found is None:
+            with self._lock:
+                found = self._slots.get(kind)
+                if found is None:
+                    found = self._slots[kind] = kind()
+        return found
 
 
 class HeldLeases:
@@ -130,10 +84,6 @@ class HeldLeases:
             return [lease for lease in self._leases.values() if lease.run_key == run_key]
 
 
-def _add(a: int, b: int) -> int:
-    return a + b
-
-
 class Runtime:
     """One process's state (see the module's doc)."""
 
@@ -146,14 +96,16 @@ class Runtime:
         self.script_observer: Callable[[str], None] | None = None
         self.listed: dict[tuple[str, str], float] = {}  # (prefix, queue) -> when listed
         self.listing_lock = threading.Lock()
-        self.reporter = errors.Reporter()
-        self.counts: Deferred[tuple[str, str], int] = Deferred("counts", merge=_add)
-        self.releases: Deferred[str, str] = Deferred("release of")
-        self.results: Deferred[tuple[str, str], list[Any]] = Deferred("result of task")
         self.leases = HeldLeases()
         # A worker's start sets these (the Controls plugin, worker/plugins.py).
         self.identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
         self.limit_wake: Callable[[tuple[str, ...], bool], Any] | None = None
+        self._slots = Slots()
+
+    def of(self, kind: type[T]) -> T:
+        """This runtime's instance of the state class ``kind`` (a module's own state: the
+        history buffer, the admin's caches, the test modes' records...)."""
+        return self._slots.get(kind)
 
     # The Redis client ----------------------------------------------------------------------
 
@@ -185,6 +137,16 @@ class Runtime:
 
 _current: Runtime | None = None
 _install_lock = threading.Lock()
+
+# What is registered for the process's life, at import or by AppConfig.ready(): the jobs,
+# the departure listeners, the test modes' runner, ... A test's fresh runtime keeps them
+# (ready() runs once).
+_registrations = Slots()
+
+
+def registered(kind: type[T]) -> T:
+    """The process's instance of the registration class ``kind`` (never replaced)."""
+    return _registrations.get(kind)
 
 
 def current() -> Runtime:
