@@ -28,11 +28,10 @@ from .writer import Writer, current_writer, flush, flush_safely
 
 
 def __getattr__(name: str) -> Any:
-    # The buffer and the writer are the runtime's (store/runtime.py): read when asked.
+    # The buffer is the runtime's (store/runtime.py): read when asked. (``history.writer``
+    # is the module; the runtime's writer is ``current_writer()``.)
     if name == "buffer":
         return current_buffer()
-    if name == "writer":
-        return current_writer()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
