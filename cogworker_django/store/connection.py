@@ -26,15 +26,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .. import conf
+from . import cluster, codec, errors, keys, runtime
 
-# The timeouts (defined in conf, which validates settings against them).
-from ..conf import (
+# The timeouts (redis_checks.py: conf validates the settings against them).
+from .redis_checks import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_SOCKET_TIMEOUT,
     FETCH_BLOCK_SECONDS,
     SOCKET_TIMEOUT_MARGIN,
+    min_socket_timeout,
 )
-from . import cluster, codec, errors, keys, runtime
 
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
@@ -77,7 +78,7 @@ def unsafe_options(client: Any) -> list[str]:
     timeout = getattr(conn, "socket_timeout", None)
     if timeout is None:
         found.append("its socket_timeout is None (a call can hang forever)")
-    elif timeout < conf.min_socket_timeout():
+    elif timeout < min_socket_timeout():
         found.append(
             f"its socket_timeout is {timeout:g} s, not longer than a blocking fetch waits "
             f"in Redis ({FETCH_BLOCK_SECONDS:g} s) plus {SOCKET_TIMEOUT_MARGIN:g} s"
@@ -127,7 +128,7 @@ def _cache_client(alias: str) -> redis.Redis:
     _refuse_unsafe(
         client,
         where,
-        f"Set CACHES[{alias!r}]['OPTIONS']['SOCKET_TIMEOUT'] to {conf.min_socket_timeout():g} "
+        f"Set CACHES[{alias!r}]['OPTIONS']['SOCKET_TIMEOUT'] to {min_socket_timeout():g} "
         f"or more ({DEFAULT_SOCKET_TIMEOUT:g} is a good value), and leave 'retry', "
         f"'retry_on_timeout' and 'retry_on_error' out of its CONNECTION_POOL_KWARGS and of "
         "its LOCATION's query string.",
