@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..store import runtime
-from . import payload, progress, results
+from . import payload, progress, results, tracebacks
 
 _lock = threading.RLock()
 
@@ -106,7 +106,7 @@ def _status_of(exc: BaseException) -> str:
 
 
 def _error(exc: BaseException) -> tuple[str, str, str]:
-    return payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
+    return payload.error_class(exc), payload.error_message(exc), tracebacks.traceback_text(exc)
 
 
 def _keep(job: progress.RunningJob, ended: results.Ended | None) -> None:
