@@ -42,15 +42,15 @@ class Slots:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._slots: dict[type, Any] = {}
+        self.built: dict[type, Any] = {}  # read without the lock (hot paths ask often)
 
     def get(self, kind: type[T]) -> T:
-        found = self._slots.get(kind)
+        found = self.built.get(kind)
         if found is None:
             with self._lock:
-                found = self._slots.get(kind)
+                found = self.built.get(kind)
                 if found is None:
-                    found = self._slots[kind] = kind()
+                    found = self.built[kind] = kind()
         return found
 
 
@@ -101,11 +101,13 @@ class Runtime:
         self.identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
         self.limit_wake: Callable[[tuple[str, ...], bool], Any] | None = None
         self._slots = Slots()
+        self._built = self._slots.built
 
     def of(self, kind: type[T]) -> T:
         """This runtime's instance of the state class ``kind`` (a module's own state: the
         history buffer, the admin's caches, the test modes' records...)."""
-        return self._slots.get(kind)
+        found = self._built.get(kind)  # (on hot paths: one lookup, no further call)
+        return found if found is not None else self._slots.get(kind)
 
     # The Redis client ----------------------------------------------------------------------
 
@@ -144,9 +146,9 @@ _install_lock = threading.Lock()
 _registrations = Slots()
 
 
-def registered(kind: type[T]) -> T:
-    """The process's instance of the registration class ``kind`` (never replaced)."""
-    return _registrations.get(kind)
+# registered(Cls): the process's instance of the registration class ``Cls`` (never
+# replaced). The bound method itself: conf.get() asks for one on every read.
+registered = _registrations.get
 
 
 def current() -> Runtime:
