@@ -41,11 +41,15 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(
-        self, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()
+        self,
+        client: redis.Redis,
+        keys: Sequence[str] = (),
+        args: Sequence[Any] = (),
+        rt: runtime.Runtime | None = None,
     ) -> Any:
         # The runtime's observer, when set: the worker's fetch round-trip counter
         # (telemetry.py). One check per call otherwise.
-        observer = runtime.current().script_observer
+        observer = (rt or runtime.current()).script_observer
         if observer is not None:
             observer(self.name)
         try:
@@ -149,9 +153,9 @@ def expand(text: str, name: str, parts: Any = None) -> str:
     return "".join(out)
 
 
-def get(name: str) -> Script:
+def get(name: str, rt: runtime.Runtime | None = None) -> Script:
     """The script ``name``, read and hashed once per runtime (runtime.py)."""
-    cache = runtime.current().scripts
+    cache = (rt or runtime.current()).scripts
     script = cache.get(name)
     if script is None:
         script = cache[name] = Script(name)
@@ -159,4 +163,5 @@ def get(name: str) -> Script:
 
 
 def run(name: str, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
-    return get(name)(client, list(keys), list(args))
+    rt = runtime.current()  # (asked once: a run is on every job's path)
+    return get(name, rt)(client, list(keys), list(args), rt)
