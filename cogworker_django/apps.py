@@ -16,6 +16,11 @@ class CogworkerConfig(AppConfig):
             testing,  # noqa: F401 - installs the TESTING modes' sinks in client
         )
 
+        # The process's runtime (store/runtime.py): its client, scripts, deferred writes.
+        from .store import runtime
+
+        runtime.install(runtime.Runtime())
+
         _listen_for_departing_tasks()
         _listen_for_departing_batch_members()
         _locate_jobs_for_refs()

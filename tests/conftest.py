@@ -15,9 +15,7 @@ import redis
 from django.test import override_settings
 
 from cogworker_django import testing
-from cogworker_django.core import locks
-from cogworker_django.observe import stats
-from cogworker_django.store import connection, errors
+from cogworker_django.store import connection, runtime
 
 from . import cluster_support
 from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker
@@ -128,10 +126,10 @@ def cogworker_settings(prefix, settings, redis_mode, redis_url):
         _delete_prefix(client, prefix, spread=redis_mode == "spread")
     finally:
         client.close()
-    connection.reset()
-    errors.reporter.reset()
-    locks.deferred.clear()
-    stats.counters._counts.clear()
+    # A fresh runtime for the next test (its client, scripts, listing throttle, outage
+    # reports, deferred writes, leases: store/runtime.py); this one's client closed.
+    connection.close(runtime.current().drop_client())
+    runtime.install(runtime.Runtime())
     testing.clear()
 
 

@@ -34,7 +34,7 @@ def in_ci() -> bool:
 def db_alias(request) -> str:
     from cogworker_django.durable import relay
 
-    relay._tables.clear()  # which databases have the table: as this test sees them
+    relay.known().tables.clear()  # which databases have the table: as this test sees them
     alias = request.param
     if alias not in settings.DATABASES:
         message = (

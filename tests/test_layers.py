@@ -190,6 +190,7 @@ def test_the_queue_listing_is_written_in_one_place():
 # The suite's own checks of the code, the docs and the Makefile: at the top of tests/.
 SUITE_CHECKS = (
     "test_docs_site",
+    "test_global_state",
     "test_import_graph",
     "test_internals_doc",
     "test_layers",

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from ..history import dumps
-from ..store import connection, errors, keys, scripts
+from ..store import connection, errors, keys, runtime, scripts
 from ._util import as_datetime, epoch, text
 
 # "timeout", "cancelled" and "expired" come from the job controls (a timeout is a
@@ -555,15 +555,18 @@ def _summarise(chunks: list[_Chunk], now: float) -> Digest:
     )
 
 
-_states: dict[str, _DigestState] = {}
+class DigestStates(dict[str, _DigestState]):
+    """This process's digest of each history stream (by key), kept on its runtime
+    (store/runtime.py)."""
 
 
 def _state() -> _DigestState:
     root = keys.history()
+    states = runtime.current().of(DigestStates)
     with _digest_lock:
-        state = _states.get(root)
+        state = states.get(root)
         if state is None:
-            state = _states[root] = _DigestState()
+            state = states[root] = _DigestState()
         return state
 
 

@@ -24,11 +24,16 @@ from django.core.exceptions import ImproperlyConfigured
 from ..core import client, locks
 from ..periodic import entries as entries_mod
 from ..periodic import running_lock
-from ..store import connection, errors, keys
+from ..store import connection, errors, keys, runtime
 from ._util import as_datetime, text
 
 log = logging.getLogger("cogworker_django")
-_unreadable = False  # the table could not be read last time (said once)
+
+
+class _Unreadable:
+    """Whether the table could not be read last time (said once), on the runtime."""
+
+    now = False
 
 
 def _when(value: Any) -> dt.datetime | None:
@@ -201,18 +206,18 @@ def _database_rows(reserved: set[str]) -> list[dict[str, Any]]:
     problem: the settings entry wins)."""
     from ..periodic.stored import PeriodicEntry
 
-    global _unreadable
+    said = runtime.current().of(_Unreadable)
     try:
         found = list(PeriodicEntry.objects.all())
     except Exception as exc:  # noqa: BLE001 - the settings' entries are still listed
         # (a database down, or not migrated: the dashboard and the metrics read this too)
-        if not _unreadable:
+        if not said.now:
             log.warning(
                 "Periodic entries: the database's can't be listed (%s)", errors.describe(exc)
             )
-        _unreadable = True
+        said.now = True
         return []
-    _unreadable = False
+    said.now = False
     rows = []
     for row in found:
         entry, problem = None, ""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..core import payload
+from ..core import payload, tracebacks
 from ..store import codec
 from ._util import as_datetime, text
 
@@ -177,7 +177,7 @@ class JobRecord:
     def shown_traceback(self) -> str:
         """The traceback with the worker's frames above the job's own left out (as a
         worker stores it now; older entries are collapsed here)."""
-        return payload.collapse_traceback(self.traceback)
+        return tracebacks.collapse_traceback(self.traceback)
 
     @property
     def raw_payload(self) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from ..store import keys
+from ..store import keys, runtime
 from ._util import client
 from .jobs import DeadSet, RetrySet, ScheduledSet
 from .periodic import PeriodicEntries, PeriodicEntry
@@ -33,7 +33,10 @@ from .queues import Queue, QueueInfo
 QUARANTINE_REFRESH = 60.0
 
 _quarantine_lock = threading.Lock()
-_quarantine_cache: dict[str, tuple[float, int]] = {}
+
+
+class _QuarantineCounts(dict[str, tuple[float, int]]):
+    """Quarantine root -> (when counted, the count), on the runtime (store/runtime.py)."""
 
 
 def _count(value: object) -> int:
@@ -102,11 +105,12 @@ def quarantined_count(max_age: float = QUARANTINE_REFRESH) -> int:
     """The number of quarantined copies, counted at most every ``max_age`` seconds."""
     root = keys.quarantine_root(keys.root())  # the cache's key: one count per prefix
     now = time.monotonic()
+    counts = runtime.current().of(_QuarantineCounts)
     with _quarantine_lock:
-        cached = _quarantine_cache.get(root)
+        cached = counts.get(root)
     if cached is not None and now - cached[0] < max_age:
         return cached[1]
     n = Quarantine().count()
     with _quarantine_lock:
-        _quarantine_cache[root] = (now, n)
+        counts[root] = (now, n)
     return n

@@ -32,10 +32,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import random
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -47,6 +45,8 @@ from django.core.exceptions import ImproperlyConfigured
 from .. import conf
 from ..core.middleware import Reschedule
 from ..store import codec, connection, errors, keys, scripts
+from ..store import runtime as process
+from ..store.runtime import HeldLeases
 from . import runtime
 from .errors import JobCancelled, OverLimit
 from .spec import LimitSpec
@@ -69,10 +69,6 @@ BLOCK_SLICE = 0.25
 
 # The token prefix of a lease held by an abandoned run (lua/limit_abandon.lua).
 ABANDONED = "abandoned."
-
-# Set at a worker's start (its Controls plugin, worker/plugins.py): the process identity
-# written in its leases.
-identity = f"{socket.gethostname().split('.')[0]}:{os.getpid()}"
 
 
 def lease_ttl() -> float:
@@ -104,41 +100,10 @@ class Lease:
     released: bool = False
 
 
-class Held:
-    """This process's leases, for the heartbeat's refresh and the watchdog."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._leases: dict[str, Lease] = {}
-
-    def add(self, lease: Lease) -> None:
-        with self._lock:
-            self._leases[lease.member] = lease
-
-    def discard(self, lease: Lease) -> None:
-        with self._lock:
-            self._leases.pop(lease.member, None)
-
-    def all(self) -> list[Lease]:
-        with self._lock:
-            return list(self._leases.values())
-
-    def renamed(self, lease: Lease, old: str) -> None:
-        with self._lock:
-            if self._leases.pop(old, None) is not None:
-                self._leases[lease.member] = lease
-
-    def of_run(self, run_key: int) -> list[Lease]:
-        with self._lock:
-            return [lease for lease in self._leases.values() if lease.run_key == run_key]
-
-
-held = Held()
-
-# Set by the worker's limiter waker: told the limiters a lease of which was just released
-# (on the releasing thread, so the freed room is offered before that thread fetches
-# again), or that a job was just parked in (it wakes for the window's end).
-wake_hook: Any = None
+def held() -> HeldLeases:
+    """This process's leases, for the heartbeat's refresh and the watchdog (kept by its
+    runtime: store/runtime.py)."""
+    return process.current().leases
 
 
 @dataclass(frozen=True)
@@ -153,7 +118,9 @@ def take(names: list[str] | tuple[str, ...], job: dict[str, Any] | None) -> Leas
     token = secrets.token_hex(8)
     jid = str((job or {}).get("jid") or "-")
     func = str((job or {}).get("func") or "-").replace("|", "/")
-    member = f"{token}|{jid}|{func}|{identity}"
+    # The process identity (its runtime's, set at a worker's start by its Controls
+    # plugin, worker/plugins.py): recovery frees the leases of a dead one.
+    member = f"{token}|{jid}|{func}|{process.current().identity}"
     key_list: list[str] = []
     args: list[Any] = [member, token, repr(lease_ttl()), jid]
     for s in specs:
@@ -173,7 +140,7 @@ def take(names: list[str] | tuple[str, ...], job: dict[str, Any] | None) -> Leas
         threading.Lock(),
     )
     if lease.lease_keys:
-        held.add(lease)
+        held().add(lease)
     return lease
 
 
@@ -189,7 +156,7 @@ def release(lease: Lease) -> None:
         if lease.released:
             return
         lease.released = True
-    held.discard(lease)
+    held().discard(lease)
     if not lease.lease_keys:
         return
     conn = connection.get_client()
@@ -207,7 +174,11 @@ def release(lease: Lease) -> None:
 
 
 def _wake(names: tuple[str, ...], released: bool) -> None:
-    hook = wake_hook
+    # The limiter waker's (worker/limit_waker.py), set on the runtime by the Controls
+    # plugin: told a lease was just released (on the releasing thread, so the freed room
+    # is offered before that thread fetches again), or a job just parked (it wakes for
+    # the window's end).
+    hook = process.current().limit_wake
     if hook is not None:
         errors.best_effort(
             COMPONENT, functools.partial(hook, names, released), "waiting jobs left for later"
@@ -225,7 +196,7 @@ def keep_for_abandoned_run(run_key: int) -> None:
     (the middleware or ``limit()`` block around it releases them then) or its process is
     gone (dead-process freeing). Each is renamed so ``Limits`` shows it as an abandoned
     run's. Never raises: a lease not renamed now is still held and refreshed."""
-    for lease in held.of_run(run_key):
+    for lease in held().of_run(run_key):
         errors.best_effort(
             COMPONENT, functools.partial(_mark_abandoned, lease), "lease not marked abandoned"
         )
@@ -243,12 +214,12 @@ def _mark_abandoned(lease: Lease) -> None:
             [old, new, repr(lease_ttl())],
         )
         lease.member = new
-        held.renamed(lease, old)
+        held().renamed(lease, old)
 
 
 def release_all() -> None:
     """At shutdown: this process's leases, once its runs are settled or handed over."""
-    for lease in held.all():
+    for lease in held().all():
         release(lease)
 
 
@@ -355,7 +326,7 @@ class LeaseRefresher:
 
     def __call__(self, conn: Any, recovering: bool) -> None:
         ttl = repr(lease_ttl())
-        for lease in held.all():
+        for lease in held().all():
             with lease.lock:
                 if lease.released:
                     continue

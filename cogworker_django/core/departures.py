@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ..store import errors
+from ..store import errors, runtime
 from . import locks
 
 
@@ -21,18 +21,24 @@ class JobLeft(errors.CogworkerError):
     ``cogworker_django.departures.JobLeft``: the path results already in Redis hold)."""
 
 
-# f(job, reason): called for every departing job; registered at startup (apps.py).
-listeners: list[Callable[[dict[str, Any], str], None]] = []
+class Listeners(list[Callable[[dict[str, Any], str], None]]):
+    """f(job, reason): called for every departing job; registered at startup (apps.py),
+    for the process's life (store/runtime.registered)."""
+
+
+def listeners() -> Listeners:
+    return runtime.registered(Listeners)
 
 
 def job_left(job: dict[str, Any], reason: str) -> None:
     """``job`` is gone for good, for ``reason`` (a short sentence for humans)."""
     if locks.job_locks(job):
         locks.release_job_locks(job)
-    for listener in list(listeners):
+    for listener in list(listeners()):
         errors.best_effort("Departure", functools.partial(listener, job, reason))
 
 
 def add_listener(listener: Callable[[dict[str, Any], str], None]) -> None:
-    if listener not in listeners:
-        listeners.append(listener)
+    registered = listeners()
+    if listener not in registered:
+        registered.append(listener)

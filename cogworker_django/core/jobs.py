@@ -28,6 +28,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import conf
+from ..store import runtime
 from ..store.errors import CogworkerError
 from . import argcodec, client, middleware, payload, progress, recording, signatures, taskcontext
 from . import retry as retry_control
@@ -52,10 +53,23 @@ _OPTION_NAMES = (
 )
 
 _current = threading.local()
-_registry: dict[str, JobFunction] = {}
+
+
+class _Known:
+    """The registered jobs (dotted path -> job) and other kinds of runnable payloads (the
+    django.tasks backend registers "task"), for the process's life
+    (store/runtime.registered: a test's fresh runtime keeps them)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobFunction] = {}
+        self.kinds: dict[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = {}
+
+
+def _known() -> _Known:
+    return runtime.registered(_Known)
+
+
 _registry_lock = threading.Lock()
-# Other kinds of runnable payloads (the django.tasks backend registers "task").
-_kinds: dict[str, Callable[[dict[str, Any]], Callable[[], Any] | None]] = {}
 
 
 def current_job() -> progress.RunningJob | None:
@@ -96,7 +110,7 @@ def current_runner() -> Callable[[], Any] | None:
 
 
 def registered(path: str) -> JobFunction | None:
-    return _registry.get(path)
+    return _known().jobs.get(path)
 
 
 def register_kind(
@@ -104,22 +118,23 @@ def register_kind(
 ) -> None:
     """Let a payload with ``"kind": kind`` run through ``resolver(job)``, which returns a
     zero-argument callable, or None when the payload names nothing runnable."""
-    _kinds[kind] = resolver
+    _known().kinds[kind] = resolver
 
 
 def has_kind(kind: str) -> bool:
     """Whether payloads of ``kind`` can run here (its resolver is registered)."""
-    return kind in _kinds
+    return kind in _known().kinds
 
 
 def resolve(job: dict[str, Any]) -> Callable[[], Any] | None:
     """A zero-argument callable that runs ``job``, or None if it names nothing registered.
     Never imports anything: only what is already registered can run."""
+    known = _known()
     kind = job.get("kind")
     if kind:
-        resolver = _kinds.get(kind)
+        resolver = known.kinds.get(kind)
         return resolver(job) if resolver else None
-    fn = _registry.get(job.get("func", ""))
+    fn = known.jobs.get(job.get("func", ""))
     if fn is None:
         return None
     args, kwargs = job.get("args") or [], job.get("kwargs") or {}
@@ -706,8 +721,9 @@ def import_job_modules() -> list[str]:
 
 def registered_jobs() -> list[JobFunction]:
     """Every registered job, by dotted path."""
+    jobs = _known().jobs
     with _registry_lock:
-        return [_registry[path] for path in sorted(_registry)]
+        return [jobs[path] for path in sorted(jobs)]
 
 
 def _importers(depth: int) -> tuple[str, ...]:
@@ -746,7 +762,7 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         # For the check that warns about a job no worker would import (checks.py).
         fn.imported_by = _importers(1)
         with _registry_lock:
-            _registry[path] = fn
+            _known().jobs[path] = fn
         return fn
 
     return register(func) if func is not None else register

@@ -3,9 +3,9 @@
 
 A lock's value is its owner's jid; every expire, retake and delete checks it
 atomically, so a stray older run can never shorten, extend or release a newer run's
-lock. A release that fails while Redis is away is kept in :data:`deferred` and retried
-on every heartbeat, before each periodic tick and at shutdown, instead of leaving the
-lock to its TTL.
+lock. A release that fails while Redis is away is kept in the runtime's deferred
+releases (``deferred()``, store/runtime.py) and retried on every heartbeat, before each
+periodic tick and at shutdown, instead of leaving the lock to its TTL.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 import redis
 
-from ..store import codec, connection, errors, scripts
+from ..store import codec, connection, errors, runtime, scripts
+from ..store.deferred import Deferred
 from . import taskcontext
 
 log = logging.getLogger("cogworker_django")
@@ -80,60 +81,35 @@ def release(key: str, owner: str, component: str = "Lock release") -> bool:
         delete(key, owner)
     except Exception as exc:  # noqa: BLE001
         errors.report(component, exc, f"release of {key} deferred")
-        deferred.add(key, owner)
+        deferred().add(key, owner)
         return False
     errors.recovered(component)
     return True
 
 
-class DeferredReleases:
-    """Releases that failed, retried until they go through. In this process's memory
-    only: one still pending when the process exits falls back to the lock's TTL."""
+class DeferredReleases(Deferred[str, str]):
+    """Releases that failed (lock key -> owner), retried until they go through. In this
+    process's memory only: one still pending when the process exits falls back to the
+    lock's TTL."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[str, str] = {}
-
-    def add(self, key: str, owner: str) -> None:
-        with self._lock:
-            self._pending[key] = owner
-
-    def pending(self) -> dict[str, str]:
-        with self._lock:
-            return dict(self._pending)
-
-    def _forget(self, key: str, owner: str) -> None:
-        with self._lock:
-            if self._pending.get(key) == owner:
-                del self._pending[key]
-
-    def retry_all(self, conn: redis.Redis | None = None) -> int:
-        """Retry every pending release; stops at the first outage (no point hammering
-        Redis) and raises it. A deterministic failure is dropped and logged once."""
-        done = 0
-        for key, owner in self.pending().items():
-            try:
-                delete(key, owner, conn)
-            except Exception as exc:
-                if errors.is_unavailable(exc):
-                    raise
-                log.error("deferred release of %s dropped: %s", key, errors.describe(exc))
-            self._forget(key, owner)
-            done += 1
-        return done
-
-    def clear(self) -> None:
-        with self._lock:
-            self._pending.clear()
+        super().__init__("release of")
 
 
-deferred = DeferredReleases()
+def deferred() -> DeferredReleases:
+    """This process's deferred releases (its runtime's: store/runtime.py)."""
+    return runtime.current().of(DeferredReleases)
 
 
 def retry_deferred(component: str = "Deferred lock releases") -> None:
-    """Best-effort :meth:`DeferredReleases.retry_all`, for beats, ticks and shutdown."""
-    if deferred.pending():
-        errors.best_effort(component, deferred.retry_all)
+    """Best-effort retry of the deferred releases, for beats, ticks and shutdown."""
+    releases = deferred()
+    if releases.pending():
+        errors.best_effort(component, lambda: releases.retry_all(_delete_pending))
+
+
+def _delete_pending(key: str, owner: str) -> None:
+    delete(key, owner)
 
 
 def hold_through_run(

@@ -12,10 +12,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import payload, progress, results
+from ..store import runtime
+from . import payload, progress, results, tracebacks
 
 _lock = threading.RLock()
-_recorded: list[dict[str, Any]] = []
+
+
+class _Recorded(list[dict[str, Any]]):
+    """The jobs recorded, oldest first: the runtime's (store/runtime.py)."""
+
+
+def _recorded() -> _Recorded:
+    return runtime.current().of(_Recorded)
 
 
 def record(job: dict[str, Any]) -> str | None:
@@ -24,10 +32,10 @@ def record(job: dict[str, Any]) -> str | None:
     job = json.loads(payload.encode(job))
     with _lock:
         if _holds_lock(job) and any(
-            _holds_lock(j) and j["unique_digest"] == job["unique_digest"] for j in _recorded
+            _holds_lock(j) and j["unique_digest"] == job["unique_digest"] for j in _recorded()
         ):
             return None
-        _recorded.append(job)
+        _recorded().append(job)
     jid: str = job["jid"]
     results.place_local(jid, "scheduled" if job.get("at") is not None else "queued")
     return jid
@@ -43,21 +51,23 @@ def _holds_lock(job: dict[str, Any]) -> bool:
 def recorded(func: str | None = None) -> list[dict[str, Any]]:
     """Recorded jobs (of one job's dotted path, or all), oldest first."""
     with _lock:
-        return [j for j in _recorded if func is None or j["func"] == func]
+        return [j for j in _recorded() if func is None or j["func"] == func]
 
 
 def clear(func: str | None = None) -> None:
     with _lock:
-        _recorded[:] = [j for j in _recorded if func is not None and j["func"] != func]
+        kept = _recorded()
+        kept[:] = [j for j in kept if func is not None and j["func"] != func]
         if func is None:
             results.clear_local()
 
 
 def take_oldest(func: str | None = None) -> dict[str, Any] | None:
     with _lock:
-        for i, job in enumerate(_recorded):
+        kept = _recorded()
+        for i, job in enumerate(kept):
             if func is None or job["func"] == func:
-                job = _recorded.pop(i)
+                job = kept.pop(i)
                 results.place_local(job["jid"], "running")
                 return job
     return None
@@ -65,12 +75,13 @@ def take_oldest(func: str | None = None) -> dict[str, Any] | None:
 
 # How a recorded (or inline) job runs: f(job, perform) -> result. testing installs the
 # workflows' bookkeeping (workflows/local.py); plain ``perform(job)`` until then.
-_runner: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], Any] | None = None
+# (Registered for the process's life: store/runtime.registered.)
+class _Runner:
+    fn: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], Any] | None = None
 
 
 def set_runner(fn: Callable[[dict[str, Any], Callable[[dict[str, Any]], Any]], Any]) -> None:
-    global _runner
-    _runner = fn
+    runtime.registered(_Runner).fn = fn
 
 
 def run(job: dict[str, Any], perform: Callable[[dict[str, Any]], Any]) -> Any:
@@ -78,7 +89,8 @@ def run(job: dict[str, Any], perform: Callable[[dict[str, Any]], Any]) -> Any:
     its outcome is kept here as a worker keeps it in Redis (JobRef reads it)."""
     job = progress.RunningJob(job)  # current_job() is this dict: its progress is kept
     try:
-        value = perform(job) if _runner is None else _runner(job, perform)
+        runner = runtime.registered(_Runner).fn
+        value = perform(job) if runner is None else runner(job, perform)
     except BaseException as exc:
         _keep(job, results.ended(job, _status_of(exc), error=_error(exc)))
         raise
@@ -94,7 +106,7 @@ def _status_of(exc: BaseException) -> str:
 
 
 def _error(exc: BaseException) -> tuple[str, str, str]:
-    return payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
+    return payload.error_class(exc), payload.error_message(exc), tracebacks.traceback_text(exc)
 
 
 def _keep(job: progress.RunningJob, ended: results.Ended | None) -> None:

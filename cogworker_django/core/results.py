@@ -35,7 +35,7 @@ from typing import Any
 import redis
 
 from .. import conf
-from ..store import connection, errors, keys, scripts
+from ..store import connection, errors, keys, runtime, scripts
 from ..store.codec import number, reply_text
 from ..store.errors import CogworkerError
 from . import payload
@@ -189,7 +189,7 @@ def read(jid: str, conn: Any = None) -> dict[str, str]:
     inline), what the runs of their jobs kept in memory (core/recording.py)."""
     if conn is None and not writes_to_redis():
         with _local_lock:
-            return dict(_local.get(jid, {}))
+            return dict(_kept().outcomes.get(jid, {}))
     conn = conn or connection.get_client()
     return _text_hash(conn.hgetall(keys.result(jid)))
 
@@ -295,46 +295,59 @@ def _json(text: str | None, default: Any) -> Any:
 
 # Where a job is when nothing is kept of it yet (queued, scheduled, running, retrying):
 # installed by the read layer (api/find.py), which searches the queues and sets.
-_locate: Callable[[str], str | None] | None = None
-_locate_lock = threading.Lock()
+# (Registered for the process's life: store/runtime.registered.)
+class _Locator:
+    locate: Callable[[str], str | None] | None = None
 
 
 def install_locator(locate: Callable[[str], str | None]) -> None:
-    global _locate
-    with _locate_lock:
-        _locate = locate
+    runtime.registered(_Locator).locate = locate
 
 
 def locate(jid: str) -> str | None:
     """Where ``jid`` is when it has not ended; in the test modes, whether it is recorded."""
     if not writes_to_redis():
         with _local_lock:
-            return _local_places.get(jid)
-    return _locate(jid) if _locate is not None else None
+            return _kept().places.get(jid)
+    found = runtime.registered(_Locator).locate
+    return found(jid) if found is not None else None
 
 
 # The test modes (fake, inline) keep what a worker would keep in Redis here, in memory:
 # each run's outcome, and where each recorded job waits (core/recording.py writes both).
-_local: dict[str, dict[str, str]] = {}
-_local_places: dict[str, str] = {}
+class _Kept:
+    """On the runtime (store/runtime.py): each run's outcome, where each job waits."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, dict[str, str]] = {}
+        self.places: dict[str, str] = {}
+
+
+def _kept() -> _Kept:
+    return runtime.current().of(_Kept)
+
+
 _local_lock = threading.Lock()
 
 
 def keep_local(jid: str, fields: dict[str, str]) -> None:
     with _local_lock:
-        _local[jid] = dict(fields)
-        _local_places.pop(jid, None)
+        kept = _kept()
+        kept.outcomes[jid] = dict(fields)
+        kept.places.pop(jid, None)
 
 
 def place_local(jid: str, place: str | None) -> None:
+    places = _kept().places
     with _local_lock:
         if place is None:
-            _local_places.pop(jid, None)
+            places.pop(jid, None)
         else:
-            _local_places[jid] = place
+            places[jid] = place
 
 
 def clear_local() -> None:
     with _local_lock:
-        _local.clear()
-        _local_places.clear()
+        kept = _kept()
+        kept.outcomes.clear()
+        kept.places.clear()

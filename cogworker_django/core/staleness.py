@@ -19,19 +19,27 @@ import sys
 import time
 from collections.abc import Iterable
 
+from ..store import runtime
+
+
 # When this process loaded its code (the worker's start: it imports its job modules
 # then; worker/plugins.py's CodeWatch sets it). Until then, this module's import.
-_loaded_at = time.time()
+# (Registered for the process's life: store/runtime.registered.)
+class _Loaded:
+    def __init__(self) -> None:
+        self.at = time.time()
+
+
+runtime.registered(_Loaded)  # (the import's time, until a worker's start says)
 
 
 def mark_loaded(at: float | None = None) -> None:
     """This process has loaded its job modules (at ``at``, default now)."""
-    global _loaded_at
-    _loaded_at = time.time() if at is None else at
+    runtime.registered(_Loaded).at = time.time() if at is None else at
 
 
 def loaded_at() -> float:
-    return _loaded_at
+    return runtime.registered(_Loaded).at
 
 
 def _mtime(path: str | None) -> float | None:
@@ -78,13 +86,13 @@ def hint(func: object) -> str:
         path = _source_of(name)
         if path is None:
             continue
-        changed = _mtime(path)
-        if changed is None or changed <= _loaded_at:
+        changed, loaded = _mtime(path), loaded_at()
+        if changed is None or changed <= loaded:
             return ""
         imported = name in sys.modules
         return (
             f"its module {name} ({path}) {'changed' if imported else 'appeared'} after this "
-            f"worker started ({_clock(changed)}, the worker's code is of {_clock(_loaded_at)}): "
+            f"worker started ({_clock(changed)}, the worker's code is of {_clock(loaded)}): "
             "restart the worker (in development, `manage.py cogworker --reload` restarts it "
             "on every change)"
         )

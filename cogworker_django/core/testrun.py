@@ -20,53 +20,65 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-# Set by the pytest plugin at configure time: "fake" (the default in a pytest run) or
-# "redis" (the ``cogworker_redis`` ini option). None: no plugin, so a test run is told by
-# Django's test environment.
-_session_default: str | None = None
-# Depth of real_redis() blocks (the marker and the fixture use one); process-wide, as the
-# test-mode sinks are, so a job's own enqueues in a worker thread of the test see it too.
-_real_redis = 0
+from ..store import runtime
+
+
+class _TestRun:
+    """What this process knows of the test run it may be (registered for the process's
+    life: store/runtime.registered; a test's fresh runtime keeps it)."""
+
+    def __init__(self) -> None:
+        # Set by the pytest plugin at configure time: "fake" (the default in a pytest run)
+        # or "redis" (the ``cogworker_redis`` ini option). None: no plugin, so a test run
+        # is told by Django's test environment.
+        self.session_default: str | None = None
+        # Depth of real_redis() blocks (the marker and the fixture use one); process-wide,
+        # as the test-mode sinks are, so a job's own enqueues in a worker thread of the
+        # test see it too.
+        self.real_redis = 0
+        # Called when the session default changes (conf forgets its cached settings:
+        # their PREFIX is the test prefix in a test run).
+        self.listeners: list[Callable[[], Any]] = []
+        self.mail: Any = None  # django.core.mail's namespace, on first use
+
+
+def _run() -> _TestRun:
+    return runtime.registered(_TestRun)
+
+
 _lock = threading.Lock()
 
 
-# Called when the session default changes (conf forgets its cached settings: their
-# PREFIX is the test prefix in a test run).
-_listeners: list[Callable[[], Any]] = []
-
-
 def on_session_change(listener: Callable[[], Any]) -> None:
-    _listeners.append(listener)
+    _run().listeners.append(listener)
 
 
 def set_session_default(mode: str | None) -> None:
-    global _session_default
-    _session_default = mode
-    for listener in _listeners:
+    run = _run()
+    run.session_default = mode
+    for listener in run.listeners:
         listener()
 
 
-_mail: Any = None  # django.core.mail's namespace, on first use
-
-
 def _django_test_environment() -> bool:
-    global _mail
-    if _mail is None:
+    run = _run()
+    if run.mail is None:
         from django.core import mail
 
-        _mail = mail.__dict__
+        run.mail = mail.__dict__
     # The module's dict, not hasattr(): a missing name goes through the module's
     # __getattr__ (Django's deprecation shim) and an AttributeError, about 5 µs, and
     # conf.get() asks on every read.
-    return "outbox" in _mail
+    return "outbox" in run.mail
 
 
 def in_test_run() -> bool:
     """Whether this process runs tests: the pytest plugin is loaded, or Django's test
     environment is set up. (Cheap, about 0.1 µs: conf.get() asks on every read.)"""
-    if _session_default is not None:
+    run = _run()
+    if run.session_default is not None:
         return True
-    mail = _mail
+    mail = run.mail
     return "outbox" in mail if mail is not None else _django_test_environment()
 
 
@@ -85,14 +97,15 @@ def worker_suffix() -> str:
 
 def real_redis_asked() -> bool:
     """True inside :func:`real_redis` (the marker, the fixture)."""
-    return _real_redis > 0
+    return _run().real_redis > 0
 
 
 def default_mode() -> str | None:
     """The test mode of an enqueue for which nothing else chose one: "fake" in a test
     run, else None (Redis)."""
-    if _session_default is not None:
-        return None if _session_default == "redis" else _session_default
+    session_default = _run().session_default
+    if session_default is not None:
+        return None if session_default == "redis" else session_default
     return "fake" if _django_test_environment() else None
 
 
@@ -101,11 +114,11 @@ def real_redis() -> Iterator[None]:
     """Inside the block, jobs go to Redis even in a test run (and whatever the
     ``TESTING`` setting says); a ``testing.fake()`` or ``inline()`` block inside it still
     wins."""
-    global _real_redis
+    run = _run()
     with _lock:
-        _real_redis += 1
+        run.real_redis += 1
     try:
         yield
     finally:
         with _lock:
-            _real_redis -= 1
+            run.real_redis -= 1

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from .. import conf
-from ..store import connection, keys
+from ..store import connection, keys, runtime
 from ..store.codec import raw_text
 
 log = logging.getLogger("cogworker_django")
@@ -27,7 +27,11 @@ log = logging.getLogger("cogworker_django")
 # a few beats, as the admin's Queues page counts (api/queues.read_window).
 BEATS_OF_LIFE = 4
 
-_judged: set[str] = set()
+
+class _Judged(set[str]):
+    """The queues this process has judged (warned about or not), on its runtime."""
+
+
 _lock = threading.Lock()
 
 
@@ -46,12 +50,15 @@ def configured() -> set[str]:
 
 def check(queue: Any) -> None:
     """Warn once if ``queue`` is read by no setting and no live worker. Never raises."""
-    if not isinstance(queue, str) or queue in _judged:
+    if not isinstance(queue, str):
+        return
+    judged = runtime.current().of(_Judged)
+    if queue in judged:
         return
     with _lock:
-        if queue in _judged:
+        if queue in judged:
             return
-        _judged.add(queue)
+        judged.add(queue)
     try:
         _judge(queue)
     except Exception:  # noqa: BLE001 - a warning's own trouble never fails a push
@@ -82,4 +89,4 @@ def _judge(queue: str) -> None:
 def forget() -> None:
     """Judge every name again (the settings changed)."""
     with _lock:
-        _judged.clear()
+        runtime.current().of(_Judged).clear()

@@ -10,7 +10,7 @@ from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.exceptions import TaskResultDoesNotExist
 
-from ..core import payload
+from ..core import tracebacks
 from ..store import connection, keys
 from ..store.errors import safe_str
 from . import resolve, store
@@ -29,7 +29,7 @@ def error_of(exc: BaseException) -> dict[str, str]:
     except BaseException:  # noqa: BLE001 - a traceback that can't be formatted
         text = f"{path}: {safe_str(exc)}\n"
     # Keep the end: the exception line is what a reader (and Django's tests) look for.
-    return {"exception_class_path": path, "traceback": text[-payload.TRACEBACK_LIMIT :]}
+    return {"exception_class_path": path, "traceback": text[-tracebacks.TRACEBACK_LIMIT :]}
 
 
 def _list(text: str | None) -> list[Any]:

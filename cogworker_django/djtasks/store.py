@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import threading
 import time
 from typing import Any
 
@@ -36,7 +35,8 @@ from django.utils import timezone
 
 from .. import conf
 from ..core import priority
-from ..store import connection, errors, keys, scripts
+from ..store import connection, errors, keys, runtime, scripts
+from ..store.deferred import Deferred
 
 log = logging.getLogger("cogworker_django")
 
@@ -221,7 +221,7 @@ def finish(
                 return False
             if pause is None:
                 errors.report(COMPONENT, exc, f"end of task {task_id} kept to write later")
-                pending.add(task_id, token, args)
+                pending().add((task_id, token), args)
                 return False
             time.sleep(pause)
             continue
@@ -238,52 +238,24 @@ def read(task_id: str) -> dict[str, str]:
 # End writes waiting for Redis ----------------------------------------------------------------
 
 
-class PendingWrites:
-    """End writes that could not be made while Redis was away, retried on every beat.
-    In this process's memory only: one still pending when the process exits is lost
-    (the task's job itself is settled or handed over as usual)."""
+class PendingWrites(Deferred[tuple[str, str], list[Any]]):
+    """End writes that could not be made while Redis was away ((task id, run token) ->
+    the script's arguments), retried on every beat. In this process's memory only: one
+    still pending when the process exits is lost (the task's job itself is settled or
+    handed over as usual)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str], list[Any]] = {}
-
-    def add(self, task_id: str, token: str, args: list[Any]) -> None:
-        with self._lock:
-            self._pending[(task_id, token)] = args
-
-    def pending(self) -> dict[tuple[str, str], list[Any]]:
-        with self._lock:
-            return dict(self._pending)
-
-    def _forget(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._pending.pop(key, None)
-
-    def retry_all(self, conn: Any = None) -> int:
-        """Retry in the order they failed; stops at (and raises) the first outage. A
-        deterministic failure is logged and dropped."""
-        done = 0
-        for key, args in self.pending().items():
-            try:
-                _call(args, key[0], conn)
-            except Exception as exc:
-                if errors.is_unavailable(exc):
-                    raise
-                log.error("deferred result of task %s dropped: %s", key[0], errors.describe(exc))
-            self._forget(key)
-            done += 1
-        return done
-
-    def clear(self) -> None:
-        with self._lock:
-            self._pending.clear()
+        super().__init__("result of task")
 
 
-pending = PendingWrites()
+def pending() -> PendingWrites:
+    """This process's pending end writes (its runtime's: store/runtime.py)."""
+    return runtime.current().of(PendingWrites)
 
 
 def retry_pending(conn: Any = None) -> None:
     """On every heartbeat (the worker's django.tasks plugin): retry deferred end writes."""
-    if pending.pending():
-        if pending.retry_all(conn):
+    writes = pending()
+    if writes.pending():
+        if writes.retry_all(lambda key, args: _call(args, key[0], conn)):
             log.info("deferred task results written")

@@ -25,20 +25,29 @@ import socket
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..store import runtime
 from . import available
 
 log = logging.getLogger("cogworker_django")
 
-_worker_id: str | None = None
+
+class _Worker:
+    """The identity of the worker running in this process (None: none), on its runtime."""
+
+    identity: str | None = None
+
+
+def _worker() -> _Worker:
+    return runtime.current().of(_Worker)
 
 
 def worker_id() -> str:
     """The id recorded in ``worker_ids``: the worker process's identity (as in the admin)."""
-    return _worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    return _worker().identity or f"{socket.gethostname()}:{os.getpid()}"
 
 
 def in_worker() -> bool:
-    return _worker_id is not None
+    return _worker().identity is not None
 
 
 def our_aliases() -> list[str]:
@@ -88,13 +97,11 @@ def validate() -> None:
 
 
 def start(identity: str) -> None:
-    global _worker_id
     if not available():
         return
-    _worker_id = identity
+    _worker().identity = identity
 
 
 def stop() -> None:
     """The worker stopped (an in-process one leaves the process running on)."""
-    global _worker_id
-    _worker_id = None
+    _worker().identity = None

@@ -57,7 +57,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from ..core import locks, payload, route
 from ..core.unique import PUSH_LOCKED, lock_key
 from ..core.unique import _push_ttl as push_ttl
-from ..store import connection, errors, homes, keys, listing, outbox, scripts
+from ..store import connection, errors, homes, keys, listing, outbox, runtime, scripts
 from ..workflows import store
 from ..workflows.signatures import BatchFinished, BatchNotFound
 from .entry import CLOSE, TABLE, OutboxEntry
@@ -94,7 +94,21 @@ after_push: Callable[[list[OutboxEntry]], None] | None = None
 # Called (if set) with the rows a pass holds, before pushing them.
 after_read: Callable[[list[OutboxEntry]], None] | None = None
 
-_tables: dict[str, tuple[bool, float]] = {}
+
+class Databases:
+    """What this process knows of each database alias, on its runtime (store/runtime.py):
+    whether it has the table (and when that was asked), and which it found unreachable
+    (until they answer)."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, tuple[bool, float]] = {}
+        self.down: set[str] = set()
+
+
+def known() -> Databases:
+    return runtime.current().of(Databases)
+
+
 _tables_lock = threading.Lock()
 
 
@@ -116,10 +130,11 @@ def aliases() -> list[str]:
 
 def _has_table(alias: str) -> bool:
     now = time.monotonic()
+    databases = known()
     with _tables_lock:
-        known = _tables.get(alias)
-    if known is not None and (known[0] or now - known[1] < TABLE_RECHECK):
-        return known[0]
+        seen = databases.tables.get(alias)
+    if seen is not None and (seen[0] or now - seen[1] < TABLE_RECHECK):
+        return seen[0]
     settings = connections.settings[alias]
     name = str(settings.get("NAME") or "")
     if settings.get("ENGINE", "").endswith("sqlite3") and (
@@ -135,7 +150,7 @@ def _has_table(alias: str) -> bool:
             database_down(alias, exc)
             return False
     with _tables_lock:
-        _tables[alias] = (present, now)
+        databases.tables[alias] = (present, now)
     return present
 
 
@@ -215,17 +230,15 @@ def relay_all(conn: Any, waiting: list[str] | None = None) -> int:
     return pushed
 
 
-_down: set[str] = set()  # databases this process found unreachable, until they answer
-
-
 def database_down(alias: str, exc: BaseException) -> None:
     """Log once that ``alias`` can't be reached (until :func:`database_up`). Whether it
     has the table is asked again (SQLite says "no such table" as it says "database is
     locked": a table dropped since is found so, and skipped)."""
+    databases = known()
     with _tables_lock:
-        first = alias not in _down
-        _down.add(alias)
-        _tables.pop(alias, None)
+        first = alias not in databases.down
+        databases.down.add(alias)
+        databases.tables.pop(alias, None)
     if first:
         log.warning(
             "%s: database %r unavailable (%s); its rows wait, asked again at each poll",
@@ -236,9 +249,10 @@ def database_down(alias: str, exc: BaseException) -> None:
 
 
 def database_up(alias: str) -> None:
+    databases = known()
     with _tables_lock:
-        was_down = alias in _down
-        _down.discard(alias)
+        was_down = alias in databases.down
+        databases.down.discard(alias)
     if was_down:
         log.warning("%s: database %r recovered", COMPONENT, alias)
 

@@ -5,6 +5,8 @@ and the in-memory buffer) and written in batches to a capped Redis stream
 ``COGWORKER["HISTORY"] = False`` (or ``HISTORY_MAX_RUNS = 0``) records nothing.
 """
 
+from typing import Any
+
 from .recorder import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
@@ -16,13 +18,22 @@ from .recorder import (
     Buffer,
     HistoryMiddleware,
     as_dict,
-    buffer,
     capture,
+    current_buffer,
     dumps,
     enabled,
     record_text,
 )
-from .writer import Writer, flush, flush_safely, writer
+from .writer import Writer, current_writer, flush, flush_safely
+
+
+def __getattr__(name: str) -> Any:
+    # The buffer is the runtime's (store/runtime.py): read when asked. (``history.writer``
+    # is the module; the runtime's writer is ``current_writer()``.)
+    if name == "buffer":
+        return current_buffer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BACKOFF_FIRST",
@@ -38,6 +49,8 @@ __all__ = [
     "as_dict",
     "buffer",
     "capture",
+    "current_buffer",
+    "current_writer",
     "dumps",
     "enabled",
     "flush",

@@ -37,7 +37,7 @@ from .. import conf
 from ..controls.errors import timeout_behind
 from ..core import locks, payload
 from ..core.middleware import Reschedule
-from ..store import errors
+from ..store import errors, runtime
 from ..store.codec import CompactJSON, json_string
 from ..store.errors import CogworkerError
 
@@ -118,7 +118,15 @@ class Buffer:
             self.dropped = 0
 
 
-buffer = Buffer()
+def current_buffer() -> Buffer:
+    """This process's buffer: its runtime's (store/runtime.py)."""
+    return runtime.current().of(Buffer)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "buffer":  # history.buffer: the runtime's, as it was a module global
+        return current_buffer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def capture(
@@ -289,6 +297,6 @@ class HistoryMiddleware:
             # whoever settled it recorded it; a thread coming back later records nothing.
             return
         try:
-            buffer.add(capture(job, queue, started_at, duration, exc))
+            current_buffer().add(capture(job, queue, started_at, duration, exc))
         except Exception as err:  # noqa: BLE001 - rule 4: history never fails a job
             errors.report(COMPONENT, err, "a run was not recorded")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import redis
 
 from .. import conf
-from ..store import connection, errors, keys, scripts
+from ..store import connection, errors, keys, runtime, scripts
 from .recorder import (
     BACKOFF_FIRST,
     BACKOFF_MAX,
@@ -23,7 +24,7 @@ from .recorder import (
     MAX_BUFFERED,
     WRITE_CHUNK,
     Run,
-    buffer,
+    current_buffer,
     record_text,
 )
 
@@ -49,7 +50,7 @@ class Writer:
                 return 0
             written = 0
             while True:
-                runs = buffer.take(WRITE_CHUNK)
+                runs = current_buffer().take(WRITE_CHUNK)
                 if runs:
                     written += self._write(conn, runs)
                 # A short chunk emptied the buffer: the runs recorded since wait for the
@@ -58,6 +59,7 @@ class Writer:
                 if len(runs) < WRITE_CHUNK:
                     break
             self.backoff.succeeded(COMPONENT)
+            buffer = current_buffer()
             if buffer.dropped:
                 dropped, buffer.dropped = buffer.dropped, 0
                 log.warning(
@@ -69,7 +71,7 @@ class Writer:
             return written
 
     def _write(self, conn: redis.Redis, runs: list[Run]) -> int:
-        worker = buffer.worker
+        worker = current_buffer().worker
         # One argument for the whole batch, a record a line (JSON text holds no raw line
         # break): packing a hundred arguments cost redis-py more than the records did.
         records = "\n".join([record_text(run, worker) for run in runs]).encode(
@@ -86,7 +88,7 @@ class Writer:
             if errors.is_unavailable(exc):
                 # Kept for the next flush. (Had the reply been lost after the script ran,
                 # these runs get recorded twice: better than not at all.)
-                buffer.put_back(runs)
+                current_buffer().put_back(runs)
                 raise
             # Deterministic (P:history of the wrong type): this batch is lost, never a job;
             # retrying every second can't help, so back off until the key guard moved it.
@@ -98,16 +100,25 @@ class Writer:
         return len(runs)
 
 
-writer = Writer()
+def current_writer() -> Writer:
+    """This process's writer (its backoff): its runtime's (store/runtime.py)."""
+    return runtime.current().of(Writer)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "writer":  # history.writer: the runtime's, as it was a module global
+        return current_writer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def flush(conn: redis.Redis | None = None) -> int:
     """Write the buffered runs now (raises on failure; see :func:`flush_safely`)."""
-    return writer.flush(conn or connection.get_client())
+    return current_writer().flush(conn or connection.get_client())
 
 
 def flush_safely(conn: redis.Redis | None = None) -> bool:
     """Best-effort :func:`flush`: an outage is logged once, never raised."""
+    buffer = current_buffer()
     if not len(buffer) and not buffer.dropped:
         return True
     return errors.best_effort(COMPONENT, lambda: flush(conn))

@@ -45,7 +45,7 @@ from .. import conf
 from ..controls.errors import JobCancelled, JobTimeout
 from ..core import locks, payload
 from ..core.middleware import Reschedule
-from ..store import errors, scripts
+from ..store import errors, runtime
 from . import health
 
 log = logging.getLogger("cogworker_django")
@@ -59,9 +59,19 @@ log = logging.getLogger("cogworker_django")
 #   expired, cancelled, timeout   reserved for job controls (a job dropped past its
 #              deadline, cancelled by an operator, stopped at its time limit).
 OUTCOMES = ("success", "failure", "retry", "dead", "expired", "cancelled", "timeout")
+
+
 # Exception class -> outcome, for failures that are not the retry policy's to place: the
 # job controls' (more with register_outcome).
-_outcome_of: dict[type[BaseException], str] = {JobTimeout: "timeout", JobCancelled: "cancelled"}
+# (Registered for the process's life: store/runtime.registered.)
+class _Outcomes(dict[type[BaseException], str]):
+    def __init__(self) -> None:
+        super().__init__({JobTimeout: "timeout", JobCancelled: "cancelled"})
+
+
+def _outcomes() -> _Outcomes:
+    return runtime.registered(_Outcomes)
+
 
 # Seconds: sub-millisecond jobs to hour-long ones.
 DURATION_BUCKETS = (
@@ -109,15 +119,16 @@ def register_outcome(exc_class: type[BaseException], outcome: str) -> None:
     """Count a run that raised ``exc_class`` (or a subclass) under ``outcome``."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-    _outcome_of[exc_class] = outcome
+    _outcomes()[exc_class] = outcome
 
 
 def failed_outcome(job: dict[str, Any], exc: BaseException) -> str:
     """The outcome of a run of ``job`` that raised ``exc``, decided as the worker decides
     where the job goes next (worker/failures.after_failure counts the failure after the
     middleware chain has unwound)."""
+    outcomes = _outcomes()
     for cls in type(exc).__mro__:
-        outcome = _outcome_of.get(cls)
+        outcome = outcomes.get(cls)
         if outcome is not None:
             return outcome
     if locks.run_abandoned():
@@ -208,25 +219,32 @@ class WorkerMetrics:
             self._fetch_children[mode].inc()
 
 
-_metrics: WorkerMetrics | None = None
+# (Registered for the process's life: store/runtime.registered. Prometheus's own
+# registry is process-wide: a second set of these metrics could not be registered.)
+class _Enabled:
+    metrics: WorkerMetrics | None = None
+
+
 _metrics_lock = threading.Lock()
 
 
 def enable_metrics(concurrency: int | None = None, registry: Any = None) -> WorkerMetrics:
     """Count this process's runs from now on (once per process; later calls return the
     same metrics). Called by the worker command before its processors start."""
-    global _metrics
+    enabled = runtime.registered(_Enabled)
     with _metrics_lock:
-        if _metrics is None:
-            _metrics = WorkerMetrics(registry)
-            scripts.observer = _metrics.script_called
+        metrics = enabled.metrics
+        if metrics is None:
+            metrics = enabled.metrics = WorkerMetrics(registry)
+        # The fetch scripts counted (on the runtime in use: a test's fresh one too).
+        runtime.current().script_observer = metrics.script_called
         if concurrency is not None:
-            _metrics.threads.set(concurrency)
-        return _metrics
+            metrics.threads.set(concurrency)
+        return metrics
 
 
 def worker_metrics() -> WorkerMetrics | None:
-    return _metrics
+    return runtime.registered(_Enabled).metrics
 
 
 def record_outcome(job: dict[str, Any], queue: str, outcome: str) -> None:
@@ -234,8 +252,9 @@ def record_outcome(job: dict[str, Any], queue: str, outcome: str) -> None:
     that drops an expired job, say) under ``outcome``."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
-    if _metrics is not None:
-        _metrics.ran(str(job.get("func")), queue, outcome, None)
+    metrics = worker_metrics()
+    if metrics is not None:
+        metrics.ran(str(job.get("func")), queue, outcome, None)
 
 
 def _enqueued_at(job: dict[str, Any]) -> float | None:
@@ -250,7 +269,7 @@ class TelemetryMiddleware:
     Only the job's own exception ever leaves it (rule 4: telemetry never fails a job)."""
 
     def __init__(self) -> None:
-        self.metrics = _metrics
+        self.metrics = worker_metrics()
         self.tracer = None
         if conf.get().OTEL:
             from . import tracing

@@ -4,7 +4,8 @@ Redis Cluster (``CLUSTER``: ``cluster.LazyCluster``, built on its first command)
 (Over 400 lines: every way to reach Redis, and the held connection, share the timeout
 and retry rules.)
 
-One client (and so one connection pool) per process, rebuilt in a forked child.
+One client (and so one connection pool) per process, held by its runtime (runtime.py),
+rebuilt in a forked child.
 Every connection has connect and socket timeouts, so no call hangs forever, and
 redis-py's automatic retries are off (rule 11: a timed-out LMOVE, INCR or script
 retried by the client could run twice); callers decide what to retry. Settings that
@@ -14,8 +15,6 @@ would change either are refused (``conf`` for ``REDIS_OPTIONS`` and the URL's qu
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,22 +26,19 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .. import conf
+from . import cluster, codec, errors, keys, runtime
 
-# The timeouts (defined in conf, which validates settings against them).
-from ..conf import (
+# The timeouts (redis_checks.py: conf validates the settings against them).
+from .redis_checks import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_SOCKET_TIMEOUT,
     FETCH_BLOCK_SECONDS,
     SOCKET_TIMEOUT_MARGIN,
+    min_socket_timeout,
 )
-from . import cluster, codec, errors, keys
 
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
-
-_lock = threading.Lock()
-_client: redis.Redis | None = None
-_client_pid: int | None = None
 
 
 def _client_options(extra: dict | None = None) -> dict[str, Any]:
@@ -82,7 +78,7 @@ def unsafe_options(client: Any) -> list[str]:
     timeout = getattr(conn, "socket_timeout", None)
     if timeout is None:
         found.append("its socket_timeout is None (a call can hang forever)")
-    elif timeout < conf.min_socket_timeout():
+    elif timeout < min_socket_timeout():
         found.append(
             f"its socket_timeout is {timeout:g} s, not longer than a blocking fetch waits "
             f"in Redis ({FETCH_BLOCK_SECONDS:g} s) plus {SOCKET_TIMEOUT_MARGIN:g} s"
@@ -132,7 +128,7 @@ def _cache_client(alias: str) -> redis.Redis:
     _refuse_unsafe(
         client,
         where,
-        f"Set CACHES[{alias!r}]['OPTIONS']['SOCKET_TIMEOUT'] to {conf.min_socket_timeout():g} "
+        f"Set CACHES[{alias!r}]['OPTIONS']['SOCKET_TIMEOUT'] to {min_socket_timeout():g} "
         f"or more ({DEFAULT_SOCKET_TIMEOUT:g} is a good value), and leave 'retry', "
         f"'retry_on_timeout' and 'retry_on_error' out of its CONNECTION_POOL_KWARGS and of "
         "its LOCATION's query string.",
@@ -186,10 +182,8 @@ def _cluster_client(extra: dict | None = None, seeded: bool = False) -> cluster.
 
 def _learned_nodes() -> list[Any]:
     """The nodes this process's own client has learned ([] before it is built here)."""
-    client = _client
-    if client is None or _client_pid != os.getpid():
-        return []
-    return cluster.known_nodes(client)
+    client = runtime.current().built_client()
+    return [] if client is None else cluster.known_nodes(client)
 
 
 def _sentinel_conn_opts() -> dict[str, Any]:
@@ -201,15 +195,7 @@ def _sentinel_conn_opts() -> dict[str, Any]:
 # sync value and an Awaitable (one Redis class serves both), which no caller can use.
 def get_client() -> Any:
     """The process's client (created on first use; re-created after a fork)."""
-    global _client, _client_pid
-    client, pid = _client, os.getpid()
-    if client is not None and _client_pid == pid:
-        return client
-    with _lock:
-        if _client is None or _client_pid != pid:
-            _client = _build()
-            _client_pid = pid
-        return _client
+    return runtime.current().client(_build)
 
 
 def new_client(**overrides: Any) -> Any:
@@ -228,23 +214,16 @@ def new_client(**overrides: Any) -> Any:
 
 def reset() -> None:
     """Drop the client; the next :func:`get_client` builds a new one from the settings."""
-    global _client, _client_pid
-    with _lock:
-        old, _client, _client_pid = _client, None, None
-    if old is not None and not conf.get().CACHE_ALIAS:
+    close(runtime.current().drop_client())
+
+
+def close(client: Any) -> None:
+    """Close a client this package built (a django-redis cache's is the cache's own)."""
+    if client is not None and not conf.get().CACHE_ALIAS:
         try:
-            old.close()
+            client.close()
         except Exception:  # noqa: BLE001 - closing a dead pool must not raise
             pass
-
-
-def _after_fork_in_child() -> None:
-    # The parent's sockets must never be shared with the child: forget them unclosed.
-    global _client, _client_pid
-    _client, _client_pid = None, None
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def longest_call() -> float:

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis.exceptions as rx
 
+from . import runtime
+
 log = logging.getLogger("cogworker_django")
 
 
@@ -93,7 +95,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {safe_str(exc, 500)}"
 
 
-class _Reporter:
+class Reporter:
     """Logs an outage once per component, and "recovered" once when it ends.
 
     A component that several threads run (the processors' fetches) can hear of an
@@ -161,10 +163,31 @@ class _Reporter:
             self._once.clear()
 
 
-reporter = _Reporter()
-report = reporter.report
-recovered = reporter.recovered
-first_time = reporter.first_time
+# The process's reporter is its runtime's (runtime.py): a test's fresh runtime starts with
+# nothing down and nothing logged yet.
+def report(
+    component: str,
+    exc: BaseException,
+    detail: str | None = None,
+    *,
+    began: float | None = None,
+    then: str = "retrying until it is back",
+) -> None:
+    runtime.current().of(Reporter).report(component, exc, detail, began=began, then=then)
+
+
+def recovered(component: str) -> None:
+    runtime.current().of(Reporter).recovered(component)
+
+
+def first_time(*what: str) -> bool:
+    return runtime.current().of(Reporter).first_time(*what)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "reporter":  # errors.reporter: the process's, as before the runtime
+        return runtime.current().of(Reporter)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def best_effort(component: str, fn: Callable[[], Any], detail: str | None = None) -> bool:

@@ -12,17 +12,14 @@ until the key guard moves it) after :data:`REFRESH`, never an error line per pus
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
-from . import errors, keys
+from . import errors, keys, runtime
 
-# How long this process trusts that a queue is listed in P:queues before listing it again.
+# How long this process trusts that a queue is listed in P:queues before listing it again
+# (when it last listed each is its runtime's: runtime.py).
 REFRESH = 60.0
-
-_listed: dict[tuple[str, str], float] = {}
-_lock = threading.Lock()
 
 
 def add(target: Any, *queues: str) -> Any:
@@ -39,22 +36,25 @@ def due(queue: str) -> bool:
     in the last :data:`REFRESH` seconds, under the current prefix); True marks it listed."""
     now = time.monotonic()
     key = (keys.prefix(), queue)
-    with _lock:
-        if now - _listed.get(key, -REFRESH) < REFRESH:
+    rt = runtime.current()
+    with rt.listing_lock:
+        if now - rt.listed.get(key, -REFRESH) < REFRESH:
             return False
-        _listed[key] = now
+        rt.listed[key] = now
         return True
 
 
 def forget(queue: str) -> None:
     """List ``queue`` again with the next write (its listing may not have been written)."""
-    with _lock:
-        _listed.pop((keys.prefix(), queue), None)
+    rt = runtime.current()
+    with rt.listing_lock:
+        rt.listed.pop((keys.prefix(), queue), None)
 
 
 def forget_all() -> None:
-    with _lock:
-        _listed.clear()
+    rt = runtime.current()
+    with rt.listing_lock:
+        rt.listed.clear()
 
 
 def report(result: Any, *queues: str) -> None:

@@ -20,16 +20,14 @@ cluster a pipeline's commands go to several nodes that a load sent first might n
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
 import redis
 from redis.exceptions import NoScriptError
 
-# When set, called with the script's name before every run by EVALSHA: the worker's
-# fetch round-trip counter (telemetry.py). One check per call otherwise.
-observer: Callable[[str], None] | None = None
+from . import runtime
 
 
 class Script:
@@ -43,8 +41,15 @@ class Script:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(
-        self, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()
+        self,
+        client: redis.Redis,
+        keys: Sequence[str] = (),
+        args: Sequence[Any] = (),
+        rt: runtime.Runtime | None = None,
     ) -> Any:
+        # The runtime's observer, when set: the worker's fetch round-trip counter
+        # (telemetry.py). One check per call otherwise.
+        observer = (rt or runtime.current()).script_observer
         if observer is not None:
             observer(self.name)
         try:
@@ -148,15 +153,15 @@ def expand(text: str, name: str, parts: Any = None) -> str:
     return "".join(out)
 
 
-_cache: dict[str, Script] = {}
-
-
-def get(name: str) -> Script:
-    script = _cache.get(name)
+def get(name: str, rt: runtime.Runtime | None = None) -> Script:
+    """The script ``name``, read and hashed once per runtime (runtime.py)."""
+    cache = (rt or runtime.current()).scripts
+    script = cache.get(name)
     if script is None:
-        script = _cache[name] = Script(name)
+        script = cache[name] = Script(name)
     return script
 
 
 def run(name: str, client: redis.Redis, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
-    return get(name)(client, list(keys), list(args))
+    rt = runtime.current()  # (asked once: a run is on every job's path)
+    return get(name, rt)(client, list(keys), list(args), rt)

@@ -20,7 +20,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from .. import conf
-from ..core import jobs, middleware, payload, retry
+from ..core import jobs, middleware, payload, retry, tracebacks
 from ..store import codec, errors, homes, keys
 from ..store.codec import wire
 from .ledger import Filing, Work
@@ -90,7 +90,10 @@ def after_failure(job: dict[str, Any], exc: BaseException | None = None) -> tupl
         job["retry_count"] = 1
     if exc is not None:
         record_error(
-            job, payload.error_class(exc), payload.error_message(exc), payload.traceback_text(exc)
+            job,
+            payload.error_class(exc),
+            payload.error_message(exc),
+            tracebacks.traceback_text(exc),
         )
     fn = jobs.registered(str(job.get("func")))
     opts = fn.options if fn is not None else {}

@@ -331,7 +331,7 @@ class Heartbeat(Background):
         )
 
     def _after_beat(self, conn: Any, recovering: bool) -> None:
-        errors.best_effort("Stats flush", lambda: stats.counters.flush(conn))
+        errors.best_effort("Stats flush", lambda: stats.flush(conn))
         pool = self.manager
         if pool.ledger.pending():
             # Same component as the processors' own filing: one outage line, one recovery.

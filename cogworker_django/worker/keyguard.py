@@ -38,7 +38,7 @@ import redis
 
 from .. import conf
 from ..observe import stats
-from ..store import codec, connection, errors, homes, keys, scripts
+from ..store import codec, connection, errors, homes, keys, runtime, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -177,17 +177,22 @@ def quarantine(conn: redis.Redis, key: str, expected: str) -> str | None:
     return target
 
 
-_last_stamp = 0
+class _Stamps:
+    """The last stamp given in this process (on its runtime, store/runtime.py)."""
+
+    last = 0
+
+
 _stamp_lock = threading.Lock()
 
 
 def _stamp() -> int:
     """Epoch milliseconds, strictly increasing within this process: two copies moved in
     one millisecond still sort by age."""
-    global _last_stamp
+    stamps = runtime.current().of(_Stamps)
     with _stamp_lock:
-        _last_stamp = max(int(time.time() * 1000), _last_stamp + 1)
-        return _last_stamp
+        stamps.last = max(int(time.time() * 1000), stamps.last + 1)
+        return stamps.last
 
 
 glob_escape = keys.glob_escape

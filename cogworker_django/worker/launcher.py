@@ -300,7 +300,7 @@ class Launcher:
             ("Shutdown", self._stop_chores),
             # Last chance for releases deferred by a recent outage (they live in memory).
             ("Lock release", locks.retry_deferred),
-            ("Stats flush", lambda: stats.counters.flush(connection.get_client())),
+            ("Stats flush", lambda: stats.flush(connection.get_client())),
             # What each plugin keeps in memory (history: the runs that finished meanwhile).
             *((p.name, functools.partial(p.exit, ctx)) for p in self.plugins),
             ("Heartbeat", self.heartbeat.stop),

@@ -41,6 +41,7 @@ from ..core import staleness, unique
 from ..durable import chore
 from ..observe import runlog, telemetry
 from ..periodic import entries, running_lock, source, ticker
+from ..store import runtime
 from ..workflows.middleware import BatchMiddleware
 from . import keyguard
 from .background import Chore
@@ -204,19 +205,21 @@ class Controls(Plugin):
         return (limits.LimitsMiddleware(),)
 
     def start(self, ctx: RunContext) -> Sequence[Any]:
-        limits.identity = ctx.identity  # written in this process's leases
+        rt = runtime.current()
+        rt.identity = ctx.identity  # written in this process's leases
         if not conf.get().LIMITS:
             return ()
         from .limit_waker import LimitWaker
 
         self._waker = LimitWaker(nudge=ctx.nudge)
         # Leases released and jobs parked in this process wake it.
-        limits.wake_hook = self._waker.wake_for
+        rt.limit_wake = self._waker.wake_for
         return (self._waker,)
 
     def exit(self, ctx: RunContext) -> None:
-        if self._waker is not None and limits.wake_hook == self._waker.wake_for:
-            limits.wake_hook = None
+        rt = runtime.current()
+        if self._waker is not None and rt.limit_wake == self._waker.wake_for:
+            rt.limit_wake = None
 
     def beat(self, ctx: RunContext, beat: Beat) -> None:
         try:

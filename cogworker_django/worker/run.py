@@ -168,7 +168,7 @@ def steps(driver: Driver, attempt: Attempt) -> Generator[Perform | Call, Any, No
         return
     ledger = driver.ledger
     if outcome is None:
-        stats.counters.incr("processed")
+        stats.incr("processed")
         ledger.succeeded(work, kept(job, "succeeded", value=attempt.returned))
         return
     if isinstance(outcome, Dropped):
@@ -177,7 +177,7 @@ def steps(driver: Driver, attempt: Attempt) -> Generator[Perform | Call, Any, No
         return
     target, score = outcome
     if target != "schedule":
-        stats.counters.incr("failed")
+        stats.incr("failed")
     filing = failures.filing_for(work, job, target, score)
     yield Call(file, (driver, attempt, filing))
 
@@ -333,7 +333,7 @@ def abandon(driver: Driver, attempt: Attempt, exc: BaseException) -> bool:
     target, score = failed(job, exc)
     if target == "dead":
         departures.job_left(job, f"dead: {errors.safe_str(exc, 500)}")
-    stats.counters.incr("failed")
+    stats.incr("failed")
     stand_in = Attempt(work, progress.RunningJob(job), None)
     file(driver, stand_in, failures.filing_for(work, job, target, score))
     return True

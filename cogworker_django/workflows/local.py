@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import client, payload
-from ..store import errors
+from ..store import errors, runtime
 from . import context
 from .signatures import BatchFinished, BatchNotFound, Signature, WorkflowError
 from .status import BatchRecord, Failure
@@ -50,21 +50,26 @@ class State:
     step_jid: str = ""
 
 
-_batches: dict[str, State] = {}
+class _Batches(dict[str, "State"]):
+    """The test modes' batches (id -> state), on the runtime (store/runtime.py)."""
+
+
+def _batches() -> _Batches:
+    return runtime.current().of(_Batches)
 
 
 def clear() -> None:
     with _lock:
-        _batches.clear()
+        _batches().clear()
 
 
 def open_block(bid: str, token: str, created: Any, *, extra: dict | None = None) -> None:
     with _lock:
-        state = _batches.get(bid)
+        state = _batches().get(bid)
         if created is not None:
             if state is not None:
                 raise WorkflowError(f"batch {bid} exists already")
-            state = _batches[bid] = State(
+            state = _batches()[bid] = State(
                 bid,
                 created.kind,
                 created.description,
@@ -85,7 +90,7 @@ def register(job: dict[str, Any]) -> None:
     """Count ``job`` as a member before the test mode's sink takes it."""
     bid = job["bid"]
     with _lock:
-        state = _batches.get(bid)
+        state = _batches().get(bid)
         if state is None:
             raise BatchNotFound(f"no batch {bid} in this test: the job was not pushed")
         if state.success_at is not None:
@@ -98,7 +103,7 @@ def register(job: dict[str, Any]) -> None:
 
 def close_block(bid: str, token: str) -> None:
     with _lock:
-        state = _batches.get(bid)
+        state = _batches().get(bid)
         if state is None or token not in state.blocks:
             return
         state.blocks.discard(token)
@@ -134,7 +139,7 @@ def _push(due: list[dict[str, Any]]) -> None:
 
 def results(bid: str) -> list[Any]:
     with _lock:
-        state = _batches.get(bid)
+        state = _batches().get(bid)
         if state is None:
             raise BatchNotFound(f"no batch {bid} in this test")
         return [state.results.get(jid) for jid in state.jids]
@@ -151,13 +156,13 @@ def run(job: dict[str, Any], perform: Any) -> Any:
 
 def _run(job: dict[str, Any], perform: Any) -> Any:
     results_of = job.get("results_of")
-    if isinstance(results_of, str) and results_of in _batches:
+    if isinstance(results_of, str) and results_of in _batches():
         from .middleware import run_with_first_argument
 
         return run_with_first_argument(job, results(results_of), lambda: perform(job))
     bid = job.get("bid")
     with _lock:
-        state = _batches.get(bid) if isinstance(bid, str) else None
+        state = _batches().get(bid) if isinstance(bid, str) else None
     if state is None:
         return perform(job)
     try:
@@ -217,7 +222,7 @@ def _succeeded(state: State, job: dict[str, Any], result: Any) -> None:
 
 def status(bid: str) -> BatchRecord | None:
     with _lock:
-        state = _batches.get(bid)
+        state = _batches().get(bid)
         if state is None:
             return None
         return BatchRecord(

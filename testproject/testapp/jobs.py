@@ -190,19 +190,15 @@ def crash_processor_thread(token=None):
 
     _count(token)
     thread = threading.current_thread()
-    real = stats.counters
+    real = stats.incr
 
-    class _CrashOnce:
-        def __getattr__(self, name):
-            return getattr(real, name)
+    def crash_once(*args, **kwargs):
+        if threading.current_thread() is thread:
+            stats.incr = real
+            raise RuntimeError("processor crash injected by crash_processor_thread")
+        return real(*args, **kwargs)
 
-        def incr(self, *args, **kwargs):
-            if threading.current_thread() is thread:
-                stats.counters = real
-                raise RuntimeError("processor crash injected by crash_processor_thread")
-            return real.incr(*args, **kwargs)
-
-    stats.counters = _CrashOnce()
+    stats.incr = crash_once
 
 
 @job

@@ -11,6 +11,7 @@ from testapp import jobs as tj
 
 from cogworker_django import history
 from cogworker_django.api import history as api_history
+from cogworker_django.store import runtime
 
 from ..admin_support import fast_passwords_fixture  # noqa: F401 - autouse fixture
 from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
@@ -26,7 +27,7 @@ def test_the_dashboard_updates_itself(
     from playwright.sync_api import expect, sync_playwright
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
     django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
     worker(args=["-q", "work"])
     errors: list[str] = []

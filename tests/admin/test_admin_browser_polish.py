@@ -18,6 +18,7 @@ from testapp import jobs as tj
 from cogworker_django import Batch, conf, history
 from cogworker_django.api import Stats
 from cogworker_django.api import history as api_history
+from cogworker_django.store import runtime
 
 from ..admin_support import fast_passwords_fixture  # noqa: F401 - autouse fixture
 from ..api_support import add_to, make_job
@@ -84,7 +85,7 @@ def browser_page(live_server, transactional_db, django_user_model, monkeypatch):
         finally:
             browser.close()
             history.buffer.clear()
-            api_history._states.clear()
+            runtime.current().of(api_history.DigestStates).clear()
     assert errors == []
 
 
@@ -134,7 +135,7 @@ def test_trend_legends_name_the_lines_and_captions_say_utc(browser_page, r):
     for i in range(3):
         mw(make_job("shop.jobs.send_receipt", i, queue="mail"), "mail", lambda: None)
     history.flush()
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
     api_history.digest()  # read before the page loads: the charts are on it
     page = browser_page("/admin/cogworker_django/dashboard/")
     rendered = _legends_and_captions(page)
@@ -185,7 +186,9 @@ def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, wor
     for _ in range(13):
         tj.noop.using(queue="work").enqueue()
     wait_until(lambda: Stats().overview().processed == 13, 30, message="13 runs counted")
-    api_history._states.clear()  # this admin process has not read the history yet
+    runtime.current().of(
+        api_history.DigestStates
+    ).clear()  # this admin process has not read the history yet
     page = browser_page("/admin/login/")  # any page: the recorder is installed for the next
     page.add_init_script(RECORD_JS)
     page.goto(page.url.split("/admin/")[0] + "/admin/cogworker_django/dashboard/")
@@ -215,7 +218,7 @@ def test_the_dashboard_asks_again_sooner_while_the_history_is_read(browser_page,
     polls: list[str] = []
     page.on("request", lambda req: "live.json" in req.url and polls.append(req.url))
     for pending in (True, False):
-        api_history._states.clear()
+        runtime.current().of(api_history.DigestStates).clear()
         if not pending:
             api_history.digest()  # read: the page shows the statistics
         start = 1_800_000_000_000 if pending else 1_900_000_000_000  # ms, forward only

@@ -11,7 +11,7 @@ import pytest
 
 from cogworker_django import history
 from cogworker_django.api import history as api_history
-from cogworker_django.store import keys
+from cogworker_django.store import keys, runtime
 
 from ..admin_support import (  # noqa: F401 - fixtures
     fast_passwords_fixture,
@@ -28,10 +28,10 @@ LIVE = "admin:cogworker_django_dashboard_live"
 @pytest.fixture(autouse=True)
 def clean():
     history.buffer.clear()
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
     yield
     history.buffer.clear()
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
 
 
 def _runs(job: str, n: int, failed: int = 0) -> None:

@@ -182,11 +182,11 @@ def test_actions_retry_deferred_lock_releases_first(r):
     from cogworker_django.core import locks
 
     r.set(keys.unique("deferred", keys.home_of("default")), "owner")
-    locks.deferred.add(keys.unique("deferred", keys.home_of("default")), "owner")
+    locks.deferred().add(keys.unique("deferred", keys.home_of("default")), "owner")
     add_to(r, "dead", make_job())
     DeadSet().delete(DeadSet().page()[0])
     assert not r.exists(keys.unique("deferred", keys.home_of("default")))
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
 
 
 def test_works_with_a_decoding_client(r, configure):

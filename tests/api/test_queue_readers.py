@@ -43,7 +43,7 @@ def misrouted(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("cw_misrouted", None)
-        jobs._registry.pop("cw_misrouted.charge", None)
+        jobs._known().jobs.pop("cw_misrouted.charge", None)
 
 
 def test_check_warns_about_a_job_whose_queue_no_worker_reads(misrouted, configure):

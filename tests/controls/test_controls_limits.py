@@ -15,6 +15,7 @@ from testapp import jobs as tj
 
 from cogworker_django import OverLimit, api, conf, job, limit
 from cogworker_django.controls import limits
+from cogworker_django.store import runtime
 
 from ..helpers import wait_until
 
@@ -199,7 +200,7 @@ def test_limits_page_data_names_the_holders(configure, r, prefix):
         assert (holder.jid, holder.job, holder.identity) == (
             "abc",
             "app.jobs.charge",
-            limits.identity,
+            runtime.current().identity,
         )
         assert "at most 2 at once" in pair.describe
     finally:

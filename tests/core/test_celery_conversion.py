@@ -63,8 +63,8 @@ def shop(django_db_setup, django_db_blocker):
             with django_db_blocker.unblock(), connection.schema_editor() as editor:
                 editor.delete_model(models.Order)
                 editor.delete_model(models.Cart)
-            for path in [p for p in list(jobs._registry) if p.startswith("shop.")]:
-                jobs._registry.pop(path, None)
+            for path in [p for p in list(jobs._known().jobs) if p.startswith("shop.")]:
+                jobs._known().jobs.pop(path, None)
             for name in [m for m in sys.modules if m == "shop" or m.startswith("shop.")]:
                 del sys.modules[name]
 

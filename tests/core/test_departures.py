@@ -30,13 +30,13 @@ def test_a_failing_listener_never_stops_the_others(caplog):
     def recording(job, reason):
         seen.append((job["jid"], reason))
 
-    before = list(departures.listeners)
+    before = list(departures.listeners())
     try:
-        departures.listeners[:] = [broken, recording]
+        departures.listeners()[:] = [broken, recording]
         with caplog.at_level(logging.WARNING, logger="cogworker_django"):
             departures.job_left({"jid": "j1", "func": "f"}, "deleted")
     finally:
-        departures.listeners[:] = before
+        departures.listeners()[:] = before
     assert seen == [("j1", "deleted")]
     # The broken one is not silent: its failure is logged, once, with its text.
     failures = [r for r in caplog.records if "listener bug" in r.getMessage()]

@@ -58,7 +58,7 @@ def stray_module(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("cw_stray_views", None)
-        jobs._registry.pop("cw_stray_views.mark", None)
+        jobs._known().jobs.pop("cw_stray_views.mark", None)
 
 
 def test_check_warns_about_a_job_no_worker_imports(stray_module):
@@ -107,7 +107,7 @@ def extra_module(tmp_path):
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("cw_extra_jobs", None)
-        jobs._registry.pop("cw_extra_jobs.mark", None)
+        jobs._known().jobs.pop("cw_extra_jobs.mark", None)
 
 
 def test_a_module_in_job_modules_runs_on_a_worker_which_lists_it_at_v2(

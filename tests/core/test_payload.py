@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from cogworker_django.core import payload
+from cogworker_django.core import payload, tracebacks
 
 
 def test_build_has_every_field():
@@ -298,5 +298,5 @@ def test_error_text_is_built_without_raising():
     except BadStr as exc:
         assert "BadStr" in payload.error_message(exc)
         assert payload.error_class(exc).endswith("BadStr")
-        assert "BadStr" in payload.traceback_text(exc)
+        assert "BadStr" in tracebacks.traceback_text(exc)
     assert payload.error_class(ValueError()) == "ValueError"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testapp import jobs as tj
 
-from cogworker_django.core import payload
+from cogworker_django.core import tracebacks
 
 from ..helpers import ROOT, wait_until
 
@@ -24,7 +24,8 @@ def _run_as_library(fn):
     source = "def runner(fn):\n    try:\n        fn()\n    except Exception as exc:\n        return exc\n"
     namespace: dict = {}
     exec(
-        compile(source, os.path.join(payload._PACKAGE_DIR, "worker", "fake.py"), "exec"), namespace
+        compile(source, os.path.join(tracebacks._PACKAGE_DIR, "worker", "fake.py"), "exec"),
+        namespace,
     )
     # The exception is caught in the library frame: its traceback starts there.
     return namespace["runner"](fn)
@@ -39,7 +40,7 @@ def _user_job():
 
 def test_library_frames_above_the_job_are_left_out():
     exc = _run_as_library(_user_job)
-    text = payload.traceback_text(exc)
+    text = tracebacks.traceback_text(exc)
     lines = text.splitlines()
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1] == "  [1 frame of cogworker_django left out]"
@@ -51,9 +52,9 @@ def test_library_frames_above_the_job_are_left_out():
 def test_a_traceback_without_a_job_frame_is_kept_whole():
     source = "def boom():\n    raise KeyError('library bug')\n"
     namespace: dict = {}
-    exec(compile(source, os.path.join(payload._PACKAGE_DIR, "jobs.py"), "exec"), namespace)
+    exec(compile(source, os.path.join(tracebacks._PACKAGE_DIR, "jobs.py"), "exec"), namespace)
     exc = _run_as_library(namespace["boom"])
-    text = payload.traceback_text(exc)
+    text = tracebacks.traceback_text(exc)
     assert "left out" not in text and text.count('  File "') == 2
 
 
@@ -64,7 +65,7 @@ def test_chained_exceptions_are_collapsed_each():
         except ValueError as inner:
             raise RuntimeError("wrapped") from inner
 
-    text = payload.traceback_text(_run_as_library(chained))
+    text = tracebacks.traceback_text(_run_as_library(chained))
     assert text.count("left out]") == 1  # the outer one; the inner starts in the job
     assert "The above exception was the direct cause" in text
 
@@ -85,13 +86,13 @@ def test_a_stored_text_is_collapsed_the_same_way():
         "    raise self.model.DoesNotExist\n"
         "shop.models.Order.DoesNotExist: gone\n"
     )
-    shown = payload.collapse_traceback(stored)
+    shown = tracebacks.collapse_traceback(stored)
     lines = shown.splitlines()
     assert lines[1] == "  [3 frames of cogworker_django, contextlib left out]"
     assert lines[2].startswith('  File "/srv/app/shop/jobs.py"')
     assert "django/db/models/query.py" in shown  # below the job's frame: kept
-    assert payload.collapse_traceback(shown) == shown
-    assert payload.collapse_traceback("not a traceback\n") == "not a traceback\n"
+    assert tracebacks.collapse_traceback(shown) == shown
+    assert tracebacks.collapse_traceback("not a traceback\n") == "not a traceback\n"
 
 
 def test_a_failed_job_run_by_a_worker_stores_its_own_frames_first(worker, r, prefix):
@@ -104,7 +105,7 @@ def test_a_failed_job_run_by_a_worker_stores_its_own_frames_first(worker, r, pre
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[1].startswith("  [") and "cogworker_django" in lines[1], lines[:3]
     assert "testapp/jobs.py" in lines[2] and "in fails_once_dead" in lines[2]
-    assert payload._PACKAGE_DIR not in entry["traceback"]
+    assert tracebacks._PACKAGE_DIR not in entry["traceback"]
     assert w.stop() == 0
 
 

@@ -120,7 +120,7 @@ def test_a_release_that_fails_is_deferred_and_never_fails_the_job(r, configure, 
         return "ok"
 
     assert MW(job, "default", run_then_lose_redis) == "ok"
-    assert locks.deferred.pending() == {lock_of("a"): job["jid"]}
+    assert locks.deferred().pending() == {lock_of("a"): job["jid"]}
 
 
 def test_jobs_without_a_mode_or_digest_pass_through(r):

@@ -194,7 +194,7 @@ def test_release_job_locks_ignores_jobs_without_a_lock(r):
         {"jid": None, "unique": "until_executed", "unique_digest": "d"},
     ):
         locks.release_job_locks(job)
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
 
 
 def test_extend_job_locks_is_owner_checked(r):
@@ -217,31 +217,31 @@ def test_release_while_redis_is_away_is_deferred_then_retried(redis_server, conf
     key = lock_of("a")
     stop_keeping_data(server)
     assert locks.release(key, jid) is False  # never raises
-    assert locks.deferred.pending() == {key: jid}
+    assert locks.deferred().pending() == {key: jid}
     locks.retry_deferred()  # still away: kept
-    assert locks.deferred.pending() == {key: jid}
+    assert locks.deferred().pending() == {key: jid}
     server.start()
     c = server.client()
     assert c.get(key) == jid
     locks.retry_deferred()
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
     assert not c.exists(key)
 
 
 def test_deferred_release_never_deletes_a_newer_owners_lock(r):
     key = lock_of("a")
     r.set(key, "newer-run", ex=60)
-    locks.deferred.add(key, "older-run")
+    locks.deferred().add(key, "older-run")
     locks.retry_deferred()
-    assert r.get(key) == "newer-run" and locks.deferred.pending() == {}
+    assert r.get(key) == "newer-run" and locks.deferred().pending() == {}
 
 
 def test_deferred_release_with_a_deterministic_error_is_dropped(r, caplog):
     key = lock_of("a")
     r.hset(key, "x", "1")  # GET on a hash: WRONGTYPE, retrying would never help
-    locks.deferred.add(key, "jid")
+    locks.deferred().add(key, "jid")
     locks.retry_deferred()
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
     assert "deferred release of" in caplog.text and "dropped" in caplog.text
 
 

@@ -18,13 +18,6 @@ from cogworker_django.djtasks import lifecycle, store  # noqa: E402
 from cogworker_django.store import keys  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def no_pending_writes():
-    store.pending.clear()
-    yield
-    store.pending.clear()
-
-
 def task_job(**extra):
     return payload.build(
         "testapp.tasks.add", [1, 2], queue="default", kind="task", backend="default", **extra
@@ -125,14 +118,14 @@ def test_an_end_write_waits_for_redis_and_lands_once(redis_server, configure, mo
     store.start(job, token="a", worker_id="w1", at=100.0)
     server.stop()
     assert end(job, "a", finished=101.0, return_json="3") is False  # deferred, not raised
-    assert len(store.pending.pending()) == 1
+    assert len(store.pending().pending()) == 1
     # Still away: the outage itself is raised (the beat reports it).
     with pytest.raises(redis.ConnectionError, match=f":{server.port}\\b"):
         store.retry_pending()
-    assert len(store.pending.pending()) == 1
+    assert len(store.pending().pending()) == 1
     server.start()  # an empty Redis: the write rebuilds the result from the payload
     store.retry_pending()
-    assert store.pending.pending() == {}
+    assert store.pending().pending() == {}
     data = stored(job)
     assert data["status"] == "SUCCESSFUL" and data["return_value"] == "3"
     assert data["worker_ids"] == ["w1"] and data["task"] == "testapp.tasks.add"
@@ -144,5 +137,5 @@ def test_a_result_key_of_the_wrong_type_is_logged_not_retried(r, caplog):
     with caplog.at_level(logging.ERROR, "cogworker_django"):
         assert store.start(job, token="a", worker_id="w1", at=100.0) is None
         assert end(job, "a") is False
-    assert store.pending.pending() == {}
+    assert store.pending().pending() == {}
     assert "WRONGTYPE" in caplog.text

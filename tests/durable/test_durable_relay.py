@@ -456,7 +456,7 @@ def test_a_sqlite_table_dropped_since_is_found_gone_and_skipped(db_alias, caplog
     finally:
         with connections[db_alias].schema_editor() as editor:
             editor.create_model(OutboxEntry)
-        relay._tables.clear()
+        relay.known().tables.clear()
 
 
 @pytest.mark.parametrize("unique_for", [1e300, math.inf, math.nan, -5], ids=str)

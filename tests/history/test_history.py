@@ -18,15 +18,6 @@ from cogworker_django.store import keys, scripts
 from ..helpers import free_port, wait_until
 
 
-@pytest.fixture(autouse=True)
-def fresh_history():
-    history.buffer.clear()
-    history.writer.reset()
-    yield
-    history.buffer.clear()
-    history.writer.reset()
-
-
 def _run(job="app.jobs.f", status="success", started_at=None, duration=0.1, **extra):
     exc = ValueError("bad") if status == "failed" else None
     run = history.capture(
@@ -250,7 +241,7 @@ def test_wrong_type_drops_the_batch_and_backs_off(r):
     assert history.flush() == 0  # backing off: nothing tried
     assert len(history.buffer) == 1
     r.delete(keys.history())
-    history.writer.reset()
+    history.current_writer().reset()
     assert history.flush() == 1
 
 

@@ -11,16 +11,16 @@ import pytest
 from cogworker_django import history
 from cogworker_django.api import History
 from cogworker_django.api import history as api_history
-from cogworker_django.store import keys
+from cogworker_django.store import keys, runtime
 
 
 @pytest.fixture(autouse=True)
 def clean():
     history.buffer.clear()
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
     yield
     history.buffer.clear()
-    api_history._states.clear()
+    runtime.current().of(api_history.DigestStates).clear()
 
 
 def record(job: str, durations: list[float], failed_every: int = 0, wait: float = 0.5) -> None:

@@ -13,7 +13,7 @@ from testapp import jobs as tj
 
 from cogworker_django import metrics
 from cogworker_django.api import snapshot
-from cogworker_django.store import keys
+from cogworker_django.store import keys, runtime
 
 from ..api_support import add_to, make_job, push
 from ..helpers import wait_until
@@ -42,9 +42,9 @@ def scrape(client, **headers) -> dict[tuple[str, tuple], float]:
 
 @pytest.fixture(autouse=True)
 def fresh_quarantine_count():
-    snapshot._quarantine_cache.clear()
+    runtime.current().of(snapshot._QuarantineCounts).clear()
     yield
-    snapshot._quarantine_cache.clear()
+    runtime.current().of(snapshot._QuarantineCounts).clear()
 
 
 def test_values_match_what_is_in_redis(client, r):

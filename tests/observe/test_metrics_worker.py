@@ -201,4 +201,4 @@ def test_registered_outcomes():
         with pytest.raises(ValueError):
             telemetry.register_outcome(Expired, "vanished")
     finally:
-        telemetry._outcome_of.pop(Expired, None)
+        telemetry._outcomes().pop(Expired, None)

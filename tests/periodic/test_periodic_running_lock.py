@@ -130,12 +130,12 @@ def test_a_release_while_redis_is_away_is_deferred_then_done(redis_server, confi
 
     assert call(job, server.stop) is None  # the run ends while Redis is away: no failure
     lock = keys.periodic_running("e")
-    assert locks.deferred.pending() == {lock: job["jid"]}
+    assert locks.deferred().pending() == {lock: job["jid"]}
     server.start()
     assert c.get(lock) == job["jid"]
     locks.retry_deferred()
     assert not c.exists(lock)
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
 
 
 # The heartbeat hook ---------------------------------------------------------------------

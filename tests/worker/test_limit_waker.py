@@ -12,7 +12,7 @@ import pytest
 from cogworker_django import api
 from cogworker_django.controls import limits
 from cogworker_django.core import payload
-from cogworker_django.store import keys
+from cogworker_django.store import keys, runtime
 from cogworker_django.worker.limit_waker import LimitWaker
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spread]
@@ -86,13 +86,11 @@ def test_a_released_lease_wakes_the_oldest_waiting_job_on_the_releasing_thread(c
     a = limits.take(["test-pair"], {"jid": "a", "func": "x"})
     b = limits.take(["test-pair"], {"jid": "b", "func": "x"})
     waker = LimitWaker()
-    limits.wake_hook = waker.wake_for
-    try:
-        limits.release(a)
-        assert [j["args"][1] for j in queued(r)] == ["w0"]
-    finally:
-        limits.wake_hook = None
-        limits.release(b)
+    runtime.current().limit_wake = waker.wake_for  # as the Controls plugin sets it
+    limits.release(a)
+    assert [j["args"][1] for j in queued(r)] == ["w0"]
+    runtime.current().limit_wake = None
+    limits.release(b)
 
 
 def test_a_backed_up_queue_does_not_draw_the_whole_waiting_set_into_it(configure, r):

@@ -66,11 +66,11 @@ def test_a_release_deferred_by_an_outage_goes_through_at_stop(worker, redis_serv
 
 def test_a_deferred_release_is_retried_before_each_tick(r):
     r.set("held-by-me", "jid-1", ex=600)
-    locks.deferred.add("held-by-me", "jid-1")
+    locks.deferred().add("held-by-me", "jid-1")
     e = entries.parse_entry("e", {"cron": "* * * * *", "job": "testapp.jobs.periodic_tick"})
     Ticker([e], started_at=T0).tick(now=T0 + 0.5)
     assert not r.exists("held-by-me")
-    assert locks.deferred.pending() == {}
+    assert locks.deferred().pending() == {}
 
 
 class RefusePeriodicPush:
@@ -143,7 +143,7 @@ def test_the_running_lock_middleware_runs_the_job_when_redis_cannot_answer_at_st
         result = RunningLockMiddleware()(run, "default", lambda: ran.append(1) or "done")
     assert result == "done" and ran == [1]
     assert "not shortened at start" in caplog.text
-    assert locks.deferred.pending() == {keys.periodic_running("e"): run["jid"]}
+    assert locks.deferred().pending() == {keys.periodic_running("e"): run["jid"]}
 
 
 def test_the_live_queue_listing_drops_queues_nobody_read_for_a_day(inworker, r):
