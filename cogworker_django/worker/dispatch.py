@@ -34,9 +34,15 @@ Why this shape (docs/performance.md "The run layer"):
   about one fetch round trip. Each fetch asks only for jobs no fetch out has asked
   for (``_coming``), so two never fetch for the same free thread. At shutdown the acks still waiting are flushed
   (:meth:`Dispatcher.flush`) before the hand-over.
-- When the queues run dry the feeder alone polls, with a backoff (from
-  ``IDLE_FIRST_PAUSE`` up to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent
-  at once; while Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
+- When a fetch finds the queues dry, nobody polls them: the feeder waits on their
+  doorbells (store/bell.py: a BRPOP on a connection of its own, up to
+  ``FETCH_IDLE_MAX_INTERVAL``), which a push that finds its queue empty rings, and
+  fetches as soon as one rings (a job pushed into an idle worker starts within a round
+  trip or two, docs/workers.md "Pickup latency"). Meanwhile a thread that comes free
+  still sends its own fetch, to carry its ack at once; the loop's hand-in, a nudge and
+  a stop end the wait early (``connection.Held.interrupt``). A feeder woken by a ring
+  whose fetch filled every free thread rings again: more jobs may wait, for the next
+  idle worker. While Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
   ``ERROR_MAX_PAUSE`` and reports the outage once (errors.report); the acks a failed
   fetch carried stay PENDING in the ledger for the heartbeat to send.
 
@@ -75,8 +81,7 @@ WAIT_SLICE = 0.25
 # (wake_waiting), so this is only a safety net; short, it woke every idle thread four
 # times a second for nothing (400 wake-ups a second at -c 100).
 THREAD_WAIT = 5.0
-# First pause after a fetch that failed or found nothing; doubles up to its cap
-# (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
+# First pause after a fetch that failed; doubles up to ERROR_MAX_PAUSE while Redis is away.
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
 # With every thread busy and no async job in the last fetch, how often the feeder asks
@@ -104,6 +109,10 @@ def _since(link: Any, began: float) -> float:
     return began if opened is None else min(began, opened)
 
 
+# What Dispatcher._claim returns when jobs are wanted and the queues ran dry.
+IDLE = object()
+
+
 class BatchFetch(Protocol):
     """What the dispatcher needs of its strategy (fetch.ReliableFetch)."""
 
@@ -112,6 +121,10 @@ class BatchFetch(Protocol):
     ) -> list[Work]: ...
 
     def give_back(self, conn: Any, raws: list[str]) -> int: ...
+
+    def bells(self) -> list[str]: ...
+
+    def ring(self) -> None: ...
 
 
 def _ends(acks: list[Work]) -> list[Any]:
@@ -153,11 +166,17 @@ class Dispatcher:
         # Under the lock:
         self._wanting = 0  # threads free with no job on its way (waiting or fetching)
         self._coming = 0  # jobs asked for by the fetches out (for threads and the loop)
-        self._not_before = 0.0  # (monotonic) the queues ran dry: only the feeder polls
-        self._idle_pause = IDLE_FIRST_PAUSE
+        # The queues ran dry: no fetch but those carrying acks until a doorbell rings
+        # (or the wait on them ends). Only a fetch sent after the last wake-up
+        # (``_dry_from`` and later, by number) may set it: one sent before the ring
+        # found the queues as they were before the push that rang.
+        self._dry = False
+        self._dry_from = 0
+        self._awaiting = False  # the feeder is in its BRPOP on the doorbells
+        self._rang = False  # the last wait ended on a ring: pass it on if the fetch fills
+        self._bell_link = connection.Held()  # the feeder's own, for its blocking wait
         self._error_until = 0.0  # (monotonic) Redis was away: no fetch before this
         self._error_pause = IDLE_FIRST_PAUSE
-        self._nudged = False  # (nudge: fetch now, the idle pause is over)
         self._feeder = Feeder(self)
         # One connection per fetch out; the free ones (under the lock).
         self._links = [connection.Held() for _ in range(fetches_out)]
@@ -190,13 +209,20 @@ class Dispatcher:
         for _ in range(self.concurrency):
             self._ready.put(None)
         self._wake.put(None)
+        self._end_idle_wait()
 
     def nudge(self) -> None:
         """Jobs were just put on the queues (the limiter waker moved waiting jobs): if
-        the feeder is pausing because the queues ran dry, it fetches now instead."""
-        with self._lock:
-            self._nudged = True
+        the feeder is waiting on the doorbells, it fetches now instead."""
+        self._end_idle_wait()
         self._wake.put(None)
+
+    def _end_idle_wait(self) -> None:
+        """The feeder's wait on the doorbells (if it is in one) ends now; it fetches."""
+        with self._lock:
+            self._dry = False
+            if self._awaiting:
+                self._bell_link.interrupt()
 
     # The processor threads' side ----------------------------------------------------------
 
@@ -211,7 +237,7 @@ class Dispatcher:
             own = (
                 bool(self._free_links)
                 and not self._links_closed  # the feeder exited: it may be closing them
-                and now >= self._not_before
+                and (not self._dry or self.ledger.has_acks())  # dry: only to carry acks
                 and now >= self._error_until
                 and not control.quiet.is_set()
             )
@@ -265,7 +291,7 @@ class Dispatcher:
         with self._lock:
             self.own_fetches += 1
             self._done_with(link, wanted)
-            plain = self._hand_out(works, wanted, keep=1)
+            plain = self._hand_out(works, wanted, keep=1, number=number)
             more = self.ledger.has_acks() or self._wanted()
         if more:
             self._wake.put(None)  # threads came free during the fetch: the feeder's turn
@@ -279,6 +305,8 @@ class Dispatcher:
         (:meth:`_take_freed`)."""
         self._freed.put(freed)
         self._wake.put(None)
+        if self._dry:  # (read without the lock: a stale look costs one wait's end)
+            self._end_idle_wait()
 
     def _take_freed(self) -> None:
         """(Under the lock.) What the event loop handed in so far."""
@@ -327,6 +355,7 @@ class Dispatcher:
         hand-over needs a second pass)."""
         was_fetching = len(self._free_links) < self.fetches_out
         self._wake.put(None)
+        self._end_idle_wait()
         return not self._feeder.join(timeout) or was_fetching
 
     def feed_once(self) -> float | None:
@@ -338,9 +367,14 @@ class Dispatcher:
         if control.quiet.is_set() and time.monotonic() >= self._error_until:
             self._give_back_stranded()  # (while Redis is away, at the fetches' pace)
         claimed = self._claim()
-        if not isinstance(claimed, tuple):
+        if claimed is IDLE:
+            self._await_bell()
+            return 0.0
+        if isinstance(claimed, float):
             return max(0.0, claimed - time.monotonic())
+        assert isinstance(claimed, tuple)
         link, number, acks, wanted = claimed
+        rang, self._rang = self._rang, False
         began = time.monotonic()
         try:
             works = self._round_trip(link, number, acks, wanted)
@@ -356,8 +390,32 @@ class Dispatcher:
             raise
         with self._lock:
             self._done_with(link, wanted)
-            self._hand_out(works, wanted, keep=0)
+            self._hand_out(works, wanted, keep=0, number=number)
+        if rang and wanted and len(works) >= wanted:
+            self.strategy.ring()  # more may wait: the next idle worker's turn
         return 0.0
+
+    def _await_bell(self) -> None:
+        """(The feeder, the queues dry.) Wait on the doorbells for up to
+        FETCH_IDLE_MAX_INTERVAL (at most FETCH_BLOCK_SECONDS: the socket's timeout is
+        longer than that), or until :meth:`_end_idle_wait`; the next fetch goes then."""
+        wait = min(self.control.idle_max, connection.FETCH_BLOCK_SECONDS)
+        bells = self.strategy.bells()
+        with self._lock:
+            if not self._dry or self.control.quiet.is_set():
+                return
+            self._awaiting = wait >= IDLE_FIRST_PAUSE and bool(bells)
+        rang = False
+        if self._awaiting:
+            try:
+                rang = self._bell_link.execute_command("BRPOP", *bells, wait) is not None
+            except Exception:  # noqa: BLE001 - ended early (interrupt), or Redis away:
+                pass  # the fetch that follows reports an outage
+        with self._lock:
+            self._awaiting = False
+            self._dry = False
+            self._dry_from = self._sent + 1
+            self._rang = rang
 
     def close_links(self) -> None:
         """(The feeder, as it ends.) Only the free links: one a processor thread is
@@ -370,6 +428,7 @@ class Dispatcher:
             free = list(self._free_links)
         for link in free:
             link.close()
+        self._bell_link.close()
 
     def _give_back_stranded(self) -> None:
         """(The feeder, while quiet.) Plain jobs fetched that no thread will take (the
@@ -407,9 +466,10 @@ class Dispatcher:
         if given:
             log.info("quiet: put %d job(s) fetched but not started back on their queues", given)
 
-    def _claim(self) -> tuple[Any, int, list[Work], int] | float:
+    def _claim(self) -> tuple[Any, int, list[Work], int] | float | object:
         """A connection, the acks and the jobs to ask for, when there is something to send
-        now; else when to look again (monotonic)."""
+        now; IDLE when jobs are wanted but the queues ran dry (wait on the doorbells);
+        else when to look again (monotonic)."""
         with self._lock:
             self._take_freed()
             now = time.monotonic()
@@ -417,16 +477,13 @@ class Dispatcher:
                 return now + WAIT_SLICE  # every fetch out: the first back wakes the feeder
             if now < self._error_until:
                 return self._error_until  # Redis was away: not before the pause is over
-            if self._nudged:  # jobs were just queued: the idle pause is over
-                self._nudged = False
-                self._not_before, self._idle_pause = 0.0, IDLE_FIRST_PAUSE
             wanted = self._wanted()
-            if self.ledger.has_acks() or (wanted and now >= self._not_before):
+            if self.ledger.has_acks() or (wanted and not self._dry):
                 link, number = self._take_link()
                 self._coming += wanted
                 return link, number, self.ledger.take_acks(), wanted
             if wanted:
-                return self._not_before  # the queues ran dry: poll after the pause
+                return IDLE  # the queues ran dry: wait on their doorbells
             return now + WAIT_SLICE  # every thread is busy: wait for one
 
     def pause(self, seconds: float | None) -> None:
@@ -511,7 +568,7 @@ class Dispatcher:
         if self._links_closed:
             link.close()
 
-    def _hand_out(self, works: list[Work], wanted: int, keep: int) -> Work | None:
+    def _hand_out(self, works: list[Work], wanted: int, keep: int, number: int) -> Work | None:
         """(Under the lock.) What a fetch brought: async jobs to the event loop, plain
         ones to the threads waiting; the first one to the caller when ``keep`` (the
         fetching thread's own). Once stopping, none is handed out: all stay listed and
@@ -520,12 +577,14 @@ class Dispatcher:
         self.fetches += 1
         self.fetched_jobs += len(works)
         if wanted and len(works) < wanted:
-            # The queues ran dry: only the feeder polls them, after a pause (doubling),
-            # unless an ack is handed in meanwhile (it goes at once, asking for jobs too).
-            self._not_before = time.monotonic() + self._idle_pause
-            self._idle_pause = min(self._idle_pause * 2, self.control.idle_max)
+            # The queues ran dry: the feeder waits on their doorbells, and only fetches
+            # that carry acks go meanwhile (asking for jobs too).
+            if number >= self._dry_from:
+                self._dry = True
         elif works:
-            self._idle_pause, self._not_before = IDLE_FIRST_PAUSE, 0.0
+            self._dry = False
+            if self._awaiting:  # a thread's own fetch found jobs: the feeder fetches too
+                self._bell_link.interrupt()
         if self.aio is not None and works:
             works = self._to_loop(works)
         self._wanting -= len(works)

@@ -36,7 +36,7 @@ import redis
 from .. import conf
 from ..conf import QueueSpec
 from ..core import payload, priority, results
-from ..store import connection, errors, homes, keys, scripts
+from ..store import bell, connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
 from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
@@ -178,6 +178,17 @@ class ReliableFetch(FetchStrategy):
         from .dispatch import Dispatcher
 
         return Dispatcher(self, ledger, control, concurrency)
+
+    def bells(self) -> list[str]:
+        """The doorbells an idle feeder waits on (store/bell.py): those of the queues of
+        the first home. A BRPOP's keys must share a slot on a cluster, so with a home per
+        queue the other queues' pushes are found at the wait's end
+        (FETCH_IDLE_MAX_INTERVAL), as before doorbells."""
+        return bell.bells(self.groups[0][1])
+
+    def ring(self) -> None:
+        """Ring the bells :meth:`bells` names (the next idle worker's turn: dispatch.py)."""
+        bell.ring(connection.get_client(), self.groups[0][1])
 
     # Taking and settling -----------------------------------------------------------------
 
