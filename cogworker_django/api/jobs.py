@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from .. import conf
 from ..core import departures, locks, payload, route
-from ..store import homes, keys, scripts
+from ..store import bell, homes, keys, scripts
 from . import search as scanning
 from ._util import as_bytes, client
 from .records import JobRecord, parse_entry_key
@@ -219,12 +219,10 @@ class JobSet:
         key = self.key_of(record)
         if where is None or not _same_home(key, where.key):
             return Outcome.INVALID
-        moved = scripts.run(
-            "requeue_due",
-            client(),
-            [key, where.key, *_listing(key)],
-            [record.raw, where.value, record.queue, where.score_arg],
-        )
+        script_keys = [key, where.key, *_listing(key)]
+        args = [record.raw, where.value, record.queue, where.score_arg]
+        bell.add(script_keys, args, where.queue)  # an idle worker starts it at once
+        moved = scripts.run("requeue_due", client(), script_keys, args)
         return Outcome.DONE if moved else Outcome.GONE
 
     def delete(self, record: JobRecord) -> Outcome:

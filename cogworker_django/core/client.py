@@ -24,7 +24,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .. import conf
-from ..store import connection, errors, homes, keys, listing, scripts
+from ..store import bell, connection, errors, homes, keys, listing, scripts
 from ..store.errors import CogworkerError
 from . import middleware, route, testrun, unread
 
@@ -229,23 +229,27 @@ def _final_write_carries(job: dict[str, Any], now: float) -> bool:
 def _write(conn: Any, where: route.Destination) -> None:
     """The write of a single push (LPUSH to a list, ZADD to a zset), and the queue's
     listing when the destination lists it and this process has not lately: one round
-    trip. The write's failure raises; the listing's is reported (rule 1)."""
+    trip. The write's failure raises; the listing's is reported (rule 1). A push that
+    found its queue empty (the LPUSH's reply is 1), or a job added to a priority zset,
+    rings the queue's doorbell after it (store/bell.py: an idle worker starts it now)."""
 
-    def write(target: Any) -> None:
+    def write(target: Any) -> Any:
         if where.score is None:
-            target.lpush(where.key, where.value)
-        else:
-            target.zadd(where.key, {where.value: where.score})
+            return target.lpush(where.key, where.value)
+        return target.zadd(where.key, {where.value: where.score})
 
     if where.listed and listing.due(where.queue):
-        _write_and_list(conn, where.queue, write)
+        written = _write_and_list(conn, where.queue, write)
     else:
-        write(conn)
+        written = write(conn)
+    if where.kind == "list" and written == 1 or where.kind == "zset" and written:
+        bell.ring(conn, (where.queue,))
 
 
-def _write_and_list(conn: Any, queue: str, write: Any) -> None:
+def _write_and_list(conn: Any, queue: str, write: Any) -> Any:
     """``write`` (queued on a pipeline) and the queue's listing, in one round trip; the
-    write's failure raises, the listing's is reported (listing.report)."""
+    write's failure raises, the listing's is reported (listing.report). Returns the
+    write's reply."""
     pipe = conn.pipeline(transaction=False)
     write(pipe)
     listing.add(pipe, queue)
@@ -254,6 +258,7 @@ def _write_and_list(conn: Any, queue: str, write: Any) -> None:
         listing.forget(queue)
         raise written
     listing.report(listed, queue)
+    return written
 
 
 def _list_apart(queue: str) -> None:
@@ -383,6 +388,8 @@ def push_plain(queue: str, jids: list[str], texts: list[str]) -> list[str | None
     out: list[str | None] = list(jids)
     refused = _refused_writes(out, carried, results)
     listing.report(results[-1], queue)
+    if results[0] == min(len(texts), BULK_CHUNK):  # the queue was empty: wake a worker
+        bell.ring(connection.get_client(), (queue,))
     if refused:
         raise BulkPushError(out, refused, len(texts))
     return out
@@ -453,6 +460,11 @@ class _Bulk:
         self.zsets: dict[str, list[tuple[int, str, float]]] = {}
         self.unique: list[tuple[int, dict[str, Any]]] = []  # pushed by unique's script
         self.queues: set[str] = set()  # listed in P:queues with the writes
+        self.queue_of: dict[str, str] = {}  # list or priority zset key -> its queue
+        # (reply index, queue, values) of each queue's first write: a reply equal to the
+        # values written found the queue empty, so its doorbell is rung (store/bell.py).
+        # (None for a priority zset: any member added rings.)
+        self.firsts: list[tuple[int, str, int | None]] = []
 
     def add(self, i: int, job: dict[str, Any]) -> None:
         where = route.destination(job, self.now, self.encoded[i] if self.encoded else None)
@@ -465,14 +477,19 @@ class _Bulk:
             self.lists.setdefault(where.key, []).append((i, where.value))
         else:
             self.zsets.setdefault(where.key, []).append((i, where.value, where.score))
+        if where.kind in ("list", "zset"):
+            self.queue_of[where.key] = where.queue
 
     def write(self, pipe: Any) -> list[Sequence[int]]:
         """Queue every write on ``pipe``; returns the positions each LPUSH/ZADD carries
         (the unique jobs' scripts and the listing follow them, in that order)."""
         carried: list[Sequence[int]] = []
         for key, entries in self.lists.items():
+            self.firsts.append((len(carried), self.queue_of[key], min(len(entries), BULK_CHUNK)))
             carried += _lpush_chunks(pipe, key, [d for _, d in entries], [i for i, _ in entries])
         for key, members in self.zsets.items():
+            if key in self.queue_of:  # a priority zset (not a schedule): any add rings
+                self.firsts.append((len(carried), self.queue_of[key], None))
             for start in range(0, len(members), BULK_CHUNK):
                 zchunk = members[start : start + BULK_CHUNK]
                 pipe.zadd(key, {data: score for _, data, score in zchunk})
@@ -494,6 +511,11 @@ class _Bulk:
     ) -> list[str | None]:
         out = [job["jid"] if job is not None else None for job in prepared]
         refused = _refused_writes(out, carried, results)
+        empty = [
+            q
+            for at, q, n in self.firsts
+            if results[at] == n or n is None and isinstance(results[at], int) and results[at]
+        ]
         if self.unique:
             from . import unique
 
@@ -503,6 +525,10 @@ class _Bulk:
                     out[i] = None
                 else:
                     out[i] = unique.interpret(job, result)
+                    if result == unique.PUSHED_ONTO_EMPTY:
+                        empty.append(job["queue"])
+        if empty:  # queues that were empty: an idle worker starts their jobs now
+            bell.ring(connection.get_client(), dict.fromkeys(empty))
         if self.queues:
             listing.report(results[-1], *sorted(self.queues))
         if refused:

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from .. import conf
-from ..store import connection, errors, homes, keys, scripts
+from ..store import bell, connection, errors, homes, keys, scripts
 from . import locks, payload, route
 from .middleware import Reschedule
 
@@ -100,10 +100,18 @@ def push(job: dict[str, Any], claimed: Any = None) -> str | None:
         key, field, jid = claimed.claim()
         k.append(key)
         a += [field, jid]
-    pushed = int(scripts.run("unique_push", connection.get_client(), k, a))
+    conn = connection.get_client()
+    pushed = int(scripts.run("unique_push", conn, k, a))
+    if pushed == PUSHED_ONTO_EMPTY:  # an idle worker starts it at once
+        bell.ring(conn, (job["queue"],))
+        pushed = 1
     if claimed is not None:
         claimed.unique_result(pushed)
     return job["jid"] if pushed == 1 else None
+
+
+# lua/unique_push.lua's reply for a job pushed onto a queue list that was empty.
+PUSHED_ONTO_EMPTY = 2
 
 
 def queue_push(pipe: Any, job: dict[str, Any]) -> None:

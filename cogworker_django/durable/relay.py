@@ -57,7 +57,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from ..core import locks, payload, route
 from ..core.unique import PUSH_LOCKED, lock_key
 from ..core.unique import _push_ttl as push_ttl
-from ..store import connection, errors, homes, keys, listing, outbox, runtime, scripts
+from ..store import bell, connection, errors, homes, keys, listing, outbox, runtime, scripts
 from ..workflows import store
 from ..workflows.signatures import BatchFinished, BatchNotFound
 from .entry import CLOSE, TABLE, OutboxEntry
@@ -451,6 +451,8 @@ class _Pass:
             self.markers.append(marker)
             if int(reply) == 1:
                 self.pushed += 1
+        if self.pushed and self.listing:  # idle workers start them now (store/bell.py)
+            bell.ring(self.conn, sorted(self.listing))
 
     def push_batch(self, bid: str, found: list[tuple[OutboxEntry, dict[str, Any]]]) -> None:
         try:

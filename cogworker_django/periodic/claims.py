@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from ..core import client, payload, route
-from ..store import connection, errors, homes, keys, outbox, scripts
+from ..store import bell, connection, errors, homes, keys, outbox, scripts
 
 log = logging.getLogger("cogworker_django")
 
@@ -105,7 +105,9 @@ class ClaimedPush:
         )
         self.gone = int(pushed) == 0
         if not self.gone and target != where.key:
-            outbox.relay(self.conn, [value])
+            outbox.relay(self.conn, [value])  # (rings its queue's doorbell)
+        elif not self.gone:
+            bell.ring(self.conn, (queue,))  # idle workers start it now (store/bell.py)
         return not self.gone
 
     def claim(self) -> tuple[str, str, str]:

@@ -15,6 +15,7 @@ would change either are refused (``conf`` for ``REDIS_OPTIONS`` and the URL's qu
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -306,6 +307,20 @@ class Held:
         if self._pool is None:  # the cluster client loads it where it must
             return client.script_load(source)
         return self.execute_command("SCRIPT", "LOAD", source)
+
+    def interrupt(self) -> None:
+        """From another thread: end a blocking command this connection is waiting in
+        (the idle feeder's BRPOP on the doorbells, dispatch.py) now. The socket is shut
+        down, so the read returns at once and raises; the connection is then dropped and
+        the next command takes a fresh one. A cluster client's connections are its own:
+        there the wait runs to its timeout."""
+        sock = getattr(self._conn, "_sock", None)
+        if sock is None:
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # closed meanwhile: nothing waits on it
 
     def close(self) -> None:
         conn, pool, self._conn = self._conn, self._pool, None

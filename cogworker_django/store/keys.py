@@ -168,6 +168,10 @@ def priority_queue(name: str) -> str:  # zset: the queue's jobs with a priority 
     return _h(home_of(name), "pqueue", name)
 
 
+def bell(name: str) -> str:  # list: the queue's doorbell (store/bell.py; in the queue's home)
+    return _h(home_of(name), "bell", name)
+
+
 def process(identity: str) -> str:  # hash: presence
     return _k("process", identity)
 

@@ -37,7 +37,7 @@ from typing import Any
 import redis
 
 from ..core import payload
-from . import errors, keys, listing, scripts
+from . import bell, errors, keys, listing, scripts
 from .codec import raw_text, wire
 
 log = logging.getLogger("cogworker_django")
@@ -234,6 +234,8 @@ def _relay(conn: Any, entries: list[tuple[str, Envelope]]) -> tuple[int, list[Ex
             if isinstance(result, Exception):
                 raise result  # left listed: the next relay finds the marker
         listing.report(removed[-1], *queues)  # only a listing (rule 4): never raised
+        if pushed:  # idle workers start them now
+            bell.ring(conn, queues)
     return pushed, failures
 
 

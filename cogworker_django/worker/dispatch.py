@@ -32,11 +32,17 @@ Why this shape (docs/performance.md "The run layer"):
   an ack leaves with the fetch it was handed in before, or the next, sent as soon as
   one out returns, so the window in which a crash can re-run a finished job stays
   about one fetch round trip. Each fetch asks only for jobs no fetch out has asked
-  for (``_coming``), so two never fetch for the same free thread. At shutdown the acks still waiting are flushed
+  for (``_coming_plain``, ``_coming_async``), so two never fetch for the same free thread. At shutdown the acks still waiting are flushed
   (:meth:`Dispatcher.flush`) before the hand-over.
-- When the queues run dry the feeder alone polls, with a backoff (from
-  ``IDLE_FIRST_PAUSE`` up to ``FETCH_IDLE_MAX_INTERVAL``), but an ack handed in is sent
-  at once; while Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
+- When a fetch finds the queues dry, nobody polls them: the feeder waits on their
+  doorbells (store/bell.py: a BRPOP on a connection of its own, up to
+  ``FETCH_IDLE_MAX_INTERVAL``), which a push that finds its queue empty rings, and
+  fetches as soon as one rings (a job pushed into an idle worker starts within a round
+  trip or two, docs/workers.md "Pickup latency"). Meanwhile a thread that comes free
+  still sends its own fetch, to carry its ack at once; the loop's hand-in, a nudge and
+  a stop end the wait early (``connection.Held.interrupt``). A feeder woken by a ring
+  whose fetch filled every free thread rings again: more jobs may wait, for the next
+  idle worker. While Redis is away it backs off from ``IDLE_FIRST_PAUSE`` up to
   ``ERROR_MAX_PAUSE`` and reports the outage once (errors.report); the acks a failed
   fetch carried stay PENDING in the ledger for the heartbeat to send.
 
@@ -61,10 +67,11 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..store import connection, errors
 from .background import Background
+from .fetch import Kinds, joined_paths
 from .ledger import Control, Ledger, Work
 
 log = logging.getLogger("cogworker_django")
@@ -75,15 +82,21 @@ WAIT_SLICE = 0.25
 # (wake_waiting), so this is only a safety net; short, it woke every idle thread four
 # times a second for nothing (400 wake-ups a second at -c 100).
 THREAD_WAIT = 5.0
-# First pause after a fetch that failed or found nothing; doubles up to its cap
-# (FETCH_IDLE_MAX_INTERVAL for an empty queue, ERROR_MAX_PAUSE while Redis is away).
+# With no async job in the last fetch that brought jobs, how often a fetch asks for jobs
+# for the event loop's free slots anyway: the longest an async job queued behind plain
+# ones on another queue waits to be found while no thread comes free. A fetch takes
+# async jobs only for those slots (lua/fetch.lua, by the async jobs' paths), so a probe
+# costs one fetch; where kinds can't be told apart (only django.tasks tasks on the
+# loop) it may take plain jobs that then wait for a thread, so it is rarer there.
+ASYNC_PROBE = 1.0
+PROBE_PAUSE = 5.0
+# A fetch that left jobs of a kind with no room (and found none of the other kind): the
+# next goes when a thread or a loop slot comes free, or after this at the latest (a job
+# of the other kind pushed onto another queue meanwhile rings no bell the feeder waits on).
+BLOCKED_RECHECK = 0.05
+# First pause after a fetch that failed; doubles up to ERROR_MAX_PAUSE while Redis is away.
 IDLE_FIRST_PAUSE = 0.02
 ERROR_MAX_PAUSE = 2.0
-# With every thread busy and no async job in the last fetch, how often the feeder asks
-# for jobs for the event loop anyway (Dispatcher._wanted): about the longest an async
-# job queued behind plain ones waits to be found while the threads are all busy. Long
-# enough that a plain load (no async job coming) rarely takes a job it can't start.
-PROBE_PAUSE = 5.0
 # Fetches out at once, each on a connection of its own: with many threads a thread that
 # comes free while one is out sends the second for itself instead of waiting to be
 # woken. Measured (docs/performance.md "The run layer"): two gave about 10% more jobs/s
@@ -104,14 +117,42 @@ def _since(link: Any, began: float) -> float:
     return began if opened is None else min(began, opened)
 
 
+# What Dispatcher._claim returns when jobs are wanted and the queues ran dry.
+IDLE = object()
+
+
+class Wants(NamedTuple):
+    """Jobs a fetch asks for: for threads free with none on its way (``plain``) and for
+    the event loop's free slots (``async_``)."""
+
+    plain: int
+    async_: int
+
+    @property
+    def total(self) -> int:
+        return self.plain + self.async_
+
+
+NOTHING = Wants(0, 0)
+
+
 class BatchFetch(Protocol):
     """What the dispatcher needs of its strategy (fetch.ReliableFetch)."""
 
     def fetch_many(
-        self, conn: Any, acks: list[str], count: int, ends: Sequence[Any] = ()
+        self,
+        conn: Any,
+        acks: list[str],
+        count: int,
+        ends: Sequence[Any] = (),
+        kinds: Kinds | None = None,
     ) -> list[Work]: ...
 
     def give_back(self, conn: Any, raws: list[str]) -> int: ...
+
+    def bells(self) -> list[str]: ...
+
+    def ring(self) -> None: ...
 
 
 def _ends(acks: list[Work]) -> list[Any]:
@@ -152,12 +193,24 @@ class Dispatcher:
         self._stranded: list[Work] = []
         # Under the lock:
         self._wanting = 0  # threads free with no job on its way (waiting or fetching)
-        self._coming = 0  # jobs asked for by the fetches out (for threads and the loop)
-        self._not_before = 0.0  # (monotonic) the queues ran dry: only the feeder polls
-        self._idle_pause = IDLE_FIRST_PAUSE
+        # Jobs asked for by the fetches out, for threads and for the loop.
+        self._coming_plain = 0
+        self._coming_async = 0
+        # The queues ran dry: no fetch but those carrying acks until a doorbell rings
+        # (or the wait on them ends). Only a fetch sent after the last wake-up
+        # (``_dry_from`` and later, by number) may set it: one sent before the ring
+        # found the queues as they were before the push that rang.
+        self._dry = False
+        # ... because a queue's next job had no room (not empty): no wait on the doorbells
+        # then (a thread, a loop slot coming free ends it; a stall is cut at _recheck_at).
+        self._blocked = False
+        self._recheck_at = 0.0
+        self._dry_from = 0
+        self._awaiting = False  # the feeder is in its BRPOP on the doorbells
+        self._rang = False  # the last wait ended on a ring: pass it on if the fetch fills
+        self._bell_link = connection.Held()  # the feeder's own, for its blocking wait
         self._error_until = 0.0  # (monotonic) Redis was away: no fetch before this
         self._error_pause = IDLE_FIRST_PAUSE
-        self._nudged = False  # (nudge: fetch now, the idle pause is over)
         self._feeder = Feeder(self)
         # One connection per fetch out; the free ones (under the lock).
         self._links = [connection.Held() for _ in range(fetches_out)]
@@ -173,8 +226,13 @@ class Dispatcher:
         # jobs to ack).
         self.aio: Any = None
         self._aio_free = 0  # the loop's free slots with no job on its way
-        self._aio_coming = False  # the last fetch that brought jobs brought an async one
-        self._probe_at = 0.0  # (monotonic) no probe for an async job before this
+        # The async jobs' paths, for a fetch to take jobs by kind (lua/fetch.lua); empty
+        # when only django.tasks tasks run on the loop (their kind is in their task).
+        self._paths = ""
+        # The last fetch that brought jobs brought an async one, or left one for want of a
+        # slot: the loop's free slots are asked for (else only now and then, _probe_at).
+        self._aio_coming = False
+        self._probe_at = 0.0
         # How many fetches went out (and by processor threads), and how many jobs and
         # acks they carried (for tests and the performance notes; never read on the hot
         # path).
@@ -190,13 +248,20 @@ class Dispatcher:
         for _ in range(self.concurrency):
             self._ready.put(None)
         self._wake.put(None)
+        self._end_idle_wait()
 
     def nudge(self) -> None:
         """Jobs were just put on the queues (the limiter waker moved waiting jobs): if
-        the feeder is pausing because the queues ran dry, it fetches now instead."""
-        with self._lock:
-            self._nudged = True
+        the feeder is waiting on the doorbells, it fetches now instead."""
+        self._end_idle_wait()
         self._wake.put(None)
+
+    def _end_idle_wait(self) -> None:
+        """The feeder's wait on the doorbells (if it is in one) ends now; it fetches."""
+        with self._lock:
+            self._dry = False
+            if self._awaiting:
+                self._bell_link.interrupt()
 
     # The processor threads' side ----------------------------------------------------------
 
@@ -208,10 +273,12 @@ class Dispatcher:
         with self._lock:
             self._wanting += 1
             now = time.monotonic()
+            if self._dry and self._blocked:  # room for a job a fetch had to leave
+                self._dry = False
             own = (
                 bool(self._free_links)
                 and not self._links_closed  # the feeder exited: it may be closing them
-                and now >= self._not_before
+                and (not self._dry or self.ledger.has_acks())  # dry: only to carry acks
                 and now >= self._error_until
                 and not control.quiet.is_set()
             )
@@ -219,7 +286,7 @@ class Dispatcher:
                 link, number = self._take_link()
                 acks = self.ledger.take_acks()
                 wanted = self._wanted()
-                self._coming += wanted
+                self._asked(wanted)
             elif self._free_links:
                 self._wake.put(None)  # the feeder's to fetch (an ack goes at once)
         if own:
@@ -242,7 +309,7 @@ class Dispatcher:
             return work  # FETCHED in the ledger until its thread starts it
         return None  # jobs fetched but not taken stay listed: the hand-over requeues them
 
-    def _own_fetch(self, link: Any, number: int, acks: list[Work], wanted: int) -> Work | None:
+    def _own_fetch(self, link: Any, number: int, acks: list[Work], wanted: Wants) -> Work | None:
         """This thread sends a fetch on ``link``: one round trip for it and the threads
         waiting that no fetch out asked for; its own job, or None (it then waits like
         the others)."""
@@ -265,8 +332,8 @@ class Dispatcher:
         with self._lock:
             self.own_fetches += 1
             self._done_with(link, wanted)
-            plain = self._hand_out(works, wanted, keep=1)
-            more = self.ledger.has_acks() or self._wanted()
+            plain = self._hand_out(works, wanted, keep=1, number=number)
+            more = self.ledger.has_acks() or (self._wanted().total and not self._dry)
         if more:
             self._wake.put(None)  # threads came free during the fetch: the feeder's turn
         return plain
@@ -279,6 +346,8 @@ class Dispatcher:
         (:meth:`_take_freed`)."""
         self._freed.put(freed)
         self._wake.put(None)
+        if self._dry and not self._blocked:  # (read without the lock: a stale look
+            self._end_idle_wait()  # costs one wait's end) the acks go now
 
     def _take_freed(self) -> None:
         """(Under the lock.) What the event loop handed in so far."""
@@ -289,6 +358,8 @@ class Dispatcher:
             except queue.Empty:
                 return
             self._aio_free += freed.slots
+            if freed.slots and self._blocked:
+                self._dry = False  # room for a job a fetch had to leave
 
     def give_back(self, work: Work) -> bool:
         """A job taken as the process stops: not run, kept listed (and FETCHED in the
@@ -299,6 +370,7 @@ class Dispatcher:
         """Fetch for the event loop's slots too (before :meth:`start`)."""
         self.aio = aio
         self._aio_free = aio.capacity
+        self._paths = joined_paths(aio.sorter.paths)
 
     def flush(self, conn: Any) -> None:
         """At shutdown, once the feeder has stopped: send the acks still waiting (raises on
@@ -327,6 +399,7 @@ class Dispatcher:
         hand-over needs a second pass)."""
         was_fetching = len(self._free_links) < self.fetches_out
         self._wake.put(None)
+        self._end_idle_wait()
         return not self._feeder.join(timeout) or was_fetching
 
     def feed_once(self) -> float | None:
@@ -338,9 +411,14 @@ class Dispatcher:
         if control.quiet.is_set() and time.monotonic() >= self._error_until:
             self._give_back_stranded()  # (while Redis is away, at the fetches' pace)
         claimed = self._claim()
-        if not isinstance(claimed, tuple):
+        if claimed is IDLE:
+            self._await_bell()
+            return 0.0
+        if isinstance(claimed, float):
             return max(0.0, claimed - time.monotonic())
+        assert isinstance(claimed, tuple)
         link, number, acks, wanted = claimed
+        rang, self._rang = self._rang, False
         began = time.monotonic()
         try:
             works = self._round_trip(link, number, acks, wanted)
@@ -356,8 +434,37 @@ class Dispatcher:
             raise
         with self._lock:
             self._done_with(link, wanted)
-            self._hand_out(works, wanted, keep=0)
+            self._hand_out(works, wanted, keep=0, number=number)
+        filled = len(works) >= wanted.total or getattr(works, "blocked", False)
+        if rang and wanted.total and filled:
+            self.strategy.ring()  # more may wait: the next idle worker's turn
         return 0.0
+
+    def _await_bell(self) -> None:
+        """(The feeder, the queues dry.) Wait on the doorbells for up to
+        FETCH_IDLE_MAX_INTERVAL, or until :meth:`_end_idle_wait`; the next fetch goes
+        then. One BRPOP waits FETCH_BLOCK_SECONDS at most (the socket's timeout is longer
+        than that): a longer wait is several in turn."""
+        bells = self.strategy.bells()
+        deadline = time.monotonic() + self.control.idle_max
+        rang = False
+        while not rang:
+            wait = min(deadline - time.monotonic(), connection.FETCH_BLOCK_SECONDS)
+            with self._lock:
+                if not self._dry or self.control.quiet.is_set():
+                    break
+                self._awaiting = wait >= IDLE_FIRST_PAUSE and bool(bells)
+                if not self._awaiting:
+                    break
+            try:
+                rang = self._bell_link.execute_command("BRPOP", *bells, wait) is not None
+            except Exception:  # noqa: BLE001 - ended early (interrupt), or Redis away:
+                break  # the fetch that follows reports an outage
+        with self._lock:
+            self._awaiting = False
+            self._dry = False
+            self._dry_from = self._sent + 1
+            self._rang = rang
 
     def close_links(self) -> None:
         """(The feeder, as it ends.) Only the free links: one a processor thread is
@@ -370,6 +477,7 @@ class Dispatcher:
             free = list(self._free_links)
         for link in free:
             link.close()
+        self._bell_link.close()
 
     def _give_back_stranded(self) -> None:
         """(The feeder, while quiet.) Plain jobs fetched that no thread will take (the
@@ -407,9 +515,10 @@ class Dispatcher:
         if given:
             log.info("quiet: put %d job(s) fetched but not started back on their queues", given)
 
-    def _claim(self) -> tuple[Any, int, list[Work], int] | float:
+    def _claim(self) -> tuple[Any, int, list[Work], Wants] | float | object:
         """A connection, the acks and the jobs to ask for, when there is something to send
-        now; else when to look again (monotonic)."""
+        now; IDLE when jobs are wanted but the queues ran dry (wait on the doorbells);
+        else when to look again (monotonic)."""
         with self._lock:
             self._take_freed()
             now = time.monotonic()
@@ -417,16 +526,17 @@ class Dispatcher:
                 return now + WAIT_SLICE  # every fetch out: the first back wakes the feeder
             if now < self._error_until:
                 return self._error_until  # Redis was away: not before the pause is over
-            if self._nudged:  # jobs were just queued: the idle pause is over
-                self._nudged = False
-                self._not_before, self._idle_pause = 0.0, IDLE_FIRST_PAUSE
+            if self._dry and self._blocked and now >= self._recheck_at:
+                self._dry = False
             wanted = self._wanted()
-            if self.ledger.has_acks() or (wanted and now >= self._not_before):
+            if self.ledger.has_acks() or (wanted.total and not self._dry):
                 link, number = self._take_link()
-                self._coming += wanted
+                self._asked(wanted)
                 return link, number, self.ledger.take_acks(), wanted
-            if wanted:
-                return self._not_before  # the queues ran dry: poll after the pause
+            if wanted.total and self._blocked:
+                return self._recheck_at  # (or a thread, a slot, coming free)
+            if wanted.total:
+                return IDLE  # the queues ran dry: wait on their doorbells
             return now + WAIT_SLICE  # every thread is busy: wait for one
 
     def pause(self, seconds: float | None) -> None:
@@ -450,40 +560,37 @@ class Dispatcher:
         self._error_until = time.monotonic() + self._error_pause
         self._error_pause = min(self._error_pause * 2, ERROR_MAX_PAUSE)
 
-    def _wanted(self) -> int:
-        """(Under the lock.) Jobs to ask for: one per thread free with none on its way
-        (none once quiet)."""
+    def _wanted(self) -> Wants:
+        """(Under the lock.) Jobs to ask for: one per thread free with none on its way,
+        one per free loop slot with none on its way (none once quiet). A fetch takes
+        async jobs only for the loop's slots and plain ones only for threads (lua/fetch.lua
+        by the async jobs' paths), so no job waits in this process for a thread or a
+        slot while another process may have one free. Where kinds can't be told apart in
+        Redis (only django.tasks tasks run on the loop) the slots are asked for only while
+        async jobs are coming (the last fetch that brought jobs brought one)."""
         if self.control.quiet.is_set():
-            return 0
-        return max(0, self._wanted_all() - self._coming)
+            return NOTHING
+        plain = max(0, min(self._wanting, self.concurrency) - self._coming_plain)
+        if self.aio is None or not (self._aio_coming or time.monotonic() >= self._probe_at):
+            return Wants(plain, 0)
+        return Wants(plain, max(0, self._aio_free - self._coming_async))
 
-    def _wanted_all(self) -> int:
-        """(Under the lock.) Jobs wanted, before those the fetches out asked for."""
-        threads = min(self._wanting, self.concurrency)
-        if self.aio is None:
-            return threads
-        # The loop's free slots are asked for while async jobs are coming (the last
-        # fetch that brought jobs brought one); a fetch can't choose a job's side, and
-        # asking for them under a plain load would take plain jobs that then wait for a
-        # thread here, while another process may have one free. A job fetched for one
-        # side that needs the other waits there for a thread or slot, counted against
-        # what is asked for next (a negative count): no more jobs wait in this process
-        # than it has room for.
-        if self._aio_coming:
-            return max(0, threads + self._aio_free)
-        if threads <= 0 and self._aio_free > 0 and time.monotonic() >= self._probe_at:
-            # Every thread busy: now and then, jobs for the loop anyway, so that async
-            # jobs queued behind plain ones are found. The plain jobs such a fetch brings
-            # wait here for a thread: never more of them than the process has threads.
-            return max(0, min(self.concurrency + threads, self._aio_free))
-        return max(0, threads)
+    def _asked(self, wanted: Wants) -> None:
+        """(Under the lock.) A fetch asking for ``wanted`` is going out."""
+        self._coming_plain += wanted.plain
+        self._coming_async += wanted.async_
 
-    def _round_trip(self, link: Any, number: int, acks: list[Work], wanted: int) -> list[Work]:
+    def _round_trip(self, link: Any, number: int, acks: list[Work], wanted: Wants) -> list[Work]:
         """One fetch on ``link``: every ack given, and up to ``wanted`` jobs, which enter
         the ledger in the step the fetch leaves it. A failure leaves the acks PENDING in
         the ledger (the heartbeat's to retry)."""
         try:
-            works = self.strategy.fetch_many(link, [a.raw for a in acks], wanted, _ends(acks))
+            raws, ends = [a.raw for a in acks], _ends(acks)
+            if self._paths and self.aio is not None:  # by kind: no more than each side has room for
+                kinds = Kinds(wanted.async_, self._paths)
+                works = self.strategy.fetch_many(link, raws, wanted.total, ends, kinds=kinds)
+            else:
+                works = self.strategy.fetch_many(link, raws, wanted.total, ends)
         except BaseException:
             self.ledger.fetched(number, ())
             self.ledger.acks_failed(acks)
@@ -502,16 +609,17 @@ class Dispatcher:
         self.ledger.fetch_out(self._sent)
         return link, self._sent
 
-    def _done_with(self, link: Any, wanted: int) -> None:
+    def _done_with(self, link: Any, wanted: Wants) -> None:
         """(Under the lock.) A fetch came back (or failed): its connection is free, and
         the jobs it asked for are no longer on their way; once the feeder has exited,
         its connection is closed (no round trip: the socket only)."""
         self._free_links.append(link)
-        self._coming -= wanted
+        self._coming_plain -= wanted.plain
+        self._coming_async -= wanted.async_
         if self._links_closed:
             link.close()
 
-    def _hand_out(self, works: list[Work], wanted: int, keep: int) -> Work | None:
+    def _hand_out(self, works: list[Work], wanted: Wants, keep: int, number: int) -> Work | None:
         """(Under the lock.) What a fetch brought: async jobs to the event loop, plain
         ones to the threads waiting; the first one to the caller when ``keep`` (the
         fetching thread's own). Once stopping, none is handed out: all stay listed and
@@ -519,15 +627,10 @@ class Dispatcher:
         self._error_pause, self._error_until = IDLE_FIRST_PAUSE, 0.0
         self.fetches += 1
         self.fetched_jobs += len(works)
-        if wanted and len(works) < wanted:
-            # The queues ran dry: only the feeder polls them, after a pause (doubling),
-            # unless an ack is handed in meanwhile (it goes at once, asking for jobs too).
-            self._not_before = time.monotonic() + self._idle_pause
-            self._idle_pause = min(self._idle_pause * 2, self.control.idle_max)
-        elif works:
-            self._idle_pause, self._not_before = IDLE_FIRST_PAUSE, 0.0
-        if self.aio is not None and works:
-            works = self._to_loop(works)
+        blocked = getattr(works, "blocked", "")
+        self._note_dry(len(works), wanted, blocked, number)
+        if self.aio is not None:
+            works = self._to_loop(works, wanted, blocked)
         self._wanting -= len(works)
         if self.control.stopping.is_set():
             return None  # listed, known: the hand-over's
@@ -542,9 +645,31 @@ class Dispatcher:
             ready.put(work)
         return own
 
-    def _to_loop(self, works: list[Work]) -> list[Work]:
+    def _note_dry(self, got: int, wanted: Wants, blocked: str, number: int) -> None:
+        """(Under the lock.) What fetch ``number``, which took ``got`` jobs, says of the
+        queues. Short of what it asked for, they ran dry (or hold only jobs of a kind
+        with no room: ``blocked``): the feeder waits on their doorbells, and only fetches
+        that carry acks go meanwhile (asking for jobs too); once blocked, a thread or a
+        loop slot that comes free ends the wait. An async job left while the loop had
+        free slots not asked for is fetched at once."""
+        if wanted.total and got < wanted.total:
+            unasked = blocked == "a" and not wanted.async_ and self._aio_free > 0
+            if number >= self._dry_from and not unasked:
+                if not blocked and (self._blocked or not self._dry):
+                    self._wake.put(None)  # the feeder's turn: to its wait on the doorbells
+                self._dry = True
+                self._blocked = bool(blocked)
+                self._recheck_at = time.monotonic() + BLOCKED_RECHECK
+        elif got:
+            self._dry = self._blocked = False
+            if self._awaiting:  # a thread's own fetch found jobs: the feeder fetches too
+                self._bell_link.interrupt()
+
+    def _to_loop(self, works: list[Work], wanted: Wants, blocked: str) -> list[Work]:
         """(Under the lock.) Hand the async jobs among ``works`` to the event loop;
-        returns the others."""
+        returns the others. Whether async jobs are coming (:meth:`_wanted`): yes when
+        some came or one was left for want of a slot; no when slots were asked for and
+        none came."""
         aio = self.aio
         plain: list[Work] = []
         loop_jobs = []
@@ -554,12 +679,14 @@ class Dispatcher:
                 plain.append(work)
             else:
                 loop_jobs.append((work, job))
-        self._aio_coming = bool(loop_jobs)
         if loop_jobs:
             self._aio_free -= len(loop_jobs)
             aio.submit(loop_jobs)
-        else:
-            self._probe_at = time.monotonic() + PROBE_PAUSE
+        if loop_jobs or blocked == "a":
+            self._aio_coming = True
+        elif wanted.async_:
+            self._aio_coming = False
+            self._probe_at = time.monotonic() + (ASYNC_PROBE if self._paths else PROBE_PAUSE)
         return plain
 
 

@@ -26,17 +26,18 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 
 from .. import conf
 from ..conf import QueueSpec
 from ..core import payload, priority, results
-from ..store import connection, errors, homes, keys, scripts
+from ..store import bell, connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
 from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
@@ -52,6 +53,43 @@ SPREAD_BLOCK_SECONDS = 0.1
 
 # Raw payloads as text and back (codec.py); kept under these names for callers.
 text = raw_text
+
+
+class Kinds(NamedTuple):
+    """What a fetch may take by kind (lua/fetch.lua): at most ``async_room`` async jobs
+    (those whose path is in ``paths``: :func:`joined_paths`), the rest of its count
+    plain."""
+
+    async_room: int
+    paths: str
+
+    def after(self, works: list[Work]) -> Kinds:
+        """The async room left once ``works`` are taken (the script's own reading of a
+        payload's ``func``)."""
+        paths = self.paths
+        taken = 0
+        for work in works:
+            found = FUNC.search(work.raw)
+            taken += bool(found and f"\n{found.group(1)}\n" in paths)
+        return Kinds(max(0, self.async_room - taken), paths)
+
+
+def joined_paths(paths: Iterable[str]) -> str:
+    """The async jobs' paths as lua/fetch.lua takes them: one argument, each path between
+    newlines (built once: a fetch sends it as it is)."""
+    return "\n" + "".join(f"{p}\n" for p in sorted(paths)) if paths else ""
+
+
+# A payload's job path as lua/fetch.lua reads it.
+FUNC = re.compile(r'"func":"([^"]*)"')
+
+
+class Fetched(list[Work]):
+    """The jobs one fetch took; ``blocked`` when it left a queue whose next job is of a
+    kind it had no room for (so its being short is no sign the queues ran dry): "a" when
+    one such job was an async one, else "p"; "" when it left none."""
+
+    blocked = ""
 
 
 def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
@@ -179,6 +217,17 @@ class ReliableFetch(FetchStrategy):
 
         return Dispatcher(self, ledger, control, concurrency)
 
+    def bells(self) -> list[str]:
+        """The doorbells an idle feeder waits on (store/bell.py): those of the queues of
+        the first home. A BRPOP's keys must share a slot on a cluster, so with a home per
+        queue the other queues' pushes are found at the wait's end
+        (FETCH_IDLE_MAX_INTERVAL), as before doorbells."""
+        return bell.bells(self.groups[0][1])
+
+    def ring(self) -> None:
+        """Ring the bells :meth:`bells` names (the next idle worker's turn: dispatch.py)."""
+        bell.ring(connection.get_client(), self.groups[0][1])
+
     # Taking and settling -----------------------------------------------------------------
 
     def fetch(self, conn: redis.Redis, ack: Work | None = None) -> Work | None:
@@ -187,23 +236,36 @@ class ReliableFetch(FetchStrategy):
         return works[0] if works else None
 
     def fetch_many(
-        self, conn: Any, acks: list[str], count: int, ends: Sequence[Any] = ()
-    ) -> list[Work]:
+        self,
+        conn: Any,
+        acks: list[str],
+        count: int,
+        ends: Sequence[Any] = (),
+        kinds: Kinds | None = None,
+    ) -> Fetched:
         """Ack ``acks`` and take up to ``count`` jobs, in one round trip (see
-        dispatch.py for how a pool of threads shares it). With a home per queue: the
-        homes in the order of their first queue in this call's weighted order, the
-        first asked first (with every ack, each to its home, in the same round trip),
-        the next only for what the first could not give."""
+        dispatch.py for how a pool of threads shares it); with ``kinds``, at most
+        ``kinds.async_room`` async jobs among them and the rest plain (lua/fetch.lua).
+        With a home per queue: the homes in the order of their first queue in this
+        call's weighted order, the first asked first (with every ack, each to its home,
+        in the same round trip), the next only for what the first could not give, each
+        by the room of each kind left (:meth:`Kinds.after`)."""
         order = weighted_order(self.queues)
         if len(self.groups) == 1 and not (ends and self.home_apart):
-            return self._take(conn, self.home, order, acks, count, ends)
+            return self._take(conn, self.home, order, acks, count, ends, kinds)
         if ends:
             # The outcomes live in the prefix's home, apart from every queue's: written
             # first, in a round trip of their own (before the acks: a failure leaves both
             # pending), as with a home per queue no one script can hold them.
             results.keep(connection.get_client(), list(ends))
         if len(self.groups) == 1:
-            return self._take(conn, self.home, order, acks, count)
+            return self._take(conn, self.home, order, acks, count, (), kinds)
+        return self._take_across_homes(conn, order, acks, count, kinds)
+
+    def _take_across_homes(
+        self, conn: Any, order: list[str], acks: list[str], count: int, kinds: Kinds | None
+    ) -> Fetched:
+        """:meth:`fetch_many` with a home per queue (its outcomes already kept)."""
         acked: dict[str, list[str]] = {}
         for raw in acks:
             acked.setdefault(self.settle_keys(raw)[1], []).append(raw)
@@ -212,11 +274,14 @@ class ReliableFetch(FetchStrategy):
         others = [h for h in acked if h != first]
         if others:
             self._ack_elsewhere(others, acked)
-        works = self._take(conn, first, first_queues, acked.get(first, []), count)
+        works = self._take(conn, first, first_queues, acked.get(first, []), count, (), kinds)
         for home, queues in groups[1:]:
             if len(works) >= count:
                 break
-            works += self._take(conn, home, queues, [], count - len(works))
+            left = kinds.after(works) if kinds is not None else None
+            more = self._take(conn, home, queues, [], count - len(works), (), left)
+            works.extend(more)
+            works.blocked = works.blocked or more.blocked
         for raw in acks:
             self._home_of.pop(raw, None)
         for work in works:
@@ -231,10 +296,11 @@ class ReliableFetch(FetchStrategy):
         acks: list[str],
         count: int,
         ends: Sequence[Any] = (),
-    ) -> list[Work]:
+        kinds: Kinds | None = None,
+    ) -> Fetched:
         """One fetch script on one home: ack ``acks`` (keeping their outcomes ``ends``,
         in the same home), take up to ``count`` jobs from ``order`` (queues of that
-        home)."""
+        home), by ``kinds`` when given."""
         script_keys = [
             self.lists[home],
             keys.paused(home),
@@ -245,11 +311,19 @@ class ReliableFetch(FetchStrategy):
         for end in ends:
             script_keys += end.keys()
             args += end.args()
-        args += [count, *order]
+        if kinds is None:
+            args += [count, "", "", *order]
+        else:
+            args += [count, kinds.async_room, kinds.paths, *order]
         result = self._script(conn, script_keys, args)
+        works = Fetched()
         if not result:
-            return []
-        return [Work(text(result[i]), text(result[i + 1])) for i in range(0, len(result), 2)]
+            return works
+        pairs = len(result) - len(result) % 2
+        works.extend(Work(text(result[i]), text(result[i + 1])) for i in range(0, pairs, 2))
+        if pairs < len(result):  # a trailing "blocked:<kind>"
+            works.blocked = text(result[-1]).partition(":")[2] or "p"
+        return works
 
     def _ack_elsewhere(self, others: list[str], acked: dict[str, list[str]]) -> None:
         """The acks for homes other than the one fetched from first: one pipeline (a

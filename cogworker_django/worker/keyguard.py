@@ -7,7 +7,8 @@ filed in, a registry failing every beat. Every worker process checks, at boot an
 
 - the fixed keys (:func:`keys.fixed_types`) and today's per-day counters;
 - per queue (configured here, and members of ``P:queues``): ``P:queue:<q>`` list and
-  ``P:pqueue:<q>`` zset (django.tasks priorities, priority.py);
+  ``P:pqueue:<q>`` zset (django.tasks priorities, priority.py), ``P:bell:<q>`` list
+  (its doorbell, store/bell.py);
 - per process (members of ``P:processes``): ``P:process:<id>`` and ``P:work:<id>``
   hashes; per ``P:inprogress_ids`` member: ``P:inprogress:<id>`` list (one per home);
 - with a home per queue (keys.py), each known queue's home's own sets
@@ -66,7 +67,7 @@ display = codec.shown
 
 
 def _per_queue(name: str) -> dict[str, str]:
-    return {keys.queue(name): "list", keys.priority_queue(name): "zset"}
+    return {keys.queue(name): "list", keys.priority_queue(name): "zset", keys.bell(name): "list"}
 
 
 # Checking ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 from .. import conf
 from ..core import departures, payload, route
-from ..store import connection, errors, homes, keys, listing, outbox, scripts
+from ..store import bell, connection, errors, homes, keys, listing, outbox, scripts
 from .background import Chore
 from .fetch import text, wire
 from .recovery import OrphanRecovery
@@ -109,12 +109,12 @@ def _move(conn: Any, home: str, source: str, raw: str, listed: set[str]) -> int:
         return moved
     assert isinstance(queue, str)  # checked above
     where = route.to_queue(job, time.time())  # its list, or a django.tasks priority's zset
-    moved = scripts.run(
-        "requeue_due",
-        conn,
+    script_keys, args = (
         [source, where.key, *in_slot],
         [wire(raw), where.value, queue, where.score_arg],
     )
+    bell.add(script_keys, args, queue)  # an idle worker starts it at once
+    moved = scripts.run("requeue_due", conn, script_keys, args)
     if moved and not in_slot:
         listed.add(queue)  # the script could not list it (another slot): listed apart
     return moved

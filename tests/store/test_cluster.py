@@ -251,6 +251,7 @@ PINNED_WITH_ARGS = {
     ("stat", ("failed", "2026-01-01")): "cw:stat:failed:2026-01-01",
     ("queue", ("q",)): "cw:queue:q",
     ("priority_queue", ("q",)): "cw:pqueue:q",
+    ("bell", ("q",)): "cw:bell:q",
     ("process", ("h:1:ab",)): "cw:process:h:1:ab",
     ("work", ("h:1:ab",)): "cw:work:h:1:ab",
     ("inprogress", ("h:1:ab",)): "cw:inprogress:h:1:ab",

@@ -40,7 +40,7 @@ class Counting(ReliableFetch):
         self.reply_gate: threading.Event | None = None
         self.fail_give_back: list[BaseException] = []
 
-    def fetch_many(self, conn, acks, count, ends=()):
+    def fetch_many(self, conn, acks, count, ends=(), kinds=None):
         self.calls.append((len(acks), count))
         number = len(self.calls)
         if self.gate is not None:
@@ -49,7 +49,7 @@ class Counting(ReliableFetch):
             raise self.fail_call.pop(number)
         if self.fail:
             raise self.fail.pop(0)
-        works = super().fetch_many(conn, acks, count, ends)
+        works = super().fetch_many(conn, acks, count, ends, kinds)
         if self.reply_gate is not None:
             self.reply_gate.wait(5)
         return works
@@ -224,7 +224,7 @@ def test_an_own_fetch_that_raises_leaves_the_role_free(parts, r):
     strategy.fail = [KeyboardInterrupt()]
     with pytest.raises(KeyboardInterrupt):
         d.next(None)
-    assert len(d._free_links) == 2 and d._coming == d._wanting == 0  # noqa: SLF001
+    assert len(d._free_links) == 2 and d._coming_plain == d._coming_async == d._wanting == 0  # noqa: SLF001
     got: list = []
     take(d, got).join(5)
     assert got[0] is not None and strategy.calls == [(0, 1), (0, 1)]
@@ -259,9 +259,9 @@ def test_acks_ride_with_the_next_fetch_and_leave_the_ledger(parts, r):
 
 
 def test_an_ack_goes_at_once_while_the_queues_are_empty(r):
-    # The queues ran dry and the feeder polls them with a pause that grows (here up to
-    # a minute); a job that finishes meanwhile has its ack sent at once, by the fetch of
-    # its thread coming free, not after the pause.
+    # The queues ran dry: the feeder waits on their doorbells (here up to a minute, and
+    # no push rings them); a job that finishes meanwhile has its ack sent at once, by the
+    # fetch of its thread coming free, not at the wait's end.
     strategy = Counting(IDENTITY, (QueueSpec("default", 1),))
     ledger, control = Ledger(), Control(60.0)
     d = Dispatcher(strategy, ledger, control, 4, fetches_out=2)
@@ -271,16 +271,17 @@ def test_an_ack_goes_at_once_while_the_queues_are_empty(r):
         got: list = []
         take(d, got).join(5)
         (work,) = got
-        take(d, [])  # another thread waits: the feeder polls the empty queue for it
-        wait_for(lambda: len(strategy.calls) >= 6, 20)  # the pause has grown (to 0.64 s)
+        take(d, [])  # another thread waits: the feeder finds the queue empty
+        wait_for(lambda: d._awaiting, 10)  # noqa: SLF001 - in its wait on the doorbells
         before = len(strategy.calls)
         ran(ledger, work)
         began = time.monotonic()
-        take(d, [])  # its thread, free again: it wakes the feeder, which sends the ack
+        take(d, [])  # its thread, free again: its own fetch carries the ack
         wait_for(lambda: work.state == "", 5)
-        assert time.monotonic() - began < 0.5  # not after the pause
+        assert time.monotonic() - began < 0.5  # not at the wait's end
         assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
         assert strategy.calls[before][0] == 1  # its ack, on the next fetch
+        assert d._awaiting  # noqa: SLF001 - the feeder still waits: the thread sent it
     finally:
         control.quiet.set()
         control.stopping.set()
@@ -448,7 +449,7 @@ def test_a_second_quiet_adds_no_wake_ups(inworker):
     for _ in range(3):
         w.manager.quiet()
     w.run_until(lambda: not any(p.alive() for p in w.manager.processors))
-    assert w.manager.source._ready.qsize() <= 5  # noqa: SLF001 - the wake-ups left
+    assert w.manager.source._ready.qsize() == 0  # noqa: SLF001 - the wake-ups left
 
 
 class RacingLedger(Ledger):

@@ -191,8 +191,9 @@ def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, confi
     # since the last and takes one for each free thread, see worker/dispatch.py), plus the
     # few polls that find the queue empty at the end.
     assert fetches <= 1.01, (fetches, per_job)
-    # No separate ack: it rides on the next fetch (and the heartbeat never acks twice).
-    assert "brpop" not in counts and "lrem" not in counts
+    # No separate ack: it rides on the next fetch (and the heartbeat never acks twice);
+    # no BRPOP but the idle feeder's wait on the doorbells once the queue ran dry.
+    assert counts.get("brpop", 0) <= 3 and "lrem" not in counts, counts
     # Nothing else is paid per job, script or command: the heartbeat, the poller, the
     # history and stats flushes and the key guard run on timers (what they add per job
     # depends on how long the drain took, not on n: a few dozen at production timings;
@@ -244,11 +245,11 @@ def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode
         # Each thread blocks up to a second per BRPOP.
         assert 5 <= mon.counts["brpop"] <= 20, mon.counts
     else:
-        # Reliable fetch polls (no blocking LMOVE: one script walks every queue), backing
-        # off to FETCH_IDLE_MAX_INTERVAL (0.1 s in tests), from the feeder alone: about
-        # 10 a second for the process, whatever its five threads (not 50).
+        # Reliable fetch: the feeder alone waits, in a BRPOP on the queues' doorbells up
+        # to FETCH_IDLE_MAX_INTERVAL (0.1 s in tests), then fetches: about 10 of each a
+        # second for the process, whatever its five threads (not 50).
         # (Counted by the fetch script's SHA: the beat's stamp goes by EVALSHA too.)
-        assert "brpop" not in mon.counts
+        assert 5 <= mon.counts["brpop"] <= 30, mon.counts
         assert 5 <= mon.scripts[scripts.get("fetch").sha] <= 30, _by_name(mon.scripts)
     assert w.stop() == 0
 

@@ -75,8 +75,8 @@ class StopDuringFetch(ReliableFetch):
 
     manager: Manager | None = None
 
-    def fetch_many(self, conn, acks, wanted, ends=()):
-        works = super().fetch_many(conn, acks, wanted, ends)
+    def fetch_many(self, conn, acks, wanted, ends=(), kinds=None):
+        works = super().fetch_many(conn, acks, wanted, ends, kinds)
         if works and self.manager is not None:
             self.manager.control.stopping.set()  # before the reply reached the processor
         return works

@@ -6,9 +6,21 @@
 -- of R results kept with the acks: P:result:<jid>, P:ended:<jid> (the last 2R keys)
 -- ARGV[1] = number of acks A, ARGV[2..A+1] = raw payloads to ack, ARGV[A+2] = R, then R
 -- results as lua/include/keep_result.lua reads them (ttl, terminal, n, n pairs), then
--- N (jobs wanted, 0 to only ack), then the m queue names
+-- N (jobs wanted, 0 to only ack), then S (how many of the N are for async jobs: the
+-- event loop's free slots; "" when kinds are not told apart), then the async jobs'
+-- paths as one string, each between newlines ("\na.b\nc.d\n"), then the m queue names
 -- Returns {queue name, raw payload, queue name, raw payload, ...} (empty when every
--- unpaused queue is empty).
+-- unpaused queue is empty), then "blocked:a" or "blocked:p" (an odd length) when a queue
+-- was left because its next job is of a kind with no room left: "a" when one of them was
+-- an async job (a loop slot's), else "p" (a thread's).
+--
+-- Kinds (with S given): a job is async when its payload's "func" is one of the paths
+-- (a plain find of "\n<func>\n" in that string: no table built per call), else plain. At most S async jobs and N - S plain ones are taken: a queue whose next job
+-- (its list's tail, LINDEX -1, the job LMOVE takes) is of a kind with no room is left
+-- for this call, so a process takes only jobs it can start now, and plain and async jobs
+-- on separate queues fill both sides at once (docs/workers.md "Plain and async jobs side
+-- by side"). A priority zset's member is taken whatever its kind (django.tasks jobs
+-- only). Cost: one LINDEX per job taken.
 -- A paused set or a queue of the wrong type is skipped (pcall): the key guard moves it
 -- aside, and one bad key must not stop fetching from the others.
 --
@@ -31,7 +43,11 @@ for k = 1, results do
   at = keep_result(KEYS[result_keys + 2 * k - 1], KEYS[result_keys + 2 * k], at)
 end
 local wanted = tonumber(ARGV[at])
-local first = at + 1
+local async_room = tonumber(ARGV[at + 1])
+local async_paths = ARGV[at + 2]
+local room = async_room and { p = wanted - async_room, a = async_room }
+local blocked = false
+local first = at + 3
 local m = #ARGV - first + 1
 local taken = {}
 if wanted < 1 or m < 1 then
@@ -44,6 +60,23 @@ for i = 1, m do
   open[i] = redis.pcall("SISMEMBER", KEYS[2], ARGV[first + i - 1]) ~= 1
 end
 --@include best_priority
+-- Whether the list `key`'s next job can be taken now (room counted down when it can).
+local function room_for(key)
+  local head = redis.pcall("LINDEX", key, -1)
+  if type(head) ~= "string" then
+    return true -- empty (or unreadable): LMOVE finds nothing
+  end
+  local func = string.match(head, '"func":"([^"]*)"')
+  local kind = (func and string.find(async_paths, "\n" .. func .. "\n", 1, true)) and "a" or "p"
+  if room[kind] < 1 then
+    if kind == "a" or not blocked then
+      blocked = kind
+    end
+    return false
+  end
+  room[kind] = room[kind] - 1
+  return true
+end
 local function take(zkey, member, name)
   local job = string.sub(member, string.find(member, "|", 1, true) + 1)
   redis.call("LPUSH", KEYS[1], job)
@@ -64,17 +97,19 @@ local function take_one()
         take(zkey, best[1], name)
         return true
       end
-      local job = redis.pcall("LMOVE", KEYS[2 + i], KEYS[1], "RIGHT", "LEFT")
-      if type(job) == "string" then
-        taken[#taken + 1] = name
-        taken[#taken + 1] = job
-        return true
+      if not room or room_for(KEYS[2 + i]) then
+        local job = redis.pcall("LMOVE", KEYS[2 + i], KEYS[1], "RIGHT", "LEFT")
+        if type(job) == "string" then
+          taken[#taken + 1] = name
+          taken[#taken + 1] = job
+          return true
+        end
+        if best then
+          take(zkey, best[1], name)
+          return true
+        end
       end
-      if best then
-        take(zkey, best[1], name)
-        return true
-      end
-      open[i] = false -- empty (or unreadable): not visited again in this call
+      open[i] = false -- empty, unreadable, or its next job has no room: not visited again
     end
   end
   return false
@@ -83,5 +118,8 @@ for _ = 1, wanted do
   if not take_one() then
     break
   end
+end
+if blocked then
+  taken[#taken + 1] = "blocked:" .. blocked
 end
 return taken

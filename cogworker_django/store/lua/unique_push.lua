@@ -9,7 +9,9 @@
 -- ARGV[4] = score for a zset target: the schedule, or a priority zset ("" to LPUSH on
 -- the queue list), ARGV[5] = queue name; with KEYS[4]: ARGV[6] = the claim's field
 -- ("<slot>:<name>"), ARGV[7] = the claim's jid
--- Returns 1 if pushed, 0 if a lock was already held (a duplicate: nothing written).
+-- Returns 1 if pushed (2 if pushed onto a queue list that was empty: the caller rings
+-- its doorbell, store/bell.py), 0 if a lock was already held (a duplicate: nothing
+-- written).
 -- A lock key of another type is an error (refusing every push for ever would hide it).
 -- With KEYS[4] (lua/periodic_push.lua says why): nothing is written unless the claim's
 -- record is still there (-1 otherwise), and the record is removed with the push, or
@@ -39,10 +41,13 @@ if kind == "string" then
 elseif kind ~= "none" then
   return redis.error_reply("WRONGTYPE unique lock " .. KEYS[1] .. " holds a " .. kind)
 end
-place("LPUSH", KEYS[2], ARGV[3], ARGV[4], KEYS[3], ARGV[5])
+local length = place("LPUSH", KEYS[2], ARGV[3], ARGV[4], KEYS[3], ARGV[5])
 -- The record goes after the push (rule 2: a push stopped by an error keeps the record).
 if claimed then
   redis.call("HDEL", KEYS[4], ARGV[6])
 end
 redis.call("SET", KEYS[1], ARGV[1], "EX", ARGV[2])
+if length == 1 then
+  return 2
+end
 return 1
