@@ -8,6 +8,8 @@ Redis Cluster (tests/cluster_support.py).
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
 
 import pytest
@@ -20,7 +22,7 @@ from cogworker_django.observe import stats
 from cogworker_django.store import connection, errors
 
 from . import cluster_support
-from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker
+from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker, wait_until
 
 
 def pytest_configure(config):
@@ -197,6 +199,46 @@ def inworker(request, configure, cogworker_worker):
         return cogworker_worker(periodic=bool(periodic), **options)
 
     return start
+
+
+class WorkerLog(logging.Handler):
+    """The package's log lines, formatted as ``manage.py cogworker`` writes them: what an
+    in-process worker logs, for a test that reads a worker's log without its process."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        from cogworker_django.management.commands.cogworker import LOG_FORMAT
+
+        self.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))  # list.append: safe from any thread
+
+    def log(self) -> str:
+        return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+    def wait_for_log(self, pattern: str, timeout: float = 15.0, count: int = 1) -> None:
+        rx = re.compile(pattern)
+        try:
+            wait_until(lambda: len(rx.findall(self.log())) >= count, timeout, 0.02, pattern)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- worker log ---\n{self.log()[-4000:]}") from None
+
+
+@pytest.fixture
+def worker_log():
+    """The ``cogworker_django`` logger's lines during this test (at INFO, as the command
+    logs), with ``log()`` and ``wait_for_log()`` as a worker subprocess has them."""
+    logger = logging.getLogger("cogworker_django")
+    handler = WorkerLog()
+    level = logger.level
+    if level == logging.NOTSET or level > logging.INFO:
+        logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 @pytest.fixture
