@@ -111,7 +111,9 @@ def test_history_key_of_the_wrong_type_loses_history_never_a_job(inworker, worke
     r.set(keys.history(), "wrong again")  # after the boot check: history writes fail now
     tj.record.enqueue_many([(f"j{i}",) for i in range(20)])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 20, 10, message="20 runs")
-    worker_log.wait_for_log(r"History failed: .*run record\(s\) dropped, next write in 5s.*WRONGTYPE")
+    worker_log.wait_for_log(
+        r"History failed: .*run record\(s\) dropped, next write in 5s.*WRONGTYPE"
+    )
     assert set(r.hvals(f"{prefix}:test:runs")) == {"1"}
     assert r.get(keys.history()) == "wrong again"
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0

@@ -147,7 +147,9 @@ def _orphan(r, prefix, raw):
     r.sadd(f"{prefix}:inprogress_ids", "deadhost:1:abc")
 
 
-def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(inworker, worker_log, r, prefix):
+def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(
+    inworker, worker_log, r, prefix
+):
     """The worker died after the script recorded the success, before the ack: the job
     runs again (orphan recovery), its outcome is already counted."""
     with Batch(on_success=tj.wf_callback.s("ok")) as batch:
@@ -170,7 +172,9 @@ def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(inworker, 
     assert [e["token"] for e in trace(r) if e["kind"] == "member"] == ["once"]
 
 
-def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(inworker, worker_log, r, prefix):
+def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(
+    inworker, worker_log, r, prefix
+):
     """The worker died before the script ran (during or right after the run)."""
     with Batch(on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")) as b:
         tj.wf_member.enqueue_many(["x", "y"])
