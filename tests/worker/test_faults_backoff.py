@@ -63,7 +63,10 @@ def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(
     r.zadd(keys.retry(keys.home_of("default")), {payload.encode(stuck): 1, payload.encode(fine): 2})
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "fine") == "1", 10)
     assert r.zcard(keys.retry(keys.home_of("default"))) == 1
-    assert "a due job in" in worker_log.log() and "not moved: ResponseError: WRONGTYPE" in worker_log.log()
+    assert (
+        "a due job in" in worker_log.log()
+        and "not moved: ResponseError: WRONGTYPE" in worker_log.log()
+    )
 
     # A broken schedule set fails the whole chore: it backs off instead of failing (and
     # logging) on every poll (POLL_INTERVAL is 0.2 s here).

@@ -47,9 +47,7 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(inworker, worker_log, r
 
 
 def test_wrong_type_queue_does_not_stop_other_queues(inworker, r, prefix):
-    w = inworker(
-        queues=[QueueSpec("broken", 5), "default"], settings={"KEYGUARD_INTERVAL": 3600}
-    )
+    w = inworker(queues=[QueueSpec("broken", 5), "default"], settings={"KEYGUARD_INTERVAL": 3600})
     after_boot_key_guard(r, prefix)  # the "started" line comes before it
     r.set(f"{prefix}:queue:broken", "not a list")
     tj.record.enqueue_many([(f"ok{i}",) for i in range(5)])
