@@ -8,6 +8,7 @@ Processes: the command's argument parsing, exit codes and output.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 from cogworker_django import __version__
 
 from ..helpers import free_port, run_command
+from ..periodic.test_periodic_entries import GOOD
 
 
 def _one_clear_line(result) -> str:
@@ -161,3 +163,48 @@ def test_the_worker_logs_a_redis_that_keeps_nothing_on_disk_at_boot(worker, redi
     w = worker(redis_url=server.url)
     w.wait_for_log(r"keeps nothing on disk .*\(cogworker\.W004\)")
     assert w.stop() == 0
+
+
+# A bad COGWORKER_PERIODIC entry (tests/periodic/test_periodic_entries.py) ----------------------
+
+
+def test_the_worker_refuses_to_start_with_a_bad_entry(prefix):
+    bad = {"nightly": {**GOOD, "timezone": "Nowhere/Land"}}
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['nightly']['timezone'] = 'Nowhere/Land' is invalid" in (
+        result.stderr + result.stdout
+    )
+
+
+def test_the_worker_names_every_bad_entry(prefix):
+    bad = {
+        "first": {**GOOD, "timezone": "Nowhere/Land"},
+        "fine": GOOD,
+        "second": {**GOOD, "cron": "nope", "queue": "two words"},
+    }
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    output = result.stderr + result.stdout
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['first']['timezone']" in output
+    assert "COGWORKER_PERIODIC['second']['cron']" in output
+    assert "COGWORKER_PERIODIC['second']['queue']" in output
+    assert "'fine'" not in output and "Traceback" not in output
+
+
+def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
+    env = {
+        "COGWORKER_PERIODIC_JSON": json.dumps({"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}),
+        "TESTPROJECT_DB": str(tmp_path / "db.sqlite3"),
+    }
+    migrated = run_command(prefix, "migrate", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "cogworker.W101" in migrated.stderr and "did you mean" in migrated.stderr
+    checked = run_command(prefix, "check", env=env)
+    assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
+    worker = run_command(prefix, "cogworker", env=env)
+    assert worker.returncode == 1 and "periodic_tik" in worker.stderr
