@@ -201,16 +201,38 @@ def inworker(request, configure, cogworker_worker):
     return start
 
 
+# The line format of testproject/settings.py's LOGGING: what a worker subprocess writes.
+WORKER_LOG_FORMAT = (
+    "%(asctime)s %(levelname)s pid=%(process)d [%(threadName)s] %(name)s: %(message)s"
+)
+
+
 class WorkerLog(logging.Handler):
-    """The package's log lines, formatted as ``manage.py cogworker`` writes them: what an
+    """The package's log lines, formatted as a worker subprocess writes them: what an
     in-process worker logs, for a test that reads a worker's log without its process."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        from cogworker_django.management.commands.cogworker import LOG_FORMAT
-
-        self.setFormatter(logging.Formatter(LOG_FORMAT))
+        self.setFormatter(logging.Formatter(WORKER_LOG_FORMAT))
         self.lines: list[str] = []
+        self._levels: dict[logging.Logger, int] = {}
+
+    def listen(self, name: str, level: int = logging.INFO) -> WorkerLog:
+        """Take the lines of logger ``name`` too, from ``level`` up (until the test ends)."""
+        logger = logging.getLogger(name)
+        if logger not in self._levels:
+            self._levels[logger] = logger.level
+            logger.addHandler(self)
+        if logger.getEffectiveLevel() > level or logger.level == logging.NOTSET:
+            logger.setLevel(level)
+        return self
+
+    def close(self) -> None:
+        for logger, level in self._levels.items():
+            logger.removeHandler(self)
+            logger.setLevel(level)
+        self._levels.clear()
+        super().close()
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(self.format(record))  # list.append: safe from any thread
@@ -228,17 +250,12 @@ class WorkerLog(logging.Handler):
 
 @pytest.fixture
 def worker_log():
-    """The ``cogworker_django`` logger's lines during this test (at INFO, as the command
-    logs), with ``log()`` and ``wait_for_log()`` as a worker subprocess has them."""
-    logger = logging.getLogger("cogworker_django")
-    handler = WorkerLog()
-    level = logger.level
-    if level == logging.NOTSET or level > logging.INFO:
-        logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
+    """The ``cogworker_django`` logger's lines during this test (from INFO, as the command
+    logs; ``listen()`` adds another logger), with ``log()`` and ``wait_for_log()`` as a
+    worker subprocess has them."""
+    handler = WorkerLog().listen("cogworker_django")
     yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+    handler.close()
 
 
 @pytest.fixture
