@@ -178,13 +178,15 @@ def redis_server():
         s.cleanup()
 
 
+_UNSET = object()
+
 # The test project's limiters (testproject/test_settings.py): a worker checks at boot that
 # every registered job's are configured.
 PROJECT_LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
 
 
 @pytest.fixture
-def inworker(request, configure, cogworker_worker):
+def inworker(request, configure, cogworker_settings, cogworker_worker):
     """Factory for in-process workers (worker/inprocess.py) under this test's prefix, set
     up as the ``worker`` fixture's processes are: the short timings of FAST_SETTINGS, the
     test project's limiters, no periodic entries unless ``periodic`` gives some;
@@ -194,8 +196,13 @@ def inworker(request, configure, cogworker_worker):
     django_settings = request.getfixturevalue("settings")
 
     def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
-        configure(**{"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})})
-        django_settings.COGWORKER_PERIODIC = periodic or {}
+        wanted = {"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})}
+        # Changed settings only: a change rebuilds the process's client (store/connection
+        # listens for it), closing connections a worker started earlier is using.
+        if any(cogworker_settings.get(k, _UNSET) != v for k, v in wanted.items()):
+            configure(**wanted)
+        if getattr(django_settings, "COGWORKER_PERIODIC", None) != (periodic or {}):
+            django_settings.COGWORKER_PERIODIC = periodic or {}
         return cogworker_worker(periodic=bool(periodic), **options)
 
     return start
