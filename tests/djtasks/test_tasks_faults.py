@@ -1,8 +1,6 @@
 """django.tasks under faults, with real workers: Redis gone at the end of a run, a worker
 killed mid-run, a result key of the wrong type, a signal receiver that raises, a run
 handed back by TERM or SIGKILL.
-
-Processes: workers SIGKILLed mid-run.
 """
 
 import signal

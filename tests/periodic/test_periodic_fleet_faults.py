@@ -7,9 +7,7 @@ a second push. The killed claimer's slot is pushed by orphan recovery from its c
 record (periodic/claims.py), under the jid the claim was made for. And a release that
 Redis stopped as an ``until_executed`` run finished, deferred to the runner's heartbeat:
 the next slot fires within the ticking process's grace (a ticking and a running process
-of different settings).
-
-Processes: workers SIGKILLed and SIGSTOPped; two processes of different settings."""
+of different settings)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 applied), the system check, and a cluster that is down or is not a cluster at all; a
 worker SIGKILLed with jobs in the homes of two masters, recovered by the next.
 Everything here talks to a real local cluster (tests/cluster_support.py).
-
-Processes: the command's boot line and exit on a cluster; a worker SIGKILLed.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 line (no traceback), a NaN timing and refused Redis credentials included; a good start
 logs one summary line, and a warning for a Redis that keeps nothing on disk. (An
 unreachable Redis is waited for: tests/worker/test_wait_for_redis.py.)
-
-Processes: the command's argument parsing, exit codes and output.
 """
 
 from __future__ import annotations
