@@ -82,6 +82,8 @@ def _status(result):
     return result.status
 
 
+@pytest.mark.cluster
+@pytest.mark.spread
 @pytest.mark.parametrize("how", ["term", "kill"])
 def test_a_run_handed_back_reads_ready_until_a_worker_takes_it(worker, r, how):
     """TERM past the shutdown timeout requeues the running task; SIGKILL leaves it to
