@@ -18,7 +18,7 @@ def sleep_until(epoch: float) -> None:
     time.sleep(max(0.0, epoch - time.time()))
 
 
-def test_redis_stopped_across_ticks_the_due_slot_fires_once_after(inworker, redis_server, prefix):
+def test_redis_stopped_across_ticks_the_due_slot_fires_once_after(redis_server, inworker, prefix):
     server = redis_server(extra=DURABLE)
     c = server.client()
     periodic = {"every-3s": {"cron": "*/3 * * * * *", "job": "testapp.jobs.periodic_tick"}}

@@ -174,7 +174,7 @@ def _by_name(by_script: Counter) -> dict[str, int]:
     return {names.get(sha, sha): v for sha, v in by_script.items()}
 
 
-def test_reliable_fetch_costs_one_round_trip_per_job(inworker, redis_server, configure, prefix):
+def test_reliable_fetch_costs_one_round_trip_per_job(redis_server, inworker, configure, prefix):
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
@@ -204,7 +204,7 @@ def test_reliable_fetch_costs_one_round_trip_per_job(inworker, redis_server, con
 
 
 def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
-    inworker, redis_server, configure, prefix
+    redis_server, inworker, configure, prefix
 ):
     """Basic fetch: one non-blocking script per job (it also sees django.tasks priority
     zsets, which BRPOP can't), and BRPOP only to wait while every queue is empty. No
@@ -233,7 +233,7 @@ def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
 
 @pytest.mark.parametrize("mode, blocking", [("basic", True), ("reliable", False)])
 def test_idle_worker_waits_by_mode(
-    inworker, worker_log, redis_server, configure, prefix, mode, blocking
+    redis_server, inworker, worker_log, configure, prefix, mode, blocking
 ):
     server = redis_server()
     configure(REDIS_URL=server.url)
@@ -255,7 +255,7 @@ def test_idle_worker_waits_by_mode(
     w.stop()
 
 
-def test_threads_share_fetches_under_load(inworker, redis_server, configure, prefix):
+def test_threads_share_fetches_under_load(redis_server, inworker, configure, prefix):
     """The dispatcher (worker/dispatch.py): with several threads busy, one fetch acks
     several finished jobs and takes several new ones, so a drain needs clearly fewer
     fetches than jobs. (A count of commands, not a timing.)"""

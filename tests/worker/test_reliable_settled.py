@@ -30,7 +30,7 @@ def beating(c, prefix, w) -> bool:
 
 
 def test_a_failed_ack_is_retried_while_the_worker_runs_on(
-    inworker, worker_log, redis_server, configure, prefix
+    redis_server, inworker, worker_log, configure, prefix
 ):
     server = redis_server()
     configure(REDIS_URL=server.url)
@@ -73,7 +73,7 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(
     assert runs(c, prefix) == {"short": 1}
 
 
-def test_a_lost_fetch_reply_is_put_back_and_runs_once(inworker, worker_log, redis_server, prefix):
+def test_a_lost_fetch_reply_is_put_back_and_runs_once(redis_server, inworker, worker_log, prefix):
     server = redis_server()
     cutter = ReplyCutter(server)
     c = server.client()  # the test's own reads go straight in

@@ -20,7 +20,7 @@ def _components(log: str, rx: re.Pattern) -> Counter:
     return Counter(m.split(": ")[0] for m in rx.findall(log))
 
 
-def test_redis_restart_while_idle(inworker, worker_log, redis_server, configure, prefix):
+def test_redis_restart_while_idle(redis_server, inworker, worker_log, configure, prefix):
     server = redis_server()
     configure(REDIS_URL=server.url)
     w = inworker()

@@ -47,7 +47,7 @@ def test_basic_fetch_requeues_an_unfinished_job_at_shutdown(inworker, worker_log
     tj.entered.pop(cut)
 
 
-def test_a_release_deferred_by_an_outage_goes_through_at_stop(inworker, worker_log, redis_server):
+def test_a_release_deferred_by_an_outage_goes_through_at_stop(redis_server, inworker, worker_log):
     """The beat would retry it too: beats are a minute apart here, so only the stop can."""
     server = redis_server(extra=DURABLE)
     c = server.client()
