@@ -191,9 +191,10 @@ def inworker(request, configure, cogworker_settings, cogworker_worker):
     up as the ``worker`` fixture's processes are: the short timings of FAST_SETTINGS, the
     test project's limiters, no periodic entries unless ``periodic`` gives some;
     ``settings`` are COGWORKER keys for the rest of the test, other keywords
-    InProcessWorker's. Stopped at the end (ask for ``redis_server`` before this fixture
-    when the worker uses one: fixtures end in reverse, and the server must outlive it). (tests/worker/test_worker_plugins.py runs its
-    in-process workers at the production defaults.)"""
+    InProcessWorker's. Stopped at the end: ask for ``redis_server`` before this fixture
+    when the worker uses one (fixtures end in reverse; the server must outlive it).
+    (tests/worker/test_worker_plugins.py runs its in-process workers at the production
+    defaults.)"""
     django_settings = request.getfixturevalue("settings")
 
     def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
