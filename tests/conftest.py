@@ -8,6 +8,8 @@ Redis Cluster (tests/cluster_support.py).
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
 
 import pytest
@@ -18,7 +20,7 @@ from cogworker_django import testing
 from cogworker_django.store import connection, runtime
 
 from . import cluster_support
-from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker
+from .helpers import FAST_SETTINGS, MAIN_REDIS_URL, RedisServer, Worker, wait_until
 
 
 def pytest_configure(config):
@@ -174,27 +176,93 @@ def redis_server():
         s.cleanup()
 
 
+_UNSET = object()
+
 # The test project's limiters (testproject/test_settings.py): a worker checks at boot that
 # every registered job's are configured.
 PROJECT_LIMITS = {"test-pair": {"concurrency": 2}, "test-rate": {"rate": 3, "per": 2}}
 
 
 @pytest.fixture
-def inworker(request, configure, cogworker_worker):
+def inworker(request, configure, cogworker_settings, cogworker_worker):
     """Factory for in-process workers (worker/inprocess.py) under this test's prefix, set
     up as the ``worker`` fixture's processes are: the short timings of FAST_SETTINGS, the
     test project's limiters, no periodic entries unless ``periodic`` gives some;
     ``settings`` are COGWORKER keys for the rest of the test, other keywords
-    InProcessWorker's. Stopped at the end. (tests/worker/test_worker_plugins.py runs its
-    in-process workers at the production defaults.)"""
+    InProcessWorker's. Stopped at the end: ask for ``redis_server`` before this fixture
+    when the worker uses one (fixtures end in reverse; the server must outlive it).
+    (tests/worker/test_worker_plugins.py runs its in-process workers at the production
+    defaults.)"""
     django_settings = request.getfixturevalue("settings")
 
     def start(*, settings: dict | None = None, periodic: dict | None = None, **options):
-        configure(**{"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})})
-        django_settings.COGWORKER_PERIODIC = periodic or {}
+        wanted = {"LIMITS": PROJECT_LIMITS, **FAST_SETTINGS, **(settings or {})}
+        # Changed settings only: a change rebuilds the process's client (store/connection
+        # listens for it), closing connections a worker started earlier is using.
+        if any(cogworker_settings.get(k, _UNSET) != v for k, v in wanted.items()):
+            configure(**wanted)
+        if getattr(django_settings, "COGWORKER_PERIODIC", None) != (periodic or {}):
+            django_settings.COGWORKER_PERIODIC = periodic or {}
         return cogworker_worker(periodic=bool(periodic), **options)
 
     return start
+
+
+# The line format of testproject/settings.py's LOGGING: what a worker subprocess writes.
+WORKER_LOG_FORMAT = (
+    "%(asctime)s %(levelname)s pid=%(process)d [%(threadName)s] %(name)s: %(message)s"
+)
+
+
+class WorkerLog(logging.Handler):
+    """The package's log lines, formatted as a worker subprocess writes them: what an
+    in-process worker logs, for a test that reads a worker's log without its process."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter(WORKER_LOG_FORMAT))
+        self.lines: list[str] = []
+        self._levels: dict[logging.Logger, int] = {}
+
+    def listen(self, name: str, level: int = logging.INFO) -> WorkerLog:
+        """Take the lines of logger ``name`` too, from ``level`` up (until the test ends)."""
+        logger = logging.getLogger(name)
+        if logger not in self._levels:
+            self._levels[logger] = logger.level
+            logger.addHandler(self)
+        if logger.getEffectiveLevel() > level or logger.level == logging.NOTSET:
+            logger.setLevel(level)
+        return self
+
+    def close(self) -> None:
+        for logger, level in self._levels.items():
+            logger.removeHandler(self)
+            logger.setLevel(level)
+        self._levels.clear()
+        super().close()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))  # list.append: safe from any thread
+
+    def log(self) -> str:
+        return "\n".join(self.lines) + ("\n" if self.lines else "")
+
+    def wait_for_log(self, pattern: str, timeout: float = 15.0, count: int = 1) -> None:
+        rx = re.compile(pattern)
+        try:
+            wait_until(lambda: len(rx.findall(self.log())) >= count, timeout, 0.02, pattern)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- worker log ---\n{self.log()[-4000:]}") from None
+
+
+@pytest.fixture
+def worker_log():
+    """The ``cogworker_django`` logger's lines during this test (from INFO, as the command
+    logs; ``listen()`` adds another logger), with ``log()`` and ``wait_for_log()`` as a
+    worker subprocess has them."""
+    handler = WorkerLog().listen("cogworker_django")
+    yield handler
+    handler.close()
 
 
 @pytest.fixture

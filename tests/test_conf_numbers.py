@@ -101,14 +101,3 @@ def test_limit_wait_is_checked_with_a_message_naming_wait(configure, wait):
     with pytest.raises(ValueError, match=r"limit\('api'\): wait must be"):
         with limit("api", wait=wait):
             pass
-
-
-@pytest.mark.parametrize("key", ["HEARTBEAT_INTERVAL", "TIMEOUT_GRACE"])
-def test_a_worker_with_a_nan_timing_refuses_to_start_with_one_clear_line(worker, key):
-    """HEARTBEAT_INTERVAL = nan killed the worker at boot with a traceback; TIMEOUT_GRACE
-    = nan let it run and never abandon a stuck job. Both are refused before it starts."""
-    w = worker(settings={key: math.nan}, wait=False)
-    assert w.wait(60) != 0
-    log = w.log()
-    assert f"COGWORKER[{key!r}] = nan is invalid: expected a finite number" in log
-    assert "Traceback" not in log

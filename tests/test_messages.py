@@ -1,7 +1,8 @@
 """What a newcomer reads when something is wrong: `manage.py check` reports a bad
 COGWORKER as cogworker.E001 on its own (no traceback), with a did-you-mean for a
-misspelt key; refused credentials are called that, not "unreachable" (in the checks,
-the worker command and the admin); no message ends in two periods."""
+misspelt key; refused credentials are called that, not "unreachable" (in the checks
+and the admin; the worker command: tests/worker/test_worker_command.py); no message ends
+in two periods."""
 
 from __future__ import annotations
 
@@ -53,14 +54,6 @@ def test_an_unreachable_redis_message_has_one_period(configure):
     configure(REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     [message] = checks.redis_messages()
     assert "is unreachable" in message.msg and ".." not in message.msg
-
-
-def test_the_worker_command_says_the_credentials_were_refused(locked_redis, prefix):
-    url_ = f"redis://:wrong-pw@127.0.0.1:{locked_redis.port}/0"
-    result = run_command(prefix, "cogworker", redis_url=url_)
-    assert result.returncode != 0
-    assert "refused cogworker's credentials" in result.stderr, result.stderr
-    assert "unreachable" not in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.mark.django_db

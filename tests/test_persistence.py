@@ -1,6 +1,6 @@
 """A Redis that keeps nothing on disk (neither RDB snapshots nor AOF): `manage.py check
---deploy` warns (cogworker.W004), the worker logs it at boot, the admin dashboard shows
-it; a Redis with either is fine."""
+--deploy` warns (cogworker.W004), the admin dashboard shows it; a Redis with either is
+fine. (The worker command logs it at boot: tests/worker/test_worker_command.py.)"""
 
 from __future__ import annotations
 
@@ -51,13 +51,6 @@ def test_manage_py_check_deploy_warns(redis_server, prefix):
     )
     assert result.returncode == 0
     assert "cogworker.W004" in result.stdout + result.stderr
-
-
-def test_the_worker_logs_it_at_boot(worker, redis_server):
-    server = redis_server()
-    w = worker(redis_url=server.url)
-    w.wait_for_log(r"keeps nothing on disk .*\(cogworker\.W004\)")
-    assert w.stop() == 0
 
 
 @pytest.mark.django_db

@@ -10,7 +10,8 @@ Use it for run-layer logic: settling, middleware, plugins, retries, the poller, 
 Where a real process is the point (signals, SIGKILL, ``--processes``, forks, a worker
 killed mid-job) start ``manage.py cogworker`` instead.
 
-The project's periodic entries fire only with ``periodic=True``.
+The project's periodic entries fire only with ``periodic=True``. ``tag`` is the
+identity's first part (``--tag``; ``inprocess`` by default).
 
 It runs against the Redis of ``COGWORKER`` (the pytest fixture ``cogworker_worker``
 turns the test mode to real Redis). Its threads share the process with the test: a job
@@ -47,6 +48,7 @@ class InProcessWorker:
         shutdown_timeout: float | None = None,
         plugins: Sequence[Plugin] | None = None,
         periodic: bool = False,
+        tag: str = "inprocess",
     ) -> None:
         s = conf.get()
         specs = tuple(
@@ -75,7 +77,7 @@ class InProcessWorker:
             async_concurrency=async_concurrency,
             queues=specs,
             fetch_mode=fetch or s.FETCH,
-            tag="inprocess",
+            tag=tag,
             shutdown_timeout=s.SHUTDOWN_TIMEOUT if shutdown_timeout is None else shutdown_timeout,
             plugins=self.plugins,
         )

@@ -67,10 +67,10 @@ def _overview() -> dict:
 
 
 @pytest.mark.django_db
-def test_queues_page_says_which_queue_no_worker_reads(worker, r, configure, admin_client):
+def test_queues_page_says_which_queue_no_worker_reads(inworker, r, configure, admin_client):
     configure(HEARTBEAT_INTERVAL=0.5)  # the workers' (FAST_SETTINGS): read_window() = 2 s
     push(r, make_job(queue="critcal"))
-    w = worker(args=["-q", "default", "-q", "onerun"])
+    w = inworker(queues=["default", "onerun"])
     wait_until(lambda: "onerun" in _overview(), 10, message="onerun listed")
     infos = _overview()
     assert infos["onerun"].read and infos["default"].read
@@ -81,7 +81,7 @@ def test_queues_page_says_which_queue_no_worker_reads(worker, r, configure, admi
     assert (
         "no worker reads this queue" not in html.split('data-queue="onerun"')[1].split("</tr>")[0]
     )
-    assert w.stop() == 0
+    w.stop()
     # The -q run's queue, empty and unread, drops off; a queue with jobs, or a configured
     # one, stays (marked unread).
     wait_until(lambda: "onerun" not in _overview(), 3 * read_window(), message="onerun gone")
@@ -91,14 +91,14 @@ def test_queues_page_says_which_queue_no_worker_reads(worker, r, configure, admi
     assert "onerun" in {q.name for q in Queue.overview()}  # (metrics still export it)
 
 
-def test_a_queue_stays_read_between_beats_at_the_default_heartbeat(worker, r):
+def test_a_queue_stays_read_between_beats_at_the_default_heartbeat(inworker, r):
     """At the production HEARTBEAT_INTERVAL (5 s) a running worker's queue reads as read
     through several beats, and drops off within the window once it stops."""
-    w = worker(settings={"HEARTBEAT_INTERVAL": 5.0}, args=["-q", "onerun"])
+    w = inworker(settings={"HEARTBEAT_INTERVAL": 5.0}, queues=["onerun"])
     wait_until(lambda: "onerun" in _overview(), 15, message="onerun listed")
     deadline = time.monotonic() + 3 * 5.0  # three beats
     while time.monotonic() < deadline:
         assert _overview()["onerun"].read
         time.sleep(0.5)
-    assert w.stop() == 0
+    w.stop()
     wait_until(lambda: "onerun" not in _overview(), 3 * read_window(), message="onerun gone")

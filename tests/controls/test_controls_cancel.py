@@ -1,4 +1,4 @@
-"""Cancellation in each state, through api.cancel and real workers: queued, scheduled and
+"""Cancellation in each state, through api.cancel and real (in-process) workers: queued, scheduled and
 retrying jobs removed (locks released, a django.tasks result FAILED); a running job that
 checks cancelled() stops with JobCancelled and one that never checks is interrupted
 after CANCEL_GRACE, neither retried nor in dead, both in history as cancelled; a job
@@ -71,26 +71,28 @@ def test_cancel_of_an_unknown_or_finished_job_is_none(inworker, r, prefix):
         api.cancel("not a jid")
 
 
-def test_a_running_job_that_checks_sees_cancelled_and_stops(worker, r, prefix):
+def test_a_running_job_that_checks_sees_cancelled_and_stops(inworker, worker_log, r, prefix):
     jid = tj.cooperative_cancel.enqueue("coop")
-    w = worker(settings={"CONCURRENCY": 2})
+    w = inworker(concurrency=2)
     wait_until(lambda: runs(r, prefix).get("coop") == 1, 15, message="the job to start")
     wait_until(lambda: api.cancel(jid) == "running", 10, message="cancel to find it running")
     wait_until(lambda: runs(r, prefix).get("coop-saw-cancel"), 10, message="cancelled() True")
-    w.wait_for_log(r"cooperative_cancel \(jid \w+\) cancelled")
+    worker_log.wait_for_log(r"cooperative_cancel \(jid \w+\) cancelled")
     wait_until(lambda: acked(r, prefix), 10, message="the cancelled job acked")
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
     assert runs(r, prefix)["coop"] == 1  # not retried
-    assert w.stop() == 0
+    w.stop()
     (run,) = [run for run in history(r, prefix) if run["jid"] == jid]
     assert run["status"] == "cancelled", run
     assert not r.zscore(f"{prefix}:cancels", jid)
 
 
-def test_a_running_job_that_never_checks_is_interrupted_after_the_grace(worker, r, prefix):
+def test_a_running_job_that_never_checks_is_interrupted_after_the_grace(
+    inworker, worker_log, r, prefix
+):
     grace = 2.0
     jid = tj.ignores_cancel.enqueue("deaf")
-    w = worker(settings={"CONCURRENCY": 1, "CANCEL_GRACE": grace})
+    w = inworker(concurrency=1, settings={"CANCEL_GRACE": grace})
     wait_until(lambda: runs(r, prefix).get("deaf") == 1, 15, message="the job to start")
     asked = []  # when each cancel was sent: the last one found it running
 
@@ -99,8 +101,8 @@ def test_a_running_job_that_never_checks_is_interrupted_after_the_grace(worker, 
         return api.cancel(jid) == "running"
 
     wait_until(cancel, 10, message="cancel to find it running")
-    w.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: interrupting it", timeout=15)
-    w.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: JobCancelled", timeout=15)
+    worker_log.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: interrupting it", timeout=15)
+    worker_log.wait_for_log(r"ignores_cancel \(jid \w+\) cancelled: JobCancelled", timeout=15)
     # The interruption came no sooner than CANCEL_GRACE after the cancel (the job's own
     # clock: the worker can only have been told after the cancel was sent).
     interrupted = float(r.hget(tj.times_key(), "deaf:interrupted"))
@@ -112,7 +114,7 @@ def test_a_running_job_that_never_checks_is_interrupted_after_the_grace(worker, 
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
     tj.record.enqueue("next")
     wait_until(lambda: runs(r, prefix).get("next") == 1, 15, message="the next job")
-    assert w.stop() == 0
+    w.stop()
     assert runs(r, prefix)["deaf"] == 1
     (run,) = [run for run in history(r, prefix) if run["jid"] == jid]
     assert run["status"] == "cancelled", run

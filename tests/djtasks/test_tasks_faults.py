@@ -1,5 +1,7 @@
 """django.tasks under faults, with real workers: Redis gone at the end of a run, a worker
-killed mid-run, a result key of the wrong type, a signal receiver that raises."""
+killed mid-run, a result key of the wrong type, a signal receiver that raises, a run
+handed back by TERM or SIGKILL.
+"""
 
 import signal
 
@@ -73,3 +75,41 @@ def test_a_signal_receiver_that_raises_never_fails_the_task(worker):
     finished(result)
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "fine"
     w.wait_for_log(r"signal receiver .*_raises_for_grumpy.* raised RuntimeError: this receiver")
+
+
+def _status(result):
+    result.refresh()
+    return result.status
+
+
+@pytest.mark.cluster
+@pytest.mark.spread
+@pytest.mark.parametrize("how", ["term", "kill"])
+def test_a_run_handed_back_reads_ready_until_a_worker_takes_it(worker, r, how):
+    """TERM past the shutdown timeout requeues the running task; SIGKILL leaves it to
+    orphan recovery. Either way no worker runs it: its result reads READY (not RUNNING)
+    until another worker takes it, and then finishes it."""
+    result = tt.slow_add.enqueue(4, 1, 2)
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 0.5})
+    wait_until(lambda: _status(result) == TaskResultStatus.RUNNING, 15, message="running")
+    if how == "term":
+        assert w.stop() == 0
+        assert r.llen(keys.queue("default")) == 1  # handed back to its queue
+        assert _status(result) == TaskResultStatus.READY
+    else:
+        w.kill_all()
+        # Its presence expires within a few beats; the job waits for orphan recovery.
+        wait_until(lambda: _status(result) == TaskResultStatus.READY, 15, message="ready")
+    assert r.hget(keys.result(result.id), "status") == "RUNNING"  # as stored; read as READY
+    second = worker()
+    taken = [None]
+
+    def taken_by_another():
+        taken[0] = _status(result)
+        return len(result.worker_ids) == 2
+
+    wait_until(taken_by_another, 20, message="taken by another worker")
+    assert taken[0] in (TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL)
+    finished(result, timeout=20)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
+    assert second.stop() == 0

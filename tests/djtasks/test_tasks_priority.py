@@ -102,13 +102,13 @@ def test_due_scheduled_and_retried_tasks_go_back_to_their_priority_set(r):
 
 
 @pytest.mark.parametrize("mode", ["reliable", "basic"])
-def test_a_worker_with_one_thread_runs_them_in_priority_order(mode, worker, r):
+def test_a_worker_with_one_thread_runs_them_in_priority_order(mode, inworker, r):
     pytest.importorskip("django.tasks")
     from testapp import tasks as tt
 
     for token, p in ENQUEUED:  # while no worker runs
         tt.record_order.using(priority=p).enqueue(token)
-    worker(args=["-c", "1", "--fetch", mode])
+    inworker(concurrency=1, fetch=mode)
     order_key = tt.test_key("task_order")
     wait_until(lambda: r.llen(order_key) == len(EXPECTED), 15, message="every task")
     assert r.lrange(order_key, 0, -1) == EXPECTED

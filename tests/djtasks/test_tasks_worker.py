@@ -1,6 +1,6 @@
-"""django.tasks through a worker (a real process, or in this process where the process
-is not the point): results, failures, context, async, run_after, signals, expiry, and
-tasks a worker must refuse to run (Django 6.0+)."""
+"""django.tasks through a real worker, in this process: results, failures, context, async,
+run_after, signals, expiry, and tasks a worker must refuse to run (Django 6.0+). (A run
+handed back by TERM or SIGKILL: tests/djtasks/test_tasks_faults.py.)"""
 
 import datetime as dt
 import json
@@ -51,18 +51,18 @@ def signals(r, result_id):
     return found
 
 
-def test_tasks_run_with_results_context_async_and_signals(worker, r):
+def test_tasks_run_with_results_context_async_and_signals(inworker, r):
     added = tt.add.enqueue(2, 3)
     echoed = tt.echo.enqueue(1, (2, 3), x={"y": None})
     async_added = tt.async_add.enqueue(3, 4)
     own_id = tt.get_task_id.enqueue()
     flaky = tt.flaky.enqueue(fail_times=1)  # default alias: retries on (fast backoff here)
-    w = worker()
+    w = inworker()
 
     for result in (added, echoed, async_added, own_id, flaky):
         finished(result)
         assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
-    identity = w.log().split("identity=")[1].split()[0]
+    identity = w.identity
 
     assert added.return_value == 5
     assert added.worker_ids == [identity] and added.attempts == 1
@@ -206,54 +206,19 @@ def test_a_worker_runs_nothing_but_cogworker_tasks(inworker, r):
         assert json.loads(data["worker_ids"]) == []  # it never ran
 
 
-def test_a_failed_task_keeps_djangos_records_and_the_worker_adds_one_line(worker, r):
+def test_a_failed_task_keeps_djangos_records_and_the_worker_adds_one_line(inworker, worker_log, r):
     """Django's own records on its django.tasks logger stay as Django's backends emit them
     (state=RUNNING, and state=FAILED with the traceback: users' logging listens to them;
     their levels: tests/djtasks/django_tasks/); the worker's own line ("failed: ... ->
     dead") comes once, without a traceback."""
     result = tt.boom.using(backend="noretry").enqueue("kaput")
-    w = worker()
+    worker_log.listen("django.tasks")  # as Django's own logging shows it in a worker
+    w = inworker()
     finished(result)
-    assert w.stop() == 0
-    log = w.log()
+    w.stop()
+    log = worker_log.log()
     assert log.count(f"(jid {result.id}) failed: ValueError: kaput -> dead") == 1
     assert f"Task id={result.id} path=testapp.tasks.boom state=RUNNING" in log
     assert log.count(f"Task id={result.id} path=testapp.tasks.boom state=FAILED") == 1
     # Django's record carries the traceback; the worker's line does not repeat it.
     assert log.count("Traceback (most recent call last)") == 1, log
-
-
-def _status(result):
-    result.refresh()
-    return result.status
-
-
-@pytest.mark.parametrize("how", ["term", "kill"])
-def test_a_run_handed_back_reads_ready_until_a_worker_takes_it(worker, r, how):
-    """TERM past the shutdown timeout requeues the running task; SIGKILL leaves it to
-    orphan recovery. Either way no worker runs it: its result reads READY (not RUNNING)
-    until another worker takes it, and then finishes it."""
-    result = tt.slow_add.enqueue(4, 1, 2)
-    w = worker(settings={"SHUTDOWN_TIMEOUT": 0.5})
-    wait_until(lambda: _status(result) == TaskResultStatus.RUNNING, 15, message="running")
-    if how == "term":
-        assert w.stop() == 0
-        assert r.llen(keys.queue("default")) == 1  # handed back to its queue
-        assert _status(result) == TaskResultStatus.READY
-    else:
-        w.kill_all()
-        # Its presence expires within a few beats; the job waits for orphan recovery.
-        wait_until(lambda: _status(result) == TaskResultStatus.READY, 15, message="ready")
-    assert r.hget(keys.result(result.id), "status") == "RUNNING"  # as stored; read as READY
-    second = worker()
-    taken = [None]
-
-    def taken_by_another():
-        taken[0] = _status(result)
-        return len(result.worker_ids) == 2
-
-    wait_until(taken_by_another, 20, message="taken by another worker")
-    assert taken[0] in (TaskResultStatus.RUNNING, TaskResultStatus.SUCCESSFUL)
-    finished(result, timeout=20)
-    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
-    assert second.stop() == 0

@@ -94,15 +94,17 @@ def test_history_false_records_nothing(inworker, r, prefix):
     assert not r.exists(keys.history())
 
 
-def test_history_key_of_the_wrong_type_loses_history_never_a_job(worker, r, prefix):
+def test_history_key_of_the_wrong_type_loses_history_never_a_job(inworker, worker_log, r, prefix):
     r.set(keys.history(), "not a stream")
-    w = worker(settings={"KEYGUARD_INTERVAL": 600})  # only the boot check
-    w.wait_for_log(r"Key guard: \S+:history held a string, not a stream")
+    w = inworker(settings={"KEYGUARD_INTERVAL": 600})  # only the boot check
+    worker_log.wait_for_log(r"Key guard: \S+:history held a string, not a stream")
     r.delete(keys.history())
     r.set(keys.history(), "wrong again")  # after the boot check: history writes fail now
     tj.record.enqueue_many([(f"j{i}",) for i in range(20)])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 20, 10, message="20 runs")
-    w.wait_for_log(r"History failed: .*run record\(s\) dropped, next write in 5s.*WRONGTYPE")
+    worker_log.wait_for_log(
+        r"History failed: .*run record\(s\) dropped, next write in 5s.*WRONGTYPE"
+    )
     assert set(r.hvals(f"{prefix}:test:runs")) == {"1"}
     assert r.get(keys.history()) == "wrong again"
     assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
@@ -111,7 +113,7 @@ def test_history_key_of_the_wrong_type_loses_history_never_a_job(worker, r, pref
     tj.record.enqueue("after")
     wait_until(lambda: history_api.query(), 10, message="history written again")
     w.stop()
-    assert w.log().count("run record(s) dropped") == 1
+    assert worker_log.log().count("run record(s) dropped") == 1
 
 
 # In this process: the middleware, the buffer, the writer --------------------------------------

@@ -85,13 +85,15 @@ def test_values_match_what_is_in_redis(client, r):
     assert m[("cogworker_quarantined_keys", ())] == 1
 
 
-def test_a_real_worker_shows_as_a_process_its_busy_thread_and_its_counts(client, worker, settings):
-    settings.COGWORKER_PERIODIC = PERIODIC
-    w = worker(args=["-q", "work"], settings={"CONCURRENCY": 2}, periodic=PERIODIC)
+def test_a_real_worker_shows_as_a_process_its_busy_thread_and_its_counts(
+    client, inworker, worker_log, r, prefix
+):
+    w = inworker(queues=["work"], concurrency=2, periodic=PERIODIC)
     for _ in range(3):
         tj.noop.using(queue="work").enqueue()
     tj.always_fails.using(queue="work", retry=False).enqueue()
-    tj.slow.using(queue="work").enqueue(30, "busy")
+    busy = f"busy-{prefix}"  # held at its gate until the scrape saw it (testapp/jobs.py)
+    tj.wait_at_gate.using(queue="work").enqueue(busy)
 
     seen: list = []
 
@@ -104,7 +106,9 @@ def test_a_real_worker_shows_as_a_process_its_busy_thread_and_its_counts(client,
     try:
         m = wait_until(settled, 30, interval=0.2, message="counters flushed and one thread busy")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; the last scrape: {seen}\nworker log:\n{w.log()}") from None
+        raise AssertionError(
+            f"{exc}; the last scrape: {seen}\nworker log:\n{worker_log.log()}"
+        ) from None
     assert m[("cogworker_processes", ())] == 1
     assert m[("cogworker_concurrency", ())] == 2
     assert m[("cogworker_dead_size", ())] == 1
@@ -112,6 +116,8 @@ def test_a_real_worker_shows_as_a_process_its_busy_thread_and_its_counts(client,
     entry = (("entry", "every-minute"),)
     assert m[("cogworker_periodic_enabled", entry)] == 1
     assert m[("cogworker_periodic_next_run_timestamp_seconds", entry)] > time.time()
+    tj.gate(busy).set()
+    wait_until(lambda: r.hget(f"{prefix}:test:runs", busy) == "1", 10, message="busy done")
     w.stop()
 
 

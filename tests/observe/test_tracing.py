@@ -1,8 +1,9 @@
-"""OpenTelemetry across enqueue and a real worker process (COGWORKER["OTEL"] = True): the
+"""OpenTelemetry across enqueue and a real worker (COGWORKER["OTEL"] = True): the
 enqueue's PRODUCER span is the parent of the worker's CONSUMER span, whose attributes
 follow the messaging conventions; a failed run records its exception, each try is a
-child of the same enqueue. The test process uses the SDK's in-memory exporter; the
-worker writes its spans to a file (testapp/otel_spans.py)."""
+child of the same enqueue. The worker runs in this process (the context crosses Redis in
+the payload, never a thread's context) and both sides export to the SDK's in-memory
+exporter."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from testapp import jobs as tj
+from testapp.otel_spans import as_dict
 
 from cogworker_django import testing
 from cogworker_django.observe import tracing
@@ -41,31 +43,17 @@ def spans():
     _exporter.clear()
 
 
-def worker_spans(path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 @pytest.fixture
-def traced_worker(worker, configure, tmp_path):
-    configure(OTEL=True)
-    path = tmp_path / "worker-spans.jsonl"
-    worker(
-        args=["-q", "work"],
-        settings={"OTEL": True},
-        env={"TESTPROJECT_OTEL_SPANS": str(path)},
-    )
-    return path
+def traced_worker(inworker):
+    inworker(queues=["work"], settings={"OTEL": True})
+    return _exporter
 
 
-def consumer_spans(path, jid: str, count: int = 1) -> list[dict]:
+def consumer_spans(exporter, jid: str, count: int = 1) -> list[dict]:
     def found():
         hits = [
             s
-            for s in worker_spans(path)
+            for s in map(as_dict, exporter.get_finished_spans())
             if s["kind"] == "CONSUMER" and s["attributes"].get("messaging.message.id") == jid
         ]
         return hits if len(hits) >= count else None
@@ -116,7 +104,8 @@ def test_a_failed_run_records_its_exception_and_every_try_shares_the_parent(trac
 
 def test_outside_a_trace_nothing_is_carried_and_the_run_is_a_root(traced_worker, spans):
     jid = tj.record.using(queue="work").enqueue("untraced")
-    assert spans.get_finished_spans() == ()
+    # (The worker's own CONSUMER span lands in the same exporter.)
+    assert [s for s in spans.get_finished_spans() if s.kind != trace.SpanKind.CONSUMER] == []
     (run,) = consumer_spans(traced_worker, jid)
     assert run["parent_span_id"] is None
 

@@ -1,9 +1,8 @@
 """COGWORKER_PERIODIC validation: each bad entry raises ImproperlyConfigured naming the
-entry and the field, at worker start, in ``manage.py check`` and in ``load()``."""
+entry and the field, in ``manage.py check`` and in ``load()``. (At worker start, and
+``migrate`` going on: tests/worker/test_worker_command.py.)"""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -11,8 +10,6 @@ from django.test import override_settings
 
 from cogworker_django import checks
 from cogworker_django.periodic import entries
-
-from ..helpers import run_command
 
 GOOD = {"cron": "*/5 * * * *", "job": "testapp.jobs.periodic_tick"}
 
@@ -116,17 +113,6 @@ def test_system_check_reports_each_bad_entry():
         assert checks.check_periodic() == []
 
 
-def test_the_worker_refuses_to_start_with_a_bad_entry(prefix):
-    bad = {"nightly": {**GOOD, "timezone": "Nowhere/Land"}}
-    result = run_command(
-        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
-    )
-    assert result.returncode != 0
-    assert "COGWORKER_PERIODIC['nightly']['timezone'] = 'Nowhere/Land' is invalid" in (
-        result.stderr + result.stdout
-    )
-
-
 def test_every_bad_field_of_an_entry_is_named_at_once():
     bad = {"cron": "61 * * * *", "job": "x.y", "timezone": "Mars/Olympus", "unique": "always"}
     with override_settings(COGWORKER_PERIODIC={"nightly": bad}):
@@ -142,43 +128,12 @@ def test_every_bad_field_of_an_entry_is_named_at_once():
     assert all(line.startswith("COGWORKER_PERIODIC['nightly']") for line in lines)
 
 
-def test_the_worker_names_every_bad_entry(prefix):
-    bad = {
-        "first": {**GOOD, "timezone": "Nowhere/Land"},
-        "fine": GOOD,
-        "second": {**GOOD, "cron": "nope", "queue": "two words"},
-    }
-    result = run_command(
-        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
-    )
-    output = result.stderr + result.stdout
-    assert result.returncode != 0
-    assert "COGWORKER_PERIODIC['first']['timezone']" in output
-    assert "COGWORKER_PERIODIC['second']['cron']" in output
-    assert "COGWORKER_PERIODIC['second']['queue']" in output
-    assert "'fine'" not in output and "Traceback" not in output
-
-
 def test_a_mistyped_job_path_gets_did_you_mean():
     raw = {"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}
     with override_settings(COGWORKER_PERIODIC=raw), pytest.raises(ImproperlyConfigured) as caught:
         entries.load()
     assert "not a registered @job (did you mean 'testapp.jobs.periodic_tick'?)" in str(caught.value)
     assert "COGWORKER['JOB_MODULES']" in str(caught.value)
-
-
-def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
-    env = {
-        "COGWORKER_PERIODIC_JSON": json.dumps({"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}),
-        "TESTPROJECT_DB": str(tmp_path / "db.sqlite3"),
-    }
-    migrated = run_command(prefix, "migrate", "-v", "0", env=env)
-    assert migrated.returncode == 0, migrated.stderr
-    assert "cogworker.W101" in migrated.stderr and "did you mean" in migrated.stderr
-    checked = run_command(prefix, "check", env=env)
-    assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
-    worker = run_command(prefix, "cogworker", env=env)
-    assert worker.returncode == 1 and "periodic_tik" in worker.stderr
 
 
 def test_arguments_the_job_does_not_take_are_refused():

@@ -1,6 +1,8 @@
 """Periodic entries through real faults: Redis stopped across ticks, Redis stopped as an
-``until_executed`` run finishes (its release deferred), a ``last_slot`` key of the wrong
-type. Private redis-server processes whose data survives a kill (AOF, fsync always)."""
+``until_executed`` run finishes (its release deferred; a ticking and a running worker
+process of different settings), a ``last_slot`` key of the wrong type. Private
+redis-server processes whose data survives a kill (AOF, fsync always). The workers run
+in this process but for the two of different settings."""
 
 from __future__ import annotations
 
@@ -16,13 +18,12 @@ def sleep_until(epoch: float) -> None:
     time.sleep(max(0.0, epoch - time.time()))
 
 
-def test_redis_stopped_across_ticks_the_due_slot_fires_once_after(worker, redis_server, prefix):
+def test_redis_stopped_across_ticks_the_due_slot_fires_once_after(redis_server, inworker, prefix):
     server = redis_server(extra=DURABLE)
     c = server.client()
     periodic = {"every-3s": {"cron": "*/3 * * * * *", "job": "testapp.jobs.periodic_tick"}}
-    workers = [worker(periodic=periodic, redis_url=server.url, wait=False) for _ in range(2)]
-    for w in workers:
-        w.wait_for_log(r"cogworker \S+ started", timeout=30)
+    for _ in range(2):
+        inworker(periodic=periodic, settings={"REDIS_URL": server.url})
     first = min(wait_until(lambda: slots(c, prefix), 10, message="a first slot"))
     due = first + 3
     while due - time.time() < 1.0:
@@ -88,15 +89,15 @@ def test_a_release_deferred_by_an_outage_lets_the_next_slot_fire_within_the_grac
     assert [r["slot"] for r in spans(c, prefix)] == [run["slot"], following]
 
 
-def test_a_last_slot_of_the_wrong_type_backs_that_entry_off_only(worker, r, prefix):
+def test_a_last_slot_of_the_wrong_type_backs_that_entry_off_only(inworker, worker_log, r, prefix):
     periodic = {
         "bad": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_tick", "queue": "default"},
         "good": {"cron": "* * * * * *", "job": "testapp.jobs.periodic_span"},
     }
     r.rpush(f"{prefix}:periodic:last_slot:bad", "not a string")
-    w = worker(periodic=periodic)
+    inworker(periodic=periodic)
     time.sleep(3)
-    log = w.log()
+    log = worker_log.log()
     # Logged once and backed off (5 s), not retried on every tick (0.25 s).
     assert log.count("Periodic tick: bad (next try in 5s) failed") == 1, log[-3000:]
     assert "WRONGTYPE" in log

@@ -1,6 +1,8 @@
 """COGWORKER["CLUSTER"]: the settings, the client (lazy, no retries, REDIS_OPTIONS
-applied), the system check, and a cluster that is down or is not a cluster at all.
-Everything here talks to a real local cluster (tests/cluster_support.py)."""
+applied), the system check, and a cluster that is down or is not a cluster at all; a
+worker SIGKILLed with jobs in the homes of two masters, recovered by the next.
+Everything here talks to a real local cluster (tests/cluster_support.py).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ..helpers import (
     run_command,
     wait_until,
 )
+from .test_cluster_spread import counts, three_masters
 
 
 @pytest.fixture
@@ -431,3 +434,27 @@ def test_refused_credentials_are_said_so_not_unreachable(configure, local_cluste
     assert "wrong" not in message.msg  # the password is masked
     configure(REDIS_URL=f"redis://cw:right@127.0.0.1:{port}/0")
     assert connection.get_client().ping() is True
+
+
+@pytest.mark.spread
+def test_sigkill_recovery_finds_the_lists_of_every_home(worker, r):
+    qs = three_masters()[:2]
+    settings = {"ORPHAN_THRESHOLD": 2, "CONCURRENCY": 4, "QUEUES": qs}
+    for q in qs:
+        for i in range(2):
+            tj.tracked.using(queue=q).enqueue(4, f"{q}-{i}")
+    a = worker(settings=settings)
+    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 4, 15)
+    (ident,) = r.smembers(keys.processes())
+    assert set(r.smembers(keys.inprogress_homes(ident))) == {keys.home_of(q) for q in qs}
+    for q in qs:
+        assert r.llen(keys.inprogress(ident, keys.home_of(q))) == 2
+    a.kill()
+    b = worker(settings=settings)
+    b.wait_for_log(r"recovered \d job\(s\) from dead process", timeout=15)
+    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":end")) == 4, 20)
+    c = counts(r)
+    assert all(c[f"{q}-{i}:end"] == 1 for q in qs for i in range(2)), c
+    for q in qs:
+        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
+    assert b.stop() == 0

@@ -1,6 +1,7 @@
 """A home per queue (keys.spread): a Redis Cluster with a PREFIX without braces puts each
-queue's keys in a slot of their own, so queues live on different masters. Real workers
-on a real 3-master cluster (tests/cluster_support.py); key names built with keys.*."""
+queue's keys in a slot of their own, so queues live on different masters. Real
+(in-process) workers on a real 3-master cluster (tests/cluster_support.py); key names
+built with keys.*. (A worker SIGKILLed on such a cluster: tests/store/test_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def counts(r) -> dict[str, int]:
     return {k: int(v) for k, v in r.hgetall(tj.runs_key()).items()}
 
 
-def test_queues_on_three_masters_run_and_leave_nothing_behind(worker, r):
+def test_queues_on_three_masters_run_and_leave_nothing_behind(inworker, r):
     qs = three_masters()
     assert len({_port(keys.queue(q)) for q in qs}) == 3
     for q in qs:
@@ -51,17 +52,17 @@ def test_queues_on_three_masters_run_and_leave_nothing_behind(worker, r):
     for q in qs:
         assert r.llen(keys.queue(q)) == 5
         assert q in r.smembers(keys.queues())
-    w = worker(settings={"QUEUES": qs, "CONCURRENCY": 3})
+    w = inworker(settings={"QUEUES": qs}, concurrency=3)
     # The worker's identity as Redis knows it (the only process of this prefix), and the
     # homes it registered lists in: the keys looked for below are the ones it used.
     (ident,) = wait_until(lambda: r.smembers(keys.processes()), 10, message="presence")
-    assert f"identity={ident} " in w.log()
+    assert ident == w.identity
     every_home = {keys.home_of(q) for q in qs}
     wait_until(lambda: r.smembers(keys.inprogress_homes(ident)) == every_home, 10)
     assert ident in r.smembers(keys.inprogress_ids())
     wait_until(lambda: len(counts(r)) == 15, 20, message="all 15 ran")
     assert set(counts(r).values()) == {1}
-    assert w.stop() == 0
+    w.stop()
     for q in qs:
         assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
         assert r.llen(keys.queue(q)) == 0
@@ -117,29 +118,6 @@ def test_weighted_order_holds_across_homes(r):
         r.delete(keys.inprogress("me:1:ab", keys.home_of(work.queue)))
     share = firsts.count(qs[0]) / len(firsts)
     assert 0.8 < share < 0.97, share
-
-
-def test_sigkill_recovery_finds_the_lists_of_every_home(worker, r):
-    qs = three_masters()[:2]
-    settings = {"ORPHAN_THRESHOLD": 2, "CONCURRENCY": 4, "QUEUES": qs}
-    for q in qs:
-        for i in range(2):
-            tj.tracked.using(queue=q).enqueue(4, f"{q}-{i}")
-    a = worker(settings=settings)
-    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 4, 15)
-    (ident,) = r.smembers(keys.processes())
-    assert set(r.smembers(keys.inprogress_homes(ident))) == {keys.home_of(q) for q in qs}
-    for q in qs:
-        assert r.llen(keys.inprogress(ident, keys.home_of(q))) == 2
-    a.kill()
-    b = worker(settings=settings)
-    b.wait_for_log(r"recovered \d job\(s\) from dead process", timeout=15)
-    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":end")) == 4, 20)
-    c = counts(r)
-    assert all(c[f"{q}-{i}:end"] == 1 for q in qs for i in range(2)), c
-    for q in qs:
-        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
-    assert b.stop() == 0
 
 
 def test_scheduled_retried_and_dead_jobs_live_in_their_queues_home(inworker, r):
@@ -299,18 +277,27 @@ def test_basic_fetch_reads_queues_on_three_masters(inworker, r):
     w.stop()
 
 
-def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(worker, r):
+def test_sigterm_hands_each_homes_unfinished_jobs_back_to_their_queues(inworker, r):
     qs = three_masters()[:2]
-    for q in qs:
-        tj.tracked.using(queue=q).enqueue(30, f"{q}-long")
-    w = worker(settings={"QUEUES": qs, "CONCURRENCY": 2, "SHUTDOWN_TIMEOUT": 1})
-    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 2, 15)
+    held = {q: f"{q}-long-{keys.prefix()}" for q in qs}  # runs held at their gates
+    for q, token in held.items():
+        tj.gate(token)
+        tj.wait_at_gate.using(queue=q).enqueue(token)
+    w = inworker(settings={"QUEUES": qs}, concurrency=2, shutdown_timeout=1)
+    for token in held.values():
+        assert tj.entered[token].wait(15), f"{token} never started"
     (ident,) = r.smembers(keys.processes())
-    w.stop()  # TERM: the grace passes, the hand-over requeues the unfinished
+    w.stop()  # as on TERM: the grace passes, the hand-over requeues the unfinished
     for q in qs:
         raws = r.lrange(keys.queue(q), 0, -1)
         assert len(raws) == 1 and payload.decode(raws[0])["queue"] == q
         assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
+    for token in held.values():  # the abandoned runs end inside this test
+        tj.gates.pop(token).set()
+        tj.entered.pop(token)
+    for p in w.manager.processors:
+        if p.thread is not None:
+            p.thread.join(10)
 
 
 def test_a_workers_poller_relays_an_outbox_leftover_at_the_production_age(inworker, r):

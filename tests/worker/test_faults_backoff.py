@@ -47,12 +47,14 @@ def test_backoff_doubles_on_deterministic_errors_only(caplog):
     assert calls[-2:] == [1100, 1105]
 
 
-def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(redis_server, configure, worker):
+def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(
+    redis_server, configure, inworker, worker_log
+):
     server = redis_server()
     configure(REDIS_URL=server.url)
     r = server.client()
     # the key guard only at boot, so the broken keys below stay broken for this test
-    w = worker(redis_url=server.url, settings={"KEYGUARD_INTERVAL": 600})
+    w = inworker(settings={"KEYGUARD_INTERVAL": 600})
     after_boot_key_guard(r, keys.prefix())  # its boot pass is done before the key breaks
     # One due retry whose queue key is broken, one that is fine: the fine one still moves.
     r.set(keys.queue("broken"), "not a list")
@@ -61,22 +63,25 @@ def test_poller_backs_off_a_broken_key_and_isolates_a_bad_entry(redis_server, co
     r.zadd(keys.retry(keys.home_of("default")), {payload.encode(stuck): 1, payload.encode(fine): 2})
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "fine") == "1", 10)
     assert r.zcard(keys.retry(keys.home_of("default"))) == 1
-    assert "a due job in" in w.log() and "not moved: ResponseError: WRONGTYPE" in w.log()
+    assert (
+        "a due job in" in worker_log.log()
+        and "not moved: ResponseError: WRONGTYPE" in worker_log.log()
+    )
 
     # A broken schedule set fails the whole chore: it backs off instead of failing (and
     # logging) on every poll (POLL_INTERVAL is 0.2 s here).
     r.set(keys.schedule(keys.home_of("default")), "not a zset")
     time.sleep(3)
-    failures = w.log().count("Scheduled poller failed (next try in")
-    assert failures == 1, w.log()[-3000:]
+    failures = worker_log.log().count("Scheduled poller failed (next try in")
+    assert failures == 1, worker_log.log()[-3000:]
     tj.record.enqueue("meanwhile")  # pushing and running go on
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "meanwhile") == "1", 10)
     # Fixed: the poller picks up again after its backoff.
     r.delete(keys.schedule(keys.home_of("default")))
     tj.record.enqueue_in(0.1, "scheduled")
     wait_until(lambda: r.hget(f"{keys.prefix()}:test:runs", "scheduled") == "1", 15)
-    assert w.log().count("Scheduled poller failed (next try in") <= 2
-    assert w.stop() == 0
+    assert worker_log.log().count("Scheduled poller failed (next try in") <= 2
+    w.stop()
 
 
 def test_pushes_log_a_broken_queue_listing_once_a_minute_not_per_push(r, caplog):

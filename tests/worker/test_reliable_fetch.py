@@ -132,7 +132,7 @@ TIMERS = (
 )
 
 
-def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, float, Counter]:
+def _drain_under_monitor(inworker, server, prefix, fetch, n) -> tuple[Counter, float, Counter]:
     """Drain ``n`` noop jobs with one worker of CONCURRENCY 5 under MONITOR: the commands
     the worker sent, by name, and its script calls, by script (the test's own commands
     are left out: they go through one connection whose address is ignored)."""
@@ -143,7 +143,7 @@ def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, floa
     # few dozen commands, however long a loaded machine makes the drain, against the n
     # that one command per job would add.
     timers = {name: conf.DEFAULTS[name] for name in TIMERS}
-    w = worker(redis_url=server.url, args=args, settings={"CONCURRENCY": 5, **timers})
+    w = inworker(fetch=fetch, concurrency=5, settings={"REDIS_URL": server.url, **timers})
     tj.noop.enqueue_many([() for _ in range(n)])
     time.sleep(0.3)
     with Monitor(server, ignore=mine) as mon:
@@ -159,7 +159,7 @@ def _drain_under_monitor(worker, server, prefix, args, n) -> tuple[Counter, floa
             0.02,
             message="the last acks",
         )
-    assert w.stop() == 0
+    w.stop()
     assert int(client.get(f"{prefix}:stat:processed") or 0) == n  # flushed at the stop
     # Every job kept its outcome (JOB_RESULT_TTL's default), within the counts above.
     assert sum(1 for _ in client.scan_iter(f"{prefix}:result:*", count=1000)) == n
@@ -174,11 +174,11 @@ def _by_name(by_script: Counter) -> dict[str, int]:
     return {names.get(sha, sha): v for sha, v in by_script.items()}
 
 
-def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, configure, prefix):
+def test_reliable_fetch_costs_one_round_trip_per_job(redis_server, inworker, configure, prefix):
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, took, by_script = _drain_under_monitor(worker, server, prefix, [], n)
+    counts, took, by_script = _drain_under_monitor(inworker, server, prefix, "reliable", n)
     per_job = {k: v / n for k, v in counts.most_common()}
     fetch_calls = by_script[scripts.get("fetch").sha]
     fetches = fetch_calls / n
@@ -205,7 +205,7 @@ def test_reliable_fetch_costs_one_round_trip_per_job(worker, redis_server, confi
 
 
 def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
-    worker, redis_server, configure, prefix
+    redis_server, inworker, configure, prefix
 ):
     """Basic fetch: one non-blocking script per job (it also sees django.tasks priority
     zsets, which BRPOP can't), and BRPOP only to wait while every queue is empty. No
@@ -213,7 +213,7 @@ def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, took, by_script = _drain_under_monitor(worker, server, prefix, ["--fetch", "basic"], n)
+    counts, took, by_script = _drain_under_monitor(inworker, server, prefix, "basic", n)
     per_job = {k: v / n for k, v in counts.most_common()}
     fetch_calls = by_script[scripts.get("basic_fetch").sha]
     fetches = fetch_calls / n
@@ -233,11 +233,13 @@ def test_basic_fetch_takes_without_an_in_progress_list_and_waits_in_brpop(
 
 
 @pytest.mark.parametrize("mode, blocking", [("basic", True), ("reliable", False)])
-def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode, blocking):
+def test_idle_worker_waits_by_mode(
+    redis_server, inworker, worker_log, configure, prefix, mode, blocking
+):
     server = redis_server()
     configure(REDIS_URL=server.url)
-    w = worker(redis_url=server.url, args=["--fetch", mode], settings={"CONCURRENCY": 5})
-    assert f"fetch={mode}" in w.log()
+    w = inworker(fetch=mode, concurrency=5)
+    assert f"fetch={mode}" in worker_log.log()
     time.sleep(0.5)
     with Monitor(server) as mon:
         time.sleep(2.0)
@@ -251,17 +253,17 @@ def test_idle_worker_waits_by_mode(worker, redis_server, configure, prefix, mode
         # (Counted by the fetch script's SHA: the beat's stamp goes by EVALSHA too.)
         assert 5 <= mon.counts["brpop"] <= 30, mon.counts
         assert 5 <= mon.scripts[scripts.get("fetch").sha] <= 30, _by_name(mon.scripts)
-    assert w.stop() == 0
+    w.stop()
 
 
-def test_threads_share_fetches_under_load(worker, redis_server, configure, prefix):
+def test_threads_share_fetches_under_load(redis_server, inworker, configure, prefix):
     """The dispatcher (worker/dispatch.py): with several threads busy, one fetch acks
     several finished jobs and takes several new ones, so a drain needs clearly fewer
     fetches than jobs. (A count of commands, not a timing.)"""
     server = redis_server()
     configure(REDIS_URL=server.url)
     n = 3000
-    counts, _, by_script = _drain_under_monitor(worker, server, prefix, [], n)
+    counts, _, by_script = _drain_under_monitor(inworker, server, prefix, "reliable", n)
     fetch_calls = by_script[scripts.get("fetch").sha]
     # Seen at all, and each call took at most one job per thread (CONCURRENCY 5).
     assert n / 5 <= fetch_calls < 0.9 * n, (_by_name(by_script), counts)

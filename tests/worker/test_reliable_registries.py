@@ -4,10 +4,12 @@ must succeed; every other write is its own best-effort step. Jobs still run."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from testapp import jobs as tj
 
+from cogworker_django.conf import QueueSpec
 from cogworker_django.store import keys
 
 from ..helpers import after_boot_key_guard, wait_until
@@ -16,10 +18,10 @@ from ..helpers import after_boot_key_guard, wait_until
 pytestmark = pytest.mark.cluster
 
 
-def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
+def test_wrong_type_registries_do_not_stop_beats_or_jobs(inworker, worker_log, r, prefix):
     # The key guard would move these aside (rule 9); keep it out of the way so the
     # heartbeat itself is what is tested.
-    w = worker(settings={"KEYGUARD_INTERVAL": 3600})
+    w = inworker(settings={"KEYGUARD_INTERVAL": 3600})
     (ident,) = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
     after_boot_key_guard(r, prefix)
     wrong = ("processes", "queues", "last_beat", "inprogress_ids", "live_queues", "paused")
@@ -35,23 +37,23 @@ def test_wrong_type_registries_do_not_stop_beats_or_jobs(worker, r, prefix):
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2 + 20, 10, message="jobs still run")
     # Each refused write is logged by the beat that met it (wait for that beat).
     for what in ("process registry", "queue registry", "in-progress registry", "live queue"):
-        w.wait_for_log(rf"Heartbeat: {what}.*WRONGTYPE", 10)
-    w.wait_for_log(r"last-beat stamp failed|Heartbeat: last-beat stamp", 10)
-    assert json.loads(r.hget(presence, "info"))["pid"] == w.pid
+        worker_log.wait_for_log(rf"Heartbeat: {what}.*WRONGTYPE", 10)
+    worker_log.wait_for_log(r"last-beat stamp failed|Heartbeat: last-beat stamp", 10)
+    assert json.loads(r.hget(presence, "info"))["pid"] == os.getpid()
     for name in wrong:
         assert r.get(f"{prefix}:{name}") == "not the right type"  # untouched by the worker
         r.delete(f"{prefix}:{name}")
-    assert w.stop() == 0
+    w.stop()
 
 
-def test_wrong_type_queue_does_not_stop_other_queues(worker, r, prefix):
-    w = worker(args=["-q", "broken:5", "-q", "default"], settings={"KEYGUARD_INTERVAL": 3600})
+def test_wrong_type_queue_does_not_stop_other_queues(inworker, r, prefix):
+    w = inworker(queues=[QueueSpec("broken", 5), "default"], settings={"KEYGUARD_INTERVAL": 3600})
     after_boot_key_guard(r, prefix)  # the "started" line comes before it
     r.set(f"{prefix}:queue:broken", "not a list")
     tj.record.enqueue_many([(f"ok{i}",) for i in range(5)])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 2 + 5, 10, message="default still runs")
     assert r.get(f"{prefix}:queue:broken") == "not a list"
-    assert w.stop() == 0
+    w.stop()
     r.delete(f"{prefix}:queue:broken")
 
 

@@ -1,4 +1,4 @@
-"""Once settled, never run again, with real workers and real faults: an ack that Redis
+"""Once settled, never run again, with real (in-process) workers and real faults: an ack that Redis
 never applied (writes paused past the client's timeout) is retried while the worker
 runs on, not only at shutdown; a fetch whose reply is lost on the wire (the script ran,
 the connection dropped before its reply arrived: tests/helpers.ReplyCutter) is put
@@ -22,19 +22,24 @@ def runs(c, prefix) -> dict[str, int]:
     return {k: int(v) for k, v in c.hgetall(f"{prefix}:test:runs").items()}
 
 
-def identity(w) -> str:
-    return re.search(r"identity=(\S+)", w.log()).group(1)
+def beating(c, prefix, w) -> bool:
+    """The worker is still up: listed, its presence key alive."""
+    return c.sismember(f"{prefix}:processes", w.identity) and c.exists(
+        f"{prefix}:process:{w.identity}"
+    )
 
 
-def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, configure, prefix):
+def test_a_failed_ack_is_retried_while_the_worker_runs_on(
+    redis_server, inworker, worker_log, configure, prefix
+):
     server = redis_server()
     configure(REDIS_URL=server.url)
     c = server.client()
     # One thread: while it runs "short" nothing fetches, so the one fetch in the pause is
     # the one carrying its ack.
     settings = {"REDIS_OPTIONS": {"socket_timeout": 1.5}, "CONCURRENCY": 1}
-    w = worker(redis_url=server.url, settings=settings)
-    inprogress = keys.inprogress(identity(w), keys.home_of("default"))
+    w = inworker(settings=settings)
+    inprogress = keys.inprogress(w.identity, keys.home_of("default"))
     jid = tj.count_then_sleep.enqueue(1.0, "short")
     wait_until(lambda: runs(c, prefix).get("short") == 1, 10, message="the job started")
     assert len(c.lrange(inprogress, 0, -1)) == 1
@@ -43,7 +48,7 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
         # "short" finishes inside the pause: the fetch carrying its ack times out and
         # Redis drops it with the client's connection (never run).
         c.execute_command("CLIENT", "PAUSE", 6000, "WRITE")
-        w.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
+        worker_log.wait_for_log(r"Fetch: Redis unavailable \(TimeoutError", timeout=10)
         # No stop: the worker acks it by itself once writes work again.
         wait_until(lambda: c.llen(inprogress) == 0, 15, message="the retried ack")
     # Acked once, by the heartbeat's retry, never by the fetch that carried it: the fetch
@@ -51,7 +56,7 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
     (ack,) = mon.lines
     assert ack.startswith(f"EVALSHA {scripts.get('fetch').sha}"), mon.lines
     assert ack.rstrip().endswith(" 0"), ack  # no job asked for
-    other = worker(redis_url=server.url, settings=settings)
+    other = inworker(settings=settings)
     # Two orphan thresholds of both workers beating and reconciling: nobody runs it again.
     deadline = time.monotonic() + 2 * FAST_SETTINGS["ORPHAN_THRESHOLD"]
     while time.monotonic() < deadline:
@@ -59,21 +64,24 @@ def test_a_failed_ack_is_retried_while_the_worker_runs_on(worker, redis_server, 
         assert c.llen(keys.queue("default")) == 0
         time.sleep(0.1)
     for x in (w, other):
-        assert x.proc.poll() is None
-        assert "from dead process" not in x.log() and "lost fetch reply" not in x.log()
-    assert w.stop() == 0 and other.stop() == 0
-    assert "requeued" not in w.log()
+        assert beating(c, prefix, x)
+    log = worker_log.log()  # both workers'
+    assert "from dead process" not in log and "lost fetch reply" not in log
+    w.stop()
+    other.stop()
+    assert "requeued" not in worker_log.log()
     assert runs(c, prefix) == {"short": 1}
 
 
-def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, configure, prefix):
+def test_a_lost_fetch_reply_is_put_back_and_runs_once(redis_server, inworker, worker_log, prefix):
     server = redis_server()
-    configure(REDIS_URL=server.url)  # the test's own pushes and reads go straight in
     cutter = ReplyCutter(server)
-    c = server.client()
+    c = server.client()  # the test's own reads go straight in
     try:
-        w = worker(redis_url=cutter.url, settings={"CONCURRENCY": 2})
-        inprogress = keys.inprogress(identity(w), keys.home_of("default"))
+        # The worker's client, and the test's pushes (a push's reply carries no payload),
+        # go through the cutter.
+        w = inworker(settings={"REDIS_URL": cutter.url}, concurrency=2)
+        inprogress = keys.inprogress(w.identity, keys.home_of("default"))
         # The first reply carrying one of these jobs is a fetch's (the worker's list is
         # empty, so no other read returns them yet): the script moved the jobs, the
         # worker never hears of them.
@@ -83,10 +91,12 @@ def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, conf
         assert cutter.cut.wait(10), "no fetch reply carried the jobs"
         # Held in their queue once put back, to be read there.
         c.sadd(keys.paused(keys.home_of("default")), "default")
-        w.wait_for_log(
+        worker_log.wait_for_log(
             r"requeued \d+ job\(s\) this process had taken without knowing it", timeout=15
         )
-        (n,) = map(int, re.findall(r"requeued (\d+) job\(s\) this process had taken", w.log()))
+        (n,) = map(
+            int, re.findall(r"requeued (\d+) job\(s\) this process had taken", worker_log.log())
+        )
         assert 1 <= n <= len(tokens)
         assert c.llen(inprogress) == 0
         # Back in the queue (with any the worker had not fetched yet), not run, and not
@@ -103,8 +113,8 @@ def test_a_lost_fetch_reply_is_put_back_and_runs_once(worker, redis_server, conf
         time.sleep(FAST_SETTINGS["ORPHAN_THRESHOLD"] + 1)
         assert runs(c, prefix) == {t: 1 for t in tokens}
         assert c.llen(inprogress) == 0 and c.llen(keys.queue("default")) == 0
-        assert "from dead process" not in w.log()
-        assert w.proc.poll() is None
-        assert w.stop() == 0
+        assert "from dead process" not in worker_log.log()
+        assert beating(c, prefix, w)
+        w.stop()
     finally:
         cutter.close()

@@ -1,9 +1,13 @@
 """``manage.py cogworker``: bad options and bad settings exit non-zero with one clear
-line (no traceback); a good start logs one summary line. (An unreachable Redis is waited
-for: tests/worker/test_wait_for_redis.py.)"""
+line (no traceback), a NaN timing and refused Redis credentials included; a good start
+logs one summary line, and a warning for a Redis that keeps nothing on disk. (An
+unreachable Redis is waited for: tests/worker/test_wait_for_redis.py.)
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 
@@ -12,6 +16,7 @@ import pytest
 from cogworker_django import __version__
 
 from ..helpers import free_port, run_command
+from ..periodic.test_periodic_entries import GOOD
 
 
 def _one_clear_line(result) -> str:
@@ -124,3 +129,80 @@ def test_the_first_failing_start_check_is_the_one_reported(
     line = _one_clear_line(run_command(prefix, "cogworker", *args, settings=settings, **url))
     assert line.startswith("CommandError: "), line
     assert re.search(expected, line), line
+
+
+# What the command says about its settings and its Redis before it runs -------------------------
+
+
+@pytest.mark.parametrize("key", ["HEARTBEAT_INTERVAL", "TIMEOUT_GRACE"])
+def test_a_worker_with_a_nan_timing_refuses_to_start_with_one_clear_line(worker, key):
+    """HEARTBEAT_INTERVAL = nan killed the worker at boot with a traceback; TIMEOUT_GRACE
+    = nan let it run and never abandon a stuck job. Both are refused before it starts."""
+    w = worker(settings={key: math.nan}, wait=False)
+    assert w.wait(60) != 0
+    log = w.log()
+    assert f"COGWORKER[{key!r}] = nan is invalid: expected a finite number" in log
+    assert "Traceback" not in log
+
+
+def test_the_worker_command_says_the_credentials_were_refused(redis_server, prefix):
+    server = redis_server()
+    server.client().config_set("requirepass", "s3cret-pw")  # after start: it pings without
+    url_ = f"redis://:wrong-pw@127.0.0.1:{server.port}/0"
+    result = run_command(prefix, "cogworker", redis_url=url_)
+    assert result.returncode != 0
+    assert "refused cogworker's credentials" in result.stderr, result.stderr
+    assert "unreachable" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_worker_logs_a_redis_that_keeps_nothing_on_disk_at_boot(worker, redis_server):
+    """(cogworker.W004: tests/test_persistence.py.)"""
+    server = redis_server()
+    w = worker(redis_url=server.url)
+    w.wait_for_log(r"keeps nothing on disk .*\(cogworker\.W004\)")
+    assert w.stop() == 0
+
+
+# A bad COGWORKER_PERIODIC entry (tests/periodic/test_periodic_entries.py) ----------------------
+
+
+def test_the_worker_refuses_to_start_with_a_bad_entry(prefix):
+    bad = {"nightly": {**GOOD, "timezone": "Nowhere/Land"}}
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['nightly']['timezone'] = 'Nowhere/Land' is invalid" in (
+        result.stderr + result.stdout
+    )
+
+
+def test_the_worker_names_every_bad_entry(prefix):
+    bad = {
+        "first": {**GOOD, "timezone": "Nowhere/Land"},
+        "fine": GOOD,
+        "second": {**GOOD, "cron": "nope", "queue": "two words"},
+    }
+    result = run_command(
+        prefix, "cogworker", env={"COGWORKER_PERIODIC_JSON": json.dumps(bad)}, timeout=30
+    )
+    output = result.stderr + result.stdout
+    assert result.returncode != 0
+    assert "COGWORKER_PERIODIC['first']['timezone']" in output
+    assert "COGWORKER_PERIODIC['second']['cron']" in output
+    assert "COGWORKER_PERIODIC['second']['queue']" in output
+    assert "'fine'" not in output and "Traceback" not in output
+
+
+def test_a_bad_entry_stops_check_and_the_worker_not_migrate(prefix, tmp_path):
+    env = {
+        "COGWORKER_PERIODIC_JSON": json.dumps({"e": {**GOOD, "job": "testapp.jobs.periodic_tik"}}),
+        "TESTPROJECT_DB": str(tmp_path / "db.sqlite3"),
+    }
+    migrated = run_command(prefix, "migrate", "-v", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "cogworker.W101" in migrated.stderr and "did you mean" in migrated.stderr
+    checked = run_command(prefix, "check", env=env)
+    assert checked.returncode == 1 and "cogworker.E101" in checked.stderr
+    worker = run_command(prefix, "cogworker", env=env)
+    assert worker.returncode == 1 and "periodic_tik" in worker.stderr

@@ -2,7 +2,7 @@
 a middleware's unusable Reschedule delay must not kill a processor thread, and so must
 never leave a failed job listed to be requeued and run again and again.
 
-Each worker test runs a real worker; a job with ``retry=1`` must run exactly twice (the
+Each worker test runs a real (in-process) worker; a job with ``retry=1`` must run exactly twice (the
 run and its one retry) and end in dead, with no thread lost.
 """
 
@@ -28,8 +28,10 @@ def runs(r) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("hook", ["backoff_raises", "backoff_inf", "backoff_nan", "backoff_text"])
-def test_a_hostile_backoff_hook_files_the_failure_with_the_builtin_backoff(worker, r, hook):
-    w = worker(settings={"RETRY_BACKOFF": f"testapp.jobs.{hook}"})
+def test_a_hostile_backoff_hook_files_the_failure_with_the_builtin_backoff(
+    inworker, worker_log, r, hook
+):
+    inworker(settings={"RETRY_BACKOFF": f"testapp.jobs.{hook}"})
     jid = tj.always_fails.using(retry=1).enqueue("hostile")
     wait_until(
         lambda: r.zcard(keys.retry(keys.home_of("default"))) == 1,
@@ -54,20 +56,20 @@ def test_a_hostile_backoff_hook_files_the_failure_with_the_builtin_backoff(worke
     assert r.llen(keys.queue("default")) == 0
     listed = [k for k in r.scan_iter(f"{keys.prefix()}:inprogress:*") if r.llen(k)]
     assert listed == []
-    log = w.log()
+    log = worker_log.log()
     assert "died" not in log
     assert log.count(f"RETRY_BACKOFF testapp.jobs.{hook} failed") == 1
 
 
-def test_the_worker_threads_survive_a_hostile_hook_and_keep_working(worker, r):
-    w = worker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_raises", "CONCURRENCY": 2})
+def test_the_worker_threads_survive_a_hostile_hook_and_keep_working(inworker, worker_log, r):
+    inworker(settings={"RETRY_BACKOFF": "testapp.jobs.backoff_raises"}, concurrency=2)
     for i in range(6):
         tj.always_fails.using(retry=3).enqueue(f"x{i}")
     wait_until(lambda: r.zcard(keys.retry(keys.home_of("default"))) == 6, 15)
     for i in range(10):
         tj.record.enqueue(f"after{i}")
     wait_until(lambda: sum(1 for k in runs(r) if k.startswith("after")) == 10, 15)
-    assert "died" not in w.log()
+    assert "died" not in worker_log.log()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Redis restarted under an idle worker (a private redis-server): one "unavailable" and
+"""Redis restarted under an idle (in-process) worker (a private redis-server): one "unavailable" and
 one "recovered" line per component, then new jobs run without restarting the worker."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ def _components(log: str, rx: re.Pattern) -> Counter:
     return Counter(m.split(": ")[0] for m in rx.findall(log))
 
 
-def test_redis_restart_while_idle(worker, redis_server, configure, prefix):
+def test_redis_restart_while_idle(redis_server, inworker, worker_log, configure, prefix):
     server = redis_server()
     configure(REDIS_URL=server.url)
-    w = worker(redis_url=server.url)
+    w = inworker()
     client = server.client()
     wait_until(lambda: client.scard(f"{prefix}:processes") == 1, 5, message="registered")
     server.stop()
@@ -38,7 +38,7 @@ def test_redis_restart_while_idle(worker, redis_server, configure, prefix):
     tj.record.enqueue_many([(f"after{i}",) for i in range(10)])
     wait_until(lambda: client.hlen(f"{prefix}:test:runs") == 10, 10, message="new jobs run")
     time.sleep(1.0)  # let every component get through one more round
-    log = w.log()
+    log = worker_log.log()
     down = _components(log, UNAVAILABLE)
     up = _components(log, RECOVERED)
     assert {"Fetch", "Heartbeat"} <= set(down), log
@@ -46,4 +46,4 @@ def test_redis_restart_while_idle(worker, redis_server, configure, prefix):
     assert all(n == 1 for n in up.values()), up
     assert set(down) == set(up), (down, up)
     assert "Traceback" not in log
-    assert w.stop() == 0
+    w.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 
 import pytest
@@ -29,24 +28,32 @@ def runs(r) -> dict[str, int]:
     return {k: int(v) for k, v in r.hgetall(f"{keys.prefix()}:test:runs").items()}
 
 
-def test_basic_fetch_requeues_an_unfinished_job_at_shutdown(worker, r):
-    w = worker(args=["--fetch", "basic"], settings={"SHUTDOWN_TIMEOUT": 0.5})
-    jid = tj.slow.enqueue(30, "cut")
-    wait_until(lambda: r.llen(keys.queue("default")) == 0, 10, message="the job taken")
-    time.sleep(0.3)  # inside the job now
-    w.signal(signal.SIGTERM)
-    assert w.wait(30) == 0
+def test_basic_fetch_requeues_an_unfinished_job_at_shutdown(inworker, worker_log, r, prefix):
+    w = inworker(fetch="basic", shutdown_timeout=0.5)
+    cut = f"cut-{prefix}"  # held at its gate past the stop (testapp/jobs.py)
+    tj.gate(cut)
+    jid = tj.wait_at_gate.enqueue(cut)
+    assert tj.entered[cut].wait(10), "the run never started"
+    w.stop()  # as on TERM
     (raw,) = r.lrange(keys.queue("default"), 0, -1)
     assert json.loads(raw)["jid"] == jid
-    assert "requeued 1 job(s) unfinished at shutdown" in w.log()
+    assert "requeued 1 job(s) unfinished at shutdown" in worker_log.log()
     assert runs(r) == {}
+    # The abandoned run ends now, inside this test.
+    tj.gates.pop(cut).set()
+    for p in w.manager.processors:
+        if p.thread is not None:
+            p.thread.join(10)
+    tj.entered.pop(cut)
 
 
-def test_a_release_deferred_by_an_outage_goes_through_at_stop(worker, redis_server):
+def test_a_release_deferred_by_an_outage_goes_through_at_stop(redis_server, inworker, worker_log):
     """The beat would retry it too: beats are a minute apart here, so only the stop can."""
     server = redis_server(extra=DURABLE)
     c = server.client()
-    w = worker(redis_url=server.url, settings={"HEARTBEAT_INTERVAL": 60, "ORPHAN_THRESHOLD": 600})
+    w = inworker(
+        settings={"REDIS_URL": server.url, "HEARTBEAT_INTERVAL": 60, "ORPHAN_THRESHOLD": 600}
+    )
     job = payload.build("testapp.jobs.sleeper", [1.5], queue="default")
     job.update(unique="while_executing", unique_digest="held")
     c.lpush(keys.queue("default"), payload.encode(job))
@@ -54,13 +61,12 @@ def test_a_release_deferred_by_an_outage_goes_through_at_stop(worker, redis_serv
     wait_until(lambda: c.get(lock) == job["jid"], 10, message="the run's lock")
     port = server.port
     server.stop()  # the run ends while Redis is away: its release is deferred
-    w.wait_for_log(r"release of \S+ deferred", 15)
+    worker_log.wait_for_log(r"release of \S+ deferred", 15)
     server.start()
     assert server.port == port
     c = server.client()
     assert c.get(lock) == job["jid"]  # still held: no beat has run since
-    w.signal(signal.SIGTERM)
-    assert w.wait(30) == 0
+    w.stop()  # as on TERM
     assert c.get(lock) is None
 
 

@@ -1,12 +1,14 @@
-"""A real worker runs every job it is given exactly once, over weighted and paused
+"""A real (in-process) worker runs every job it is given exactly once, over weighted and paused
 queues; bad payloads go to dead with their bytes; stats, presence and the work snapshot
 are written in batches and removed at a clean exit; a dead processor thread is replaced."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import sys
 import time
 from collections import Counter
 
@@ -28,13 +30,13 @@ def dead_jobs(r, prefix) -> list[dict]:
     return [json.loads(m) for m in r.zrange(f"{prefix}:dead", 0, -1)]
 
 
-def test_1000_jobs_over_three_weighted_queues_each_run_once(worker, r, prefix):
+def test_1000_jobs_over_three_weighted_queues_each_run_once(inworker, r, prefix):
     tokens = {q: [f"{q}-{i}" for i in range(n)] for q, n in (("a", 500), ("b", 300), ("c", 200))}
     for q, ts in tokens.items():
         tj.record.using(queue=q).enqueue_many([(t,) for t in ts])
-    w = worker(args=["-q", "a:3", "-q", "b:2", "-q", "c"], settings={"CONCURRENCY": 8})
+    w = inworker(queues=[QueueSpec("a", 3), QueueSpec("b", 2), "c"], concurrency=8)
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 1000, 60, message="1000 distinct runs")
-    assert w.stop() == 0
+    w.stop()
     counts = runs(r, prefix)
     assert len(counts) == 1000
     assert set(counts.values()) == {1}, {k: v for k, v in counts.items() if v != 1}
@@ -96,7 +98,9 @@ def test_async_job_runs(inworker, r, prefix):
     w.stop()
 
 
-def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(worker, r, prefix):
+def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(
+    inworker, worker_log, r, prefix
+):
     garbage = b"\xff\xfe{not json at all"
     evil = json.dumps(
         {"jid": "evil1", "func": "os.system", "args": ["touch /tmp/pwned"], "kwargs": {}}
@@ -108,7 +112,7 @@ def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(wor
         rb.lpush(f"{prefix}:queue:default", b"[1, 2, 3]")
     finally:
         rb.close()
-    w = worker()
+    w = inworker()
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 3, 10, message="3 jobs in dead")
     tj.record.enqueue_many([(f"after{i}",) for i in range(5)])
     wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 5, 10, message="later jobs run")
@@ -137,9 +141,9 @@ def test_unregistered_func_and_garbage_payload_go_to_dead_and_worker_goes_on(wor
         10,
         message="the acks of the later jobs",
     )
-    log = w.log()
+    log = worker_log.log()
     assert "os.system (jid evil1) is not a registered job" in log
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_garbage_bytes_are_kept_exactly(inworker, r, prefix):
@@ -163,10 +167,10 @@ def test_garbage_bytes_are_kept_exactly(inworker, r, prefix):
     w.stop()
 
 
-def test_exception_whose_str_raises_is_still_recorded(worker, r, prefix):
+def test_exception_whose_str_raises_is_still_recorded(inworker, worker_log, r, prefix):
     tj.raises_broken_str.enqueue()
     tj.raises_keyboard_interrupt.enqueue()
-    w = worker()
+    w = inworker()
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 2, 10, message="both in dead")
     dead = {d["func"].rsplit(".", 1)[1]: d for d in dead_jobs(r, prefix)}
     broken = dead["raises_broken_str"]
@@ -176,10 +180,10 @@ def test_exception_whose_str_raises_is_still_recorded(worker, r, prefix):
     # A KeyboardInterrupt raised by a job is that job's failure, not the thread's death.
     ki = dead["raises_keyboard_interrupt"]
     assert ki["error_class"] == "KeyboardInterrupt"
-    assert "died" not in w.log()
+    assert "died" not in worker_log.log()
     tj.record.enqueue("after")
     wait_until(lambda: runs(r, prefix).get("after") == 1, 10, message="next job")
-    assert w.stop() == 0
+    w.stop()
 
 
 def test_stats_are_flushed_in_batches_and_at_exit(inworker, r, prefix):
@@ -212,16 +216,16 @@ def test_stats_flushed_by_the_heartbeat_while_running(inworker, r, prefix):
     assert r.get(f"{prefix}:stat:processed") == "10"
 
 
-def test_presence_and_work_snapshot_while_running_removed_at_exit(worker, r, prefix):
+def test_presence_and_work_snapshot_while_running_removed_at_exit(inworker, r, prefix):
     tj.slow.enqueue(3, "snap")
-    w = worker(args=["--tag", "snaptest"])
+    w = inworker(tag="snaptest")
     ident = wait_until(lambda: r.smembers(f"{prefix}:processes"), 5, message="registered")
     (ident,) = ident
     presence = f"{prefix}:process:{ident}"
     work = f"{prefix}:work:{ident}"
     wait_until(lambda: r.hget(presence, "busy") == "1", 5, message="busy=1")
     info = json.loads(r.hget(presence, "info"))
-    assert info["pid"] == w.pid
+    assert info["pid"] == os.getpid()
     assert info["tag"] == "snaptest"
     assert info["concurrency"] == 5
     assert info["queues"] == ["default:1"]
@@ -238,7 +242,7 @@ def test_presence_and_work_snapshot_while_running_removed_at_exit(worker, r, pre
     assert "default" in r.smembers(f"{prefix}:queues")
     assert r.zscore(f"{prefix}:live_queues", "default") is not None
     wait_until(lambda: runs(r, prefix).get("snap") == 1, 10, message="the slow job")
-    assert w.stop() == 0
+    w.stop()
     assert not r.exists(presence)
     assert not r.exists(work)
     assert ident not in r.smembers(f"{prefix}:processes")
@@ -247,11 +251,11 @@ def test_presence_and_work_snapshot_while_running_removed_at_exit(worker, r, pre
     assert r.hget(f"{prefix}:last_beat", ident) is None
 
 
-def test_dead_processor_thread_is_replaced_and_logged(worker, r, prefix):
-    w = worker(settings={"CONCURRENCY": 2})
+def test_dead_processor_thread_is_replaced_and_logged(inworker, worker_log, r, prefix):
+    w = inworker(concurrency=2)
     tj.crash_processor_thread.enqueue("crash")
-    w.wait_for_log(r"processor-\d died: RuntimeError: processor crash injected", 10)
-    w.wait_for_log(r"processor-\d died; starting a replacement", 10)
+    worker_log.wait_for_log(r"processor-\d died: RuntimeError: processor crash injected", 10)
+    worker_log.wait_for_log(r"processor-\d died; starting a replacement", 10)
     # Full strength again: two jobs run side by side (their runs overlap, by their own
     # start and end stamps, however slow the machine).
     a, b = (tj.timed.enqueue(1.5, t) for t in ("x1", "x2"))
@@ -265,13 +269,16 @@ def test_dead_processor_thread_is_replaced_and_logged(worker, r, prefix):
     assert float(s[f"{b}:start"]) < float(s[f"{a}:end"]), "the two jobs did not overlap"
     # The job that was running when its thread died is run again (at least once).
     wait_until(lambda: runs(r, prefix).get("crash", 0) >= 2, 10, message="the crashed job re-run")
-    assert w.stop() == 0
-    assert re.search(r"requeued 1 job\(s\) this process had taken without knowing it", w.log())
+    w.stop()
+    assert re.search(
+        r"requeued 1 job\(s\) this process had taken without knowing it", worker_log.log()
+    )
 
 
-def test_an_unregistered_module_is_never_imported(worker, r, prefix):
+def test_an_unregistered_module_is_never_imported(inworker, r, prefix, capfd):
     """``this`` prints the Zen of Python when imported: the worker's output must not
-    show it, for a payload naming a function in it."""
+    show it, for a payload naming a function in it, nor its process hold the module."""
+    sys.modules.pop("this", None)  # as in a fresh process
     rb = redis.Redis.from_url(MAIN_REDIS_URL)
     try:
         rb.lpush(
@@ -280,9 +287,10 @@ def test_an_unregistered_module_is_never_imported(worker, r, prefix):
         )
     finally:
         rb.close()
-    w = worker()
+    w = inworker()
     wait_until(lambda: r.zcard(f"{prefix}:dead") == 1, 10, message="in dead")
-    assert w.stop() == 0
-    assert "Beautiful is better than ugly" not in w.log()
+    w.stop()
+    assert "this" not in sys.modules
+    assert "Beautiful is better than ugly" not in "".join(capfd.readouterr())
     (dead,) = dead_jobs(r, prefix)
     assert dead["error_class"] == "NotRegistered"

@@ -147,7 +147,9 @@ def _orphan(r, prefix, raw):
     r.sadd(f"{prefix}:inprogress_ids", "deadhost:1:abc")
 
 
-def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(worker, r, prefix):
+def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(
+    inworker, worker_log, r, prefix
+):
     """The worker died after the script recorded the success, before the ack: the job
     runs again (orphan recovery), its outcome is already counted."""
     with Batch(on_success=tj.wf_callback.s("ok")) as batch:
@@ -156,8 +158,8 @@ def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(worker, r,
     job = json.loads(raw)
     BatchMiddleware()(job, "default", lambda: "once")  # ran, recorded: callback pushed
     _orphan(r, prefix, raw)
-    w = worker()
-    w.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=30)
+    inworker()
+    worker_log.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=30)
     wait_until(lambda: r.llen(f"{prefix}:inprogress:deadhost:1:abc") == 0, 10)
     wait_until(
         lambda: [e["token"] for e in trace(r) if e["kind"] == "member"] == ["once"],
@@ -170,14 +172,16 @@ def test_a_member_recovered_after_its_bookkeeping_fires_nothing_again(worker, r,
     assert [e["token"] for e in trace(r) if e["kind"] == "member"] == ["once"]
 
 
-def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(worker, r, prefix):
+def test_a_member_recovered_before_its_bookkeeping_fires_its_callback_once(
+    inworker, worker_log, r, prefix
+):
     """The worker died before the script ran (during or right after the run)."""
     with Batch(on_success=tj.wf_callback.s("ok"), on_complete=tj.wf_callback.s("done")) as b:
         tj.wf_member.enqueue_many(["x", "y"])
     raw = r.rpop(keys.queue("default"))
     _orphan(r, prefix, raw)
-    w = worker()
-    w.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=30)
+    inworker()
+    worker_log.wait_for_log(r"recovered 1 job\(s\) from dead process", timeout=30)
     wait_until(lambda: len(callbacks(r, b.bid)) >= 2, 20, message="the callbacks")
     settle(r, prefix)
     assert api.Batches().get(b.bid).state == "succeeded"
