@@ -30,6 +30,9 @@ QUEUE = "bench"
 # The I/O job (``--job incr``, the default) counts itself done here (INCR), in its
 # system's own database: one Redis round trip per job, as a real job does some I/O.
 DONE_KEY = "bench:done"
+# The trickle scenario's job (``python -m bench.trickle``) stamps when it started here
+# (HSET, field = the token it was pushed with, value = epoch seconds).
+LATENCY_KEY = "bench:started"
 
 
 class BenchError(Exception):

@@ -19,3 +19,11 @@ def noop() -> None:
 def incr() -> None:
     """One Redis round trip: counts itself done."""
     count_done("dramatiq")
+
+
+@dramatiq.actor(queue_name=QUEUE)
+def stamp(token: str) -> None:
+    """Stamps when it started (bench/trickle.py)."""
+    from bench.peer_tasks.counter import stamp as _stamp
+
+    _stamp("dramatiq", token)

@@ -10,3 +10,10 @@ def incr() -> None:
     from bench.peer_tasks.counter import count_done
 
     count_done("rq")
+
+
+def stamp(token: str) -> None:
+    """Stamps when it started (bench/trickle.py)."""
+    from bench.peer_tasks.counter import stamp as _stamp
+
+    _stamp("rq", token)

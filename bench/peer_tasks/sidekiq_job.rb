@@ -39,6 +39,16 @@ class NoopJob
   def perform; end
 end
 
+# The trickle scenario's job (bench/trickle.py, which pushes it itself): when it started.
+class StampJob
+  include Sidekiq::Worker
+  sidekiq_options queue: QUEUE
+
+  def perform(token)
+    Sidekiq.redis { |conn| conn.hset(ENV.fetch("BENCH_LATENCY_KEY", "bench:started"), token, Time.now.to_f) }
+  end
+end
+
 if $PROGRAM_NAME == __FILE__
   command, job, count = ARGV
   abort "usage: ruby sidekiq_job.rb enqueue incr|noop N" unless command == "enqueue" && %w[incr noop].include?(job)

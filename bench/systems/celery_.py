@@ -16,6 +16,7 @@ pipeline) where kombu has it, else one LPUSH per message.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.metadata import version as _dist_version
 
 from bench.clock import DrainResult, Probe, RunSpec, python
@@ -64,7 +65,9 @@ def enqueue(n: int, spec: RunSpec) -> float:
         return time.perf_counter() - start
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
+
     def argv(i: int) -> list[str]:
         return [
             python(), "-m", "celery", "-A", "bench.peer_tasks.celery_tasks", "worker",
@@ -76,4 +79,21 @@ def drain(n: int, spec: RunSpec) -> DrainResult:
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
 
-    return _drain(n, spec, argv=argv, env={}, probe=PROBE)
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return {}
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py): ``apply_async``."""
+    from bench.peer_tasks import celery_tasks
+
+    celery_tasks.app.connection_for_write().ensure_connection()
+    return lambda token: celery_tasks.stamp.apply_async((token,)) and None
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=PROBE)

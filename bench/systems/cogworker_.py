@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from bench.clock import DrainResult, Probe, RunSpec, python, repo_root, scan_llen
 from bench.clock import drain as _drain
@@ -126,7 +127,9 @@ def probe(spec: RunSpec) -> Probe:
     return RELIABLE_PROBE if spec.params["fetch"] == "reliable" else BASIC_PROBE
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
+
     def argv(i: int) -> list[str]:
         return [
             python(), "testproject/manage.py", "cogworker",
@@ -135,4 +138,23 @@ def drain(n: int, spec: RunSpec) -> DrainResult:
             "-q", QUEUE,
         ]  # fmt: skip
 
-    return _drain(n, spec, argv=argv, env=_env(), probe=probe(spec))
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return _env()
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py): ``enqueue``, one call a job."""
+    _setup_django()
+    from testapp.jobs import bench_stamp
+
+    task = bench_stamp.using(queue=QUEUE)
+    _connect()
+    return lambda token: task.enqueue(token) and None
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=probe(spec))

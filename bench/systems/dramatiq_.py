@@ -11,6 +11,7 @@ Dramatiq has no bulk enqueue: each ``send()`` is one EVALSHA of its dispatch scr
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.metadata import version as _dist_version
 
 from bench.clock import DrainResult, Probe, RunSpec, python
@@ -58,7 +59,9 @@ def enqueue(n: int, spec: RunSpec) -> float:
     return time.perf_counter() - start
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
+
     def argv(i: int) -> list[str]:
         return [
             python(), "-m", "dramatiq", "bench.peer_tasks.dramatiq_tasks",
@@ -67,4 +70,21 @@ def drain(n: int, spec: RunSpec) -> DrainResult:
             "--queues", QUEUE,
         ]  # fmt: skip
 
-    return _drain(n, spec, argv=argv, env={}, probe=PROBE)
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return {}
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py): ``actor.send``."""
+    from bench.peer_tasks import dramatiq_tasks
+
+    dramatiq_tasks.broker.client.ping()
+    return lambda token: dramatiq_tasks.stamp.send(token) and None
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=PROBE)

@@ -10,6 +10,7 @@ Huey's bulk call ``task.map()`` is one LPUSH per job (no pipeline).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.metadata import version as _dist_version
 
 from bench.clock import DrainResult, Probe, RunSpec, python
@@ -48,7 +49,9 @@ def enqueue(n: int, spec: RunSpec) -> float:
     return time.perf_counter() - start
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
+
     def argv(i: int) -> list[str]:
         return [
             python(), "-m", "huey.bin.huey_consumer", "bench.peer_tasks.huey_tasks.huey",
@@ -58,4 +61,21 @@ def drain(n: int, spec: RunSpec) -> DrainResult:
             "--quiet",
         ]  # fmt: skip
 
-    return _drain(n, spec, argv=argv, env={}, probe=PROBE)
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return {}
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py): calling the task."""
+    from bench.peer_tasks import huey_tasks
+
+    huey_tasks.huey.storage.conn.ping()
+    return lambda token: huey_tasks.stamp(token) and None
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=PROBE)

@@ -14,6 +14,7 @@ none of them stores a no-op's result.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.metadata import version as _dist_version
 
 from bench.clock import DrainResult, Probe, RunSpec, python
@@ -72,7 +73,9 @@ def enqueue(n: int, spec: RunSpec) -> float:
     return elapsed
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
+
     def argv(i: int) -> list[str]:
         return [
             python(), "-m", "rq.cli", "worker",
@@ -85,4 +88,25 @@ def drain(n: int, spec: RunSpec) -> DrainResult:
             QUEUE,
         ]  # fmt: skip
 
-    return _drain(n, spec, argv=argv, env={}, probe=PROBE)
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return {}
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py): ``Queue.enqueue``, one call a job."""
+    from rq import Queue
+
+    from bench.peer_tasks import rq_tasks
+
+    connection = client_for(NAME)
+    connection.ping()
+    queue = Queue(QUEUE, connection=connection)
+    return lambda token: queue.enqueue(rq_tasks.stamp, token, result_ttl=0) and None
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=PROBE)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 
 from bench.clock import DrainResult, Probe, RunSpec, repo_root
 from bench.clock import drain as _drain
 from bench.external import timed_enqueue
-from bench.targets import DONE_KEY, QUEUE, url_for
+from bench.targets import DONE_KEY, QUEUE, client_for, url_for
 
 NAME = "sidekiq"
 JOB_FILE = repo_root() / "bench" / "peer_tasks" / "sidekiq_job.rb"
@@ -65,11 +66,46 @@ def enqueue(n: int, spec: RunSpec) -> float:
     return timed_enqueue(argv, _env(), timeout=spec.timeout)
 
 
-def drain(n: int, spec: RunSpec) -> DrainResult:
+def worker_argv(spec: RunSpec) -> Callable[[int], list[str]]:
+    """The command line of worker process ``i`` (drain and bench/trickle.py)."""
     _, sidekiq = _tools()
 
     def argv(i: int) -> list[str]:
         # -t 5: the shutdown wait (25 s by default); the queue is drained when it is sent.
         return [sidekiq, "-r", str(JOB_FILE), "-q", QUEUE, "-c", str(spec.concurrency), "-t", "5"]
 
-    return _drain(n, spec, argv=argv, env=_env(), probe=PROBE)
+    return argv
+
+
+def worker_env() -> dict[str, str]:
+    """What its workers' environment adds."""
+    return _env()
+
+
+def stamp_pusher(spec: RunSpec) -> Callable[[str], None]:
+    """Pushes one trickle job (bench/trickle.py) as Sidekiq::Client.push writes it (a
+    Ruby process per push would time Ruby's start): the job's JSON LPUSHed onto
+    ``queue:<q>``, the queue added to ``queues``, in one round trip."""
+    import json
+    import secrets
+    import time
+
+    client = client_for(NAME)
+    client.ping()
+
+    def push(token: str) -> None:
+        now = time.time()
+        job = {
+            "class": "StampJob", "args": [token], "queue": QUEUE, "retry": True,
+            "jid": secrets.token_hex(12), "created_at": now, "enqueued_at": now,
+        }  # fmt: skip
+        pipe = client.pipeline(transaction=False)
+        pipe.sadd("queues", QUEUE)
+        pipe.lpush(f"queue:{QUEUE}", json.dumps(job))
+        pipe.execute()
+
+    return push
+
+
+def drain(n: int, spec: RunSpec) -> DrainResult:
+    return _drain(n, spec, argv=worker_argv(spec), env=worker_env(), probe=PROBE)

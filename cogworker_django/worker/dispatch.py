@@ -587,7 +587,11 @@ class Dispatcher:
         try:
             raws, ends = [a.raw for a in acks], _ends(acks)
             if self._paths and self.aio is not None:  # by kind: no more than each side has room for
-                kinds = Kinds(wanted.async_, self._paths)
+                # Plain jobs that may wait here for a thread, to reach an async job behind
+                # them: as many as threads, less those already waiting (a negative count
+                # of threads wanting). Read without the lock: a stale look is one job.
+                spare = self.concurrency + min(0, self._wanting) if wanted.async_ else 0
+                kinds = Kinds(wanted.async_, self._paths, max(0, spare))
                 works = self.strategy.fetch_many(link, raws, wanted.total, ends, kinds=kinds)
             else:
                 works = self.strategy.fetch_many(link, raws, wanted.total, ends)

@@ -62,6 +62,9 @@ class Kinds(NamedTuple):
 
     async_room: int
     paths: str
+    # Plain jobs that may be taken beyond the threads' room, to reach an async job
+    # behind them on the same queue (they wait in the process for a thread).
+    spare: int = 0
 
     def after(self, works: list[Work]) -> Kinds:
         """The async room left once ``works`` are taken (the script's own reading of a
@@ -71,7 +74,7 @@ class Kinds(NamedTuple):
         for work in works:
             found = FUNC.search(work.raw)
             taken += bool(found and f"\n{found.group(1)}\n" in paths)
-        return Kinds(max(0, self.async_room - taken), paths)
+        return Kinds(max(0, self.async_room - taken), paths, self.spare)
 
 
 def joined_paths(paths: Iterable[str]) -> str:
@@ -312,9 +315,9 @@ class ReliableFetch(FetchStrategy):
             script_keys += end.keys()
             args += end.args()
         if kinds is None:
-            args += [count, "", "", *order]
+            args += [count, "", "", "", *order]
         else:
-            args += [count, kinds.async_room, kinds.paths, *order]
+            args += [count, kinds.async_room, kinds.paths, kinds.spare, *order]
         result = self._script(conn, script_keys, args)
         works = Fetched()
         if not result:

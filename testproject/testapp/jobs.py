@@ -449,6 +449,13 @@ def bench_incr():
 
 
 @job
+def bench_stamp(token):
+    """The trickle scenario's job (bench/trickle.py): stamps when it started, in the
+    bench's key (no prefix: the key every system of the bench stamps)."""
+    connection.get_client().hset("bench:started", token, time.time())
+
+
+@job
 def bench_wait_incr(ms):
     """Waits ``ms`` milliseconds (a call to a slow service), then counts itself done."""
     time.sleep(ms / 1000)

@@ -52,9 +52,11 @@ def test_scripts_run_on_it_and_are_loaded_again_after_a_flush(redis_server, conf
     configure(REDIS_URL=server.url)
     held = connection.Held()
     beat = scripts.get("fetch")
-    assert beat(held, ["inprogress", "paused", "queue"], [0, 0, 1, "q"]) == []
+    assert beat(held, ["inprogress", "paused", "queue"], [0, 0, 1, "", "", "", "q"]) == []
     server.client().script_flush()
-    assert beat(held, ["inprogress", "paused", "queue"], [0, 0, 1, "q"]) == []  # NOSCRIPT: loaded
+    assert (
+        beat(held, ["inprogress", "paused", "queue"], [0, 0, 1, "", "", "", "q"]) == []
+    )  # NOSCRIPT: loaded
     held.close()
 
 
@@ -79,5 +81,8 @@ def test_on_a_cluster_each_command_is_routed_by_the_client(r, prefix):
     fetch = scripts.get("fetch")
     ip, paused, queue = (f"{prefix}:{name}" for name in ("inprogress:x", "paused", "queue:q"))
     r.lpush(queue, "job")
-    assert fetch(held, [ip, paused, queue], [0, 0, 1, "q"]) in ([b"q", b"job"], ["q", "job"])
+    assert fetch(held, [ip, paused, queue], [0, 0, 1, "", "", "", "q"]) in (
+        [b"q", b"job"],
+        ["q", "job"],
+    )
     held.close()

@@ -8,7 +8,9 @@
 -- results as lua/include/keep_result.lua reads them (ttl, terminal, n, n pairs), then
 -- N (jobs wanted, 0 to only ack), then S (how many of the N are for async jobs: the
 -- event loop's free slots; "" when kinds are not told apart), then the async jobs'
--- paths as one string, each between newlines ("\na.b\nc.d\n"), then the m queue names
+-- paths as one string, each between newlines ("\na.b\nc.d\n"), then P (how many
+-- plain jobs may be taken beyond the threads' room to reach an async job behind them;
+-- "" for none), then the m queue names
 -- Returns {queue name, raw payload, queue name, raw payload, ...} (empty when every
 -- unpaused queue is empty), then "blocked:a" or "blocked:p" (an odd length) when a queue
 -- was left because its next job is of a kind with no room left: "a" when one of them was
@@ -19,8 +21,12 @@
 -- (its list's tail, LINDEX -1, the job LMOVE takes) is of a kind with no room is left
 -- for this call, so a process takes only jobs it can start now, and plain and async jobs
 -- on separate queues fill both sides at once (docs/workers.md "Plain and async jobs side
--- by side"). A priority zset's member is taken whatever its kind (django.tasks jobs
--- only). Cost: one LINDEX per job taken.
+-- by side"). One exception keeps an async job from waiting behind plain ones for a
+-- thread: when the loop has room and an async job is among the next P + 1 jobs of a
+-- queue, the plain jobs in front of it are taken too (at most P in all), to wait in the
+-- process for a thread. A priority zset's member is taken whatever its kind (django.tasks
+-- jobs only). Cost: one LINDEX per job taken; one LRANGE of P + 1 jobs when a queue's
+-- next job is plain with no thread free and the loop has room.
 -- A paused set or a queue of the wrong type is skipped (pcall): the key guard moves it
 -- aside, and one bad key must not stop fetching from the others.
 --
@@ -46,8 +52,9 @@ local wanted = tonumber(ARGV[at])
 local async_room = tonumber(ARGV[at + 1])
 local async_paths = ARGV[at + 2]
 local room = async_room and { p = wanted - async_room, a = async_room }
+local spare = tonumber(ARGV[at + 3]) or 0
 local blocked = false
-local first = at + 3
+local first = at + 4
 local m = #ARGV - first + 1
 local taken = {}
 if wanted < 1 or m < 1 then
@@ -60,14 +67,34 @@ for i = 1, m do
   open[i] = redis.pcall("SISMEMBER", KEYS[2], ARGV[first + i - 1]) ~= 1
 end
 --@include best_priority
+local function kind_of(job)
+  local func = string.match(job, '"func":"([^"]*)"')
+  return (func and string.find(async_paths, "\n" .. func .. "\n", 1, true)) and "a" or "p"
+end
+-- Whether an async job is among the next `n` + 1 jobs of the list `key`.
+local function async_within(key, n)
+  local next_jobs = redis.pcall("LRANGE", key, -(n + 1), -1)
+  if type(next_jobs) ~= "table" then
+    return false
+  end
+  for j = #next_jobs, 1, -1 do
+    if kind_of(next_jobs[j]) == "a" then
+      return true
+    end
+  end
+  return false
+end
 -- Whether the list `key`'s next job can be taken now (room counted down when it can).
 local function room_for(key)
   local head = redis.pcall("LINDEX", key, -1)
   if type(head) ~= "string" then
     return true -- empty (or unreadable): LMOVE finds nothing
   end
-  local func = string.match(head, '"func":"([^"]*)"')
-  local kind = (func and string.find(async_paths, "\n" .. func .. "\n", 1, true)) and "a" or "p"
+  local kind = kind_of(head)
+  if kind == "p" and room.p < 1 and room.a > 0 and spare > 0 and async_within(key, spare) then
+    spare = spare - 1 -- in front of an async job: taken, to wait for a thread
+    return true
+  end
   if room[kind] < 1 then
     if kind == "a" or not blocked then
       blocked = kind
