@@ -35,7 +35,7 @@ from ..conf import (
     FETCH_BLOCK_SECONDS,
     SOCKET_TIMEOUT_MARGIN,
 )
-from . import cluster, codec, errors, keys
+from . import cluster, codec, errors, keys, naming
 
 # Newest Redis features we rely on: LMOVE (reliable fetch), GETDEL, ZADD GT.
 MIN_REDIS_VERSION = (6, 2)
@@ -53,6 +53,7 @@ def _client_options(extra: dict | None = None) -> dict[str, Any]:
         "health_check_interval": 30,
     }
     opts.update(conf.get().REDIS_OPTIONS)  # validated: no retries, no None timeouts
+    opts.update(naming.options())  # a worker's name on its connections (naming.py)
     if extra:
         opts.update(extra)
     if opts.get("retry") is None:

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors, keys, listing, scripts
+from ..store import connection, errors, keys, listing, naming, scripts
 from .background import Background
 from .fetch import FetchStrategy
 from .ledger import Ledger
@@ -121,15 +121,30 @@ class Clearance:
         # ``since`` given: a stretch known to have begun then (tools and tests).
         self._since = since
         self._last: float | None = None
+        # Since when this process's own beats (writes) have gone through at most
+        # ``max_gap`` apart, and its last one: reads can answer while writes wait (a
+        # ``CLIENT PAUSE WRITE``, a demoted master), and the lifeline (recovery.py) judges
+        # nobody's beats late by a time its own could not be written either.
+        self._beating: float | None = since
+        self._last_beat: float | None = None
 
     @property
     def since(self) -> float | None:
         return self._since
 
+    @property
+    def beating_since(self) -> float | None:
+        with self._lock:
+            return self._beating
+
     def beat(self, at: float) -> float:
         with self._lock:
             if self._since is None or self._gap(at):
                 self._since = at
+            prev = self._last_beat
+            if self._beating is None or (prev is not None and abs(at - prev) > self.max_gap):
+                self._beating = at
+            self._last_beat = at
             self._last = at if self._last is None else max(self._last, at)
             return self._since
 
@@ -146,7 +161,7 @@ class Clearance:
 
     def broken(self) -> None:
         with self._lock:
-            self._since = self._last = None
+            self._since = self._last = self._beating = self._last_beat = None
 
     def _gap(self, at: float) -> bool:
         last = self._last
@@ -281,6 +296,9 @@ class Heartbeat(Background):
                 "busy": self.manager.busy_count(),
                 "quiet": "true" if self.manager.quieted else "false",
                 "beat": now,
+                # The name its connections carry ("" unnamed): the lifeline looks for it
+                # in CLIENT LIST (recovery.py).
+                "client": naming.current(),
             },
         )
         pipe.expire(keys.process(ident), ttl)
