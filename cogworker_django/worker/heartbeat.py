@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors, keys, listing, naming, scripts
+from ..store import codec, connection, errors, keys, listing, naming, scripts
 from .background import Background
 from .fetch import FetchStrategy
 from .ledger import Ledger
@@ -211,6 +211,8 @@ class Heartbeat(Background):
         self.started_at = time.time()
         self._on_stop_signal = on_stop_signal
         self._beat_failed = False
+        # The Redis time of this process's last successful beat (None before the first).
+        self._beaten_at: float | None = None
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
@@ -323,7 +325,10 @@ class Heartbeat(Background):
         clock = results[-1]
         if isinstance(clock, Exception) and errors.is_unavailable(clock):
             raise clock
+        stamp: Any = None
         for name, r in zip(names, results[2:-1], strict=True):
+            if name == "last-beat stamp":
+                stamp = r
             if isinstance(r, Exception):
                 if errors.is_unavailable(r):
                     raise r
@@ -334,11 +339,36 @@ class Heartbeat(Background):
         recovering = self._beat_failed
         self._beat_failed = False
         # TIME refused (some proxies): this host's clock, as for the stamp.
-        self.clearance.beat(
-            redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
-        )
+        at = redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
+        self.clearance.beat(at)
+        previous, self._beaten_at = self._beaten_at, at
+        if isinstance(stamp, int) and stamp < 0 and previous is not None:
+            errors.best_effort("Heartbeat", lambda: self._fenced(conn, at - previous))
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
+
+    def _fenced(self, conn: Any, silent: float) -> None:
+        """This beat found this process's stamp gone: unless Redis itself started since
+        the last beat (a restart that lost its data lost every stamp), orphan recovery
+        took this process for dead while it was stalled and moved its jobs to run
+        elsewhere. The runs of those jobs are fenced (ledger.fence: they settle and
+        release nothing, their copies own that); the process carries on."""
+        uptime = float(conn.info("server").get("uptime_in_seconds", 0))
+        if uptime < silent:
+            return  # Redis restarted meanwhile: nobody recovered anything
+        pool = self.manager
+        lists = list(getattr(pool.fetcher, "lists", {}).values())
+        listed = {codec.raw_text(r) for name in lists for r in conn.lrange(name, 0, -1)}
+        fenced = pool.ledger.fence(listed) if lists else []
+        log.error(
+            "this process (%s) was taken for dead: no beat of its went through for %.0fs "
+            "and orphan recovery forgot it; %d running job(s) were recovered to run "
+            "elsewhere and are left to their copies (this run of each settles nothing); "
+            "carrying on",
+            self.identity,
+            silent,
+            len(fenced),
+        )
 
     def _stamp_locally(self, conn: Any) -> None:
         # TIME refused (some proxies): better a skewed stamp than none.

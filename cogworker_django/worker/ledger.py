@@ -22,6 +22,8 @@ PENDING       a settlement Redis refused (an ack whose fetch failed, a filing): 
 ABANDONED     the watchdog settled it for its stuck thread; the thread, should it come
               back, settles nothing
 REFUSED       refused its claim: the shutdown hand-over began first and requeues it
+FENCED        this process was taken for dead and its job recovered (moved off its list):
+              the run goes on, settles nothing and releases nothing, out of the ledger
 ============  ===========================================================================
 
 A job leaves the ledger when it is acked or filed, given back (fetched while the
@@ -57,7 +59,8 @@ ACKING = "acking"
 PENDING = "pending"
 ABANDONED = "abandoned"
 REFUSED = "refused"
-STATES = (FETCHED, PERFORMING, SETTLING, ACK, ACKING, PENDING, ABANDONED, REFUSED)
+FENCED = "fenced"
+STATES = (FETCHED, PERFORMING, SETTLING, ACK, ACKING, PENDING, ABANDONED, REFUSED, FENCED)
 # States in which a run is still the business of its own thread or coroutine.
 _STARTED = (PERFORMING, SETTLING)
 
@@ -277,6 +280,25 @@ class Ledger:
             self._leave_performing(work)
             self._changed.notify_all()
         return True
+
+    # Fencing (the heartbeat, once it finds this process was taken for dead) -----------------
+
+    def fence(self, listed: set[str]) -> list[Work]:
+        """PERFORMING -> FENCED for every run whose job is not in ``listed`` (the raw
+        payloads on this process's in-progress lists now): orphan recovery moved it to
+        run elsewhere, so this run's claim is refused (it acks, files and releases
+        nothing: its copy owns all of that) and it leaves the ledger at once (no
+        hand-over requeues it, no lock refresh renews it). Returns the runs fenced."""
+        with self._lock:
+            fenced = [
+                w for w in self._runs.values() if w.state == PERFORMING and w.raw not in listed
+            ]
+            for work in fenced:
+                self._drop(work)
+                work.state = FENCED
+            if fenced:
+                self._changed.notify_all()
+            return fenced
 
     # The hand-over ------------------------------------------------------------------------------
 

@@ -320,6 +320,11 @@ class OrphanRecovery:
     def _recover(self, conn: Any, ident: str) -> int:
         if conn.exists(keys.process(ident)):
             return 0  # alive (its stamp may be failing while its presence works)
+        # Its stamp goes first: should it be alive after all (stalled past the threshold),
+        # its next beat finds the stamp gone and fences its runs (heartbeat.py) before
+        # they settle what is moved below. (A pass that fails from here on leaves it
+        # unstamped: the next waits a threshold from then, never less.)
+        conn.hdel(keys.last_beat(), ident)
         moved = 0
         for home in homes.process_homes(conn, ident, [self.fallback_queue]):
             raws = [text(r) for r in conn.lrange(keys.inprogress(ident, home), 0, -1)]

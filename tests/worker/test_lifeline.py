@@ -190,3 +190,52 @@ def test_a_redis_restart_under_load_makes_nobody_dead(worker, redis_server, conf
     assert all(1 <= counted[f"{t}:start"] <= 2 for t in tokens)
     assert a.stop() == 0
     assert b.stop() == 0
+
+
+def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
+    """X (shortened ORPHAN_THRESHOLD, the one case that may) is stopped longer than the
+    threshold while it runs three jobs; R recovers them and runs them again. When X
+    continues, its next beat finds its stamp gone: an ERROR line, and its three runs
+    settle nothing (the failing one is filed in dead once, by its copy); X carries on and
+    runs new jobs. Each job ran once more, no more; nothing lost."""
+    fast = {"CONCURRENCY": 5}
+    x = worker(settings=fast)
+    x_ident = identity_of(x)
+    tj.tracked.enqueue_many([(12, "f0"), (12, "f1")])
+    tj.tracked_then_fail.enqueue(12, "f2")
+    holding(r, x_ident, 3)
+    rescuer = worker(settings=fast)
+    x.signal(signal.SIGSTOP)
+    try:
+        rescuer.wait_for_log(rf"from dead process {re.escape(x_ident)}", 20)
+        wait_until(
+            lambda: all(runs(r, prefix).get(f"f{i}:start") == 2 for i in range(3)),
+            10,
+            message="the copies started",
+        )
+    finally:
+        x.signal(signal.SIGCONT)
+    x.wait_for_log(rf"this process \({re.escape(x_ident)}\) was taken for dead", 10)
+    assert "3 running job(s) were recovered" in x.log(), x.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"f{i}:end") == 2 for i in range(3)),
+        30,
+        message="both runs of each ended",
+    )
+    x.wait_for_log("left to its recovered copy", 10, count=3)
+    # X carries on: a new job runs (on X or R) once.
+    tj.tracked.enqueue(0.1, "after")
+    wait_until(lambda: runs(r, prefix).get("after:end") == 1, 15, message="a new job ran")
+    time.sleep(2)
+    counted = runs(r, prefix)
+    assert counted == {
+        **{f"f{i}:start": 2 for i in range(3)},
+        **{f"f{i}:end": 2 for i in range(3)},
+        "after:start": 1,
+        "after:end": 1,
+    }
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1  # the copy's filing only
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 0
+    assert r.llen(keys.queue("default")) == 0
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
