@@ -27,6 +27,7 @@ DEFAULTS = {
     "PERIODIC_TICK": 5.0,
     "FETCH_IDLE_MAX_INTERVAL": 1.0,
     "CONCURRENCY": 4,
+    "CLIENT_NAMES": True,
 }
 
 TAKEN_FOR_DEAD = r"is gone \(no beat|from dead process"
@@ -198,7 +199,7 @@ def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
     continues, its next beat finds its stamp gone: an ERROR line, and its three runs
     settle nothing (the failing one is filed in dead once, by its copy); X carries on and
     runs new jobs. Each job ran once more, no more; nothing lost."""
-    fast = {"CONCURRENCY": 5}
+    fast = {"CONCURRENCY": 5, "CLIENT_NAMES": True}
     x = worker(settings=fast)
     x_ident = identity_of(x)
     tj.tracked.enqueue_many([(12, "f0"), (12, "f1")])
