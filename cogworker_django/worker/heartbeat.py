@@ -325,10 +325,7 @@ class Heartbeat(Background):
         clock = results[-1]
         if isinstance(clock, Exception) and errors.is_unavailable(clock):
             raise clock
-        stamp: Any = None
         for name, r in zip(names, results[2:-1], strict=True):
-            if name == "last-beat stamp":
-                stamp = r
             if isinstance(r, Exception):
                 if errors.is_unavailable(r):
                     raise r
@@ -341,11 +338,17 @@ class Heartbeat(Background):
         # TIME refused (some proxies): this host's clock, as for the stamp.
         at = redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
         self.clearance.beat(at)
-        previous, self._beaten_at = self._beaten_at, at
-        if isinstance(stamp, int) and stamp < 0 and previous is not None:
-            errors.best_effort("Heartbeat", lambda: self._fenced(conn, at - previous))
+        self._look_for_fence(conn, dict(zip(names, results[2:-1], strict=True)), at)
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
+
+    def _look_for_fence(self, conn: Any, written: dict[str, Any], at: float) -> None:
+        """After a beat at ``at`` (Redis clock): fence if its stamp had been dropped
+        (beat_stamp.lua returns it negated), on any beat but this process's first."""
+        previous, self._beaten_at = self._beaten_at, at
+        stamp = written.get("last-beat stamp")
+        if isinstance(stamp, int) and stamp < 0 and previous is not None:
+            errors.best_effort("Heartbeat", lambda: self._fenced(conn, at - previous))
 
     def _fenced(self, conn: Any, silent: float) -> None:
         """This beat found this process's stamp gone: unless Redis itself started since

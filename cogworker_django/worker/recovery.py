@@ -199,38 +199,46 @@ class OrphanRecovery:
         except redis.ResponseError:
             return pause  # TIME refused (a proxy): names don't show there either
         now = redis_seconds(clock)
-        clearance = self.heartbeat.clearance
-        since = clearance.answered(now)
-        beating = clearance.beating_since
-        if since is None or beating is None:
+        watched = self._watched_since(now)
+        if watched is None:
             return pause
         late = LATE_BEATS * conf.get().HEARTBEAT_INTERVAL
-        stamps = {
-            text(k): stamp + 1.0  # whole seconds, floored
-            for k, v in beats.items()
-            if (stamp := stamp_of(v)) is not None
-        }
-        late_ones = {
-            ident: last
-            for ident, last in stamps.items()
-            if ident != self.identity and now - max(last, since, beating) >= late
-        }
+        late_ones = self._late_ones(beats, now, watched, late)
         if late_ones:
             for ident in self._gone(conn, late_ones, now, late, own):
                 self._recover_gone(conn, ident, now - late_ones[ident])
         return pause
 
+    def _watched_since(self, now: float) -> float | None:
+        """Since when this process has both seen Redis answer without a break and got its
+        own beats through on time; None while either is not the case."""
+        clearance = self.heartbeat.clearance
+        since = clearance.answered(now)
+        beating = clearance.beating_since
+        if since is None or beating is None:
+            return None
+        return max(since, beating)
+
+    def _late_ones(
+        self, beats: dict[Any, Any], now: float, watched: float, late: float
+    ) -> dict[str, float]:
+        """The other processes whose stamp is ``late`` old, counted from ``watched`` at the
+        earliest: identity -> the end of its last beat's second."""
+        found = {}
+        for key, value in beats.items():
+            ident, stamp = text(key), stamp_of(value)
+            if stamp is None or ident == self.identity:
+                continue
+            last = stamp + 1.0  # whole seconds, floored
+            if now - max(last, watched) >= late:
+                found[ident] = last
+        return found
+
     def _gone(
         self, conn: Any, late_ones: dict[str, float], now: float, late: float, own: str
     ) -> list[str]:
         """Which of the late processes (identity -> last beat) have no connection left."""
-        # Those that named their connections, and whose presence is still there (a
-        # stamp left by a process that exited or expired long ago costs this read only).
-        pipe = conn.pipeline(transaction=False)
-        idents = sorted(late_ones)
-        for ident in idents:
-            pipe.hget(keys.process(ident), "client")
-        names = {i: text(n) for i, n in zip(idents, pipe.execute(), strict=True) if n}
+        names = self._named(conn, sorted(late_ones))
         if not names:
             return []
         # Late relative to the server's own start too (a restart drops every connection
@@ -241,17 +249,33 @@ class OrphanRecovery:
         if not names:
             return []
         present = naming.named_clients(conn)
-        if own not in present:
-            if not self._names_hidden:
-                self._names_hidden = True
-                log.warning(
-                    "orphan recovery: this process's own connections are not named in "
-                    "CLIENT LIST (a proxy?): dead processes are found by ORPHAN_THRESHOLD "
-                    "only"
-                )
+        if not self._names_show(present, own):
             return []
-        self._names_hidden = False
         return [i for i, name in names.items() if name not in present]
+
+    @staticmethod
+    def _named(conn: Any, idents: list[str]) -> dict[str, str]:
+        """Those of ``idents`` whose presence names their connections: identity -> name
+        (a stamp left by a process that exited or expired long ago costs this read only;
+        a worker of an older release names nothing)."""
+        pipe = conn.pipeline(transaction=False)
+        for ident in idents:
+            pipe.hget(keys.process(ident), "client")
+        return {i: text(n) for i, n in zip(idents, pipe.execute(), strict=True) if n}
+
+    def _names_show(self, present: set[str], own: str) -> bool:
+        """Whether CLIENT LIST shows this process's own name: where it doesn't (a proxy
+        that answers with its own connections), nobody's absence means anything."""
+        if own in present:
+            self._names_hidden = False
+            return True
+        if not self._names_hidden:
+            self._names_hidden = True
+            log.warning(
+                "orphan recovery: this process's own connections are not named in "
+                "CLIENT LIST (a proxy?): dead processes are found by ORPHAN_THRESHOLD only"
+            )
+        return False
 
     @staticmethod
     def _idle_timeout(conn: Any) -> float:

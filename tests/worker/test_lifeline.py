@@ -105,7 +105,9 @@ def test_a_worker_stopped_25_seconds_is_not_taken_for_dead(worker, prefix, r):
     try:
         time.sleep(25)
         # X's beat is five intervals late: only its connections, still open, say it lives.
-        assert time.time() - float(r.hget(keys.last_beat(), x_ident)) >= 20
+        stamp = r.hget(keys.last_beat(), x_ident)
+        assert stamp is not None, "X was taken for dead:\n" + rescuer.log()[-3000:]
+        assert time.time() - float(stamp) >= 20
     finally:
         x.signal(signal.SIGCONT)
     wait_until(
@@ -238,5 +240,69 @@ def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
     assert r.zcard(keys.dead(keys.home_of("default"))) == 1  # the copy's filing only
     assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     assert r.llen(keys.queue("default")) == 0
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+def test_a_server_refusing_client_names_leaves_the_worker_unnamed(
+    worker, redis_server, configure, prefix
+):
+    """A server (or proxy) that refuses CLIENT SETNAME: the worker says so once, names
+    nothing (so nothing it opens fails to connect), announces no name, and runs jobs;
+    the lifeline judges nobody by names there (the threshold rule remains)."""
+    server = redis_server(extra=["--rename-command", "CLIENT", ""])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    w = worker(settings=DEFAULTS, redis_url=server.url)
+    ident = identity_of(w)
+    assert "connections not named (CLIENT SETNAME" in w.log(), w.log()[-3000:]
+    assert r.hget(keys.process(ident), "client") == ""
+    tj.tracked.enqueue(0.1, "one")
+    wait_until(lambda: runs(r, prefix).get("one:end") == 1, 15, message="a job ran")
+    assert w.stop() == 0
+
+
+def test_a_worker_starved_across_a_redis_restart_is_not_taken_for_dead(
+    worker, redis_server, configure
+):
+    """The case the time guards are for: X is stopped, Redis (AOF) goes down for longer
+    than two beats and comes back; X's connections died with the old server and, stopped,
+    it can't open new ones, and its stamp comes back late. The rescuer, back at once, must
+    still give X two intervals from the server's return (and its own first beat after it)
+    to beat. X continues 4 s after the restart: nobody taken for dead, each job once."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"z{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(35, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS, redis_url=server.url)
+    x.signal(signal.SIGSTOP)
+    try:
+        server.stop()
+        time.sleep(12)
+        server.start()
+        r = server.client()
+        wait_until(
+            lambda: keys.client_name(identity_of(rescuer)) in {c["name"] for c in r.client_list()},
+            10,
+            message="the rescuer is back",
+        )
+        time.sleep(4)
+    finally:
+        x.signal(signal.SIGCONT)
+    prefix = x.prefix
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        45,
+        message="X finished its jobs",
+    )
+    assert not re.search(TAKEN_FOR_DEAD, rescuer.log()), rescuer.log()[-3000:]
+    assert runs(r, prefix) == {
+        **{f"{t}:start": 1 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }
     assert x.stop() == 0
     assert rescuer.stop() == 0
