@@ -51,9 +51,10 @@ def name_connections(client: Any, name: str) -> str:
     Connections already open are closed so that none stays unnamed."""
     global _name, _pid
     _name, _pid = "", os.getpid()
-    if not conf.get().CLIENT_NAMES or cluster.is_cluster(client):
+    if not conf.get().CLIENT_NAMES:
         return ""
-    pool = getattr(client, "connection_pool", None)
+    lazy = isinstance(client, cluster.LazyCluster)
+    pool = getattr(client.probe if lazy else client, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if pool is None or not isinstance(kwargs, dict):
         return ""
@@ -71,20 +72,34 @@ def name_connections(client: Any, name: str) -> str:
         return ""
     finally:
         trial.disconnect()
+    _name = name
+    if lazy:
+        # A cluster client takes its nodes' options when it is built: the caller
+        # rebuilds it (connection.reset), and every node's connections carry the name.
+        return name
     kwargs["client_name"] = name
     pool.disconnect()  # none left unnamed; each is opened again, named, on its next use
-    _name = name
     return name
 
 
 def named_clients(conn: Any) -> set[str]:
-    """The names of the connections the server holds now (``CLIENT LIST``, names only)."""
+    """The names of the connections the server holds now (``CLIENT LIST``, names only);
+    on a cluster, those every master holds (a process's connections are spread over
+    the masters of the slots it uses: it has none left when no master lists its name)."""
     found: set[str] = set()
-    for entry in conn.client_list():
-        name = entry.get("name")
-        if name:
-            found.add(str(name))
+    if cluster.is_cluster(conn):
+        lists = [cluster.node_client(conn, node).client_list() for node in cluster.masters(conn)]
+    else:
+        lists = [conn.client_list()]
+    for entries in lists:
+        found.update(str(e["name"]) for e in entries if e.get("name"))
     return found
+
+
+def server(conn: Any, key: str) -> Any:
+    """The server that holds ``key`` (on a cluster, its slot's master), for its ``INFO``
+    and ``CONFIG``: where the stamps are kept, and whose restart they come back from."""
+    return cluster.data_node(conn, key) if cluster.is_cluster(conn) else conn
 
 
 def _after_fork_in_child() -> None:

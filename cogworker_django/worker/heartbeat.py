@@ -356,7 +356,8 @@ class Heartbeat(Background):
         took this process for dead while it was stalled and moved its jobs to run
         elsewhere. The runs of those jobs are fenced (ledger.fence: they settle and
         release nothing, their copies own that); the process carries on."""
-        uptime = float(conn.info("server").get("uptime_in_seconds", 0))
+        node = naming.server(conn, keys.last_beat())
+        uptime = float(node.info("server").get("uptime_in_seconds", 0))
         if uptime < silent:
             return  # Redis restarted meanwhile: nobody recovered anything
         pool = self.manager

@@ -243,8 +243,9 @@ class OrphanRecovery:
             return []
         # Late relative to the server's own start too (a restart drops every connection
         # and may restore old stamps), and to its idle-client timeout.
-        started = now - float(conn.info("server").get("uptime_in_seconds", 0))
-        late += self._idle_timeout(conn)
+        node = naming.server(conn, keys.last_beat())
+        started = now - float(node.info("server").get("uptime_in_seconds", 0))
+        late += self._idle_timeout(node)
         names = {i: n for i, n in names.items() if now - max(late_ones[i], started) >= late}
         if not names:
             return []
