@@ -172,12 +172,6 @@ def process(identity: str) -> str:  # hash: presence
     return _k("process", identity)
 
 
-def client_name(identity: str) -> str:
-    """Not a key: the name a worker's connections carry (store/naming.py), its identity
-    with what CLIENT SETNAME refuses (spaces, control and non-ASCII characters) as "_"."""
-    return "cogworker:" + re.sub(r"[^!-~]", "_", identity)
-
-
 def work(identity: str) -> str:  # hash: thread -> running job
     return _k("work", identity)
 

@@ -3,7 +3,7 @@
 Orphan recovery's lifeline (worker/recovery.py) looks for a process's name in ``CLIENT
 LIST``: the kernel closes a killed process's sockets at once, so a process whose beat is
 late and that has no connection left on the server is gone, while a stalled one keeps
-its connections. The name is the process's identity (keys.client_name) and is set on
+its connections. The name is the process's identity (:func:`client_name`) and is set on
 every connection the process opens from then on: redis-py sends ``CLIENT SETNAME`` as it
 connects when its pool's ``client_name`` is set.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from .. import conf
@@ -30,6 +31,12 @@ log = logging.getLogger("cogworker_django")
 # (a forked child starts unnamed: it has an identity of its own).
 _name = ""
 _pid = 0
+
+
+def client_name(identity: str) -> str:
+    """The name the connections of the process ``identity`` carry: the identity, with
+    what CLIENT SETNAME refuses (spaces, control and non-ASCII characters) as "_"."""
+    return "cogworker:" + re.sub(r"[^!-~]", "_", identity)
 
 
 def current() -> str:

@@ -36,7 +36,7 @@ from .. import __version__, conf
 from ..conf import QueueSpec
 from ..core import locks
 from ..observe import stats
-from ..store import cluster, connection, errors, keys, naming
+from ..store import cluster, connection, errors, naming
 from . import fetch
 from . import plugins as plugin_list
 from .background import Chore, Chores
@@ -169,7 +169,7 @@ class Launcher:
         # Every connection of this process carries its identity: the lifeline's evidence
         # (recovery.py). Not in boot(): the in-process worker shares its process's client.
         client = connection.get_client()
-        if naming.name_connections(client, keys.client_name(self.identity)) and (
+        if naming.name_connections(client, naming.client_name(self.identity)) and (
             cluster.is_cluster(client)
         ):
             connection.reset()  # rebuilt with the name on every node's connections

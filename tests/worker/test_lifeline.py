@@ -66,8 +66,8 @@ def test_a_killed_workers_jobs_start_again_within_15_seconds(worker, prefix, r):
     holding(r, x_ident, 4)
     rescuer = worker(settings=DEFAULTS)
     # Its connections carry its name, and its presence says which (the lifeline's evidence).
-    assert r.hget(keys.process(x_ident), "client") == keys.client_name(x_ident)
-    assert keys.client_name(x_ident) in naming.named_clients(r)
+    assert r.hget(keys.process(x_ident), "client") == naming.client_name(x_ident)
+    assert naming.client_name(x_ident) in naming.named_clients(r)
     x.signal(signal.SIGKILL)
     x.wait()
     killed = time.monotonic()
@@ -288,7 +288,9 @@ def test_a_worker_starved_across_a_redis_restart_is_not_taken_for_dead(
         server.start()
         r = server.client()
         wait_until(
-            lambda: keys.client_name(identity_of(rescuer)) in {c["name"] for c in r.client_list()},
+            lambda: (
+                naming.client_name(identity_of(rescuer)) in {c["name"] for c in r.client_list()}
+            ),
             10,
             message="the rescuer is back",
         )
