@@ -216,6 +216,11 @@ class Heartbeat(Background):
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
+        # A run that ends after the process was frozen for longer than a stall gap waits
+        # for this heartbeat's next look (a beat, at most an interval away) before it
+        # settles, so that a fence lands first (ledger.performed).
+        manager.ledger.stale_after = stall_gap(self.interval)
+        manager.ledger.stale_wait = 2 * self.interval
         # The admin's signals: a pub/sub connection of its own (rest), and when to try
         # it again after it failed (monotonic).
         self._pubsub: Any = None
@@ -264,6 +269,7 @@ class Heartbeat(Background):
         except Exception as exc:  # noqa: BLE001 - a failed beat is retried next interval
             self._beat_failed = True
             self.clearance.broken()
+            self.manager.ledger.looked()  # nothing to learn: runs waiting for it go on
             errors.report("Heartbeat", exc)
             return False
         return True
@@ -339,6 +345,7 @@ class Heartbeat(Background):
         at = redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
         self.clearance.beat(at)
         self._look_for_fence(conn, dict(zip(names, results[2:-1], strict=True)), at)
+        self.manager.ledger.looked()
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
 

@@ -145,6 +145,13 @@ class Ledger:
         self._performing: dict[str, int] = {}
         self._refreshing: dict[str, int] = {}
         self._handing_over = False
+        # When (monotonic) the heartbeat last looked whether this process was taken for
+        # dead (None: no heartbeat, as in tools); a run that ends longer than
+        # ``stale_after`` after it (the whole process was frozen) waits up to
+        # ``stale_wait`` for the next look before it claims its settlement (fence).
+        self._looked_at: float | None = None
+        self.stale_after = float("inf")
+        self.stale_wait = 0.0
 
     # Entering: fetches and what they bring -----------------------------------------------
 
@@ -179,6 +186,8 @@ class Ledger:
         the watchdog abandoned (settled for it). Idempotent."""
         with self._lock:
             self._after_refresh(work.raw)
+            # Back from a freeze: the heartbeat's next beat may fence this run first.
+            self._changed.wait_for(lambda: not self._stale(), self.stale_wait)
             if work.state == SETTLING:
                 return True
             if work.state != PERFORMING:
@@ -282,6 +291,18 @@ class Ledger:
         return True
 
     # Fencing (the heartbeat, once it finds this process was taken for dead) -----------------
+
+    def looked(self) -> None:
+        """The heartbeat has just looked whether this process was taken for dead (its
+        beat went through, fencing what it must; or it failed, and nothing can be known):
+        runs held by :meth:`performed` go on."""
+        with self._lock:
+            self._looked_at = time.monotonic()
+            self._changed.notify_all()
+
+    def _stale(self) -> bool:
+        looked = self._looked_at
+        return looked is not None and time.monotonic() - looked > self.stale_after
 
     def fence(self, listed: set[str]) -> list[Work]:
         """PERFORMING -> FENCED for every run whose job is not in ``listed`` (the raw

@@ -310,3 +310,28 @@ def test_a_worker_starved_across_a_redis_restart_is_not_taken_for_dead(
     }
     assert x.stop() == 0
     assert rescuer.stop() == 0
+
+
+def test_a_run_that_ends_during_the_freeze_waits_for_the_fence(worker, prefix, r):
+    """X is frozen past the (shortened) threshold while a failing job's run is due to end
+    during the freeze: when X continues, that run's thread is ready before the heartbeat,
+    yet it settles nothing (it waits for the heartbeat's look, which fences it): the
+    job is filed in dead once, by its copy."""
+    fast = {"CONCURRENCY": 5, "CLIENT_NAMES": True}
+    x = worker(settings=fast)
+    x_ident = identity_of(x)
+    tj.tracked_then_fail.enqueue(2, "e0")
+    holding(r, x_ident, 1)
+    rescuer = worker(settings=fast)
+    x.signal(signal.SIGSTOP)
+    try:
+        rescuer.wait_for_log(rf"from dead process {re.escape(x_ident)}", 20)
+        wait_until(lambda: runs(r, prefix).get("e0:end") == 1, 15, message="the copy ended")
+    finally:
+        x.signal(signal.SIGCONT)
+    x.wait_for_log("left to its recovered copy", 10)
+    time.sleep(2)
+    assert runs(r, prefix) == {"e0:start": 2, "e0:end": 2}
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1, x.log()[-3000:]
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
