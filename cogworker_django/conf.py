@@ -422,6 +422,10 @@ class Settings:
     FETCH: str = setting("reliable", _one_of(FETCH_MODES, "expected one of reliable, basic"))
     SHUTDOWN_TIMEOUT: float = setting(25, number=_seconds(0, DAY, open=False))
     ORPHAN_THRESHOLD: float = setting(300, number=_seconds(0, 7 * DAY))
+    # A worker's connections carry its identity (CLIENT SETNAME): a killed worker's jobs
+    # are recovered within seconds (docs/reliability.md). False behind a proxy that
+    # accepts the command without passing it on (Envoy): ORPHAN_THRESHOLD alone then.
+    CLIENT_NAMES: bool = setting(True, _bool)
     MAX_ORPHANINGS: int = setting(3, number=_count(0, 1_000))
     FETCH_IDLE_MAX_INTERVAL: float = setting(1.0, number=_seconds(0, 60))
     UNIQUE_LOCK_TTL: int = setting(86400, number=_count(0, 10 * YEAR))

@@ -40,6 +40,9 @@ FAST_SETTINGS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT": 5,
     "RETRY_BACKOFF": "testapp.jobs.fast_backoff",
     "CONCURRENCY": 5,
+    # The threshold's rule alone (tests of it kill workers and time their recovery); the
+    # lifeline's own tests (tests/worker/test_lifeline.py) turn names on.
+    "CLIENT_NAMES": False,
 }
 
 

@@ -167,6 +167,12 @@ def data_node(client: Any, key: str) -> redis.Redis:
     return real.get_redis_connection(node)
 
 
+def node_client(client: Any, node: Any) -> redis.Redis:
+    """A client of one node (a ``ClusterNode``), for a command meant for that node alone."""
+    real = client.built() if isinstance(client, LazyCluster) else client
+    return real.get_redis_connection(node)
+
+
 def describe(client: Any) -> str:
     """ "3 masters, 3 replicas, all 16384 slots served" (talks to the cluster)."""
     real = client.built() if isinstance(client, LazyCluster) else client

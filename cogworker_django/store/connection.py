@@ -27,7 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .. import conf
-from . import cluster, codec, errors, keys, runtime
+from . import cluster, codec, errors, keys, naming, runtime
 
 # The timeouts (redis_checks.py: conf validates the settings against them).
 from .redis_checks import (
@@ -50,6 +50,7 @@ def _client_options(extra: dict | None = None) -> dict[str, Any]:
         "health_check_interval": 30,
     }
     opts.update(conf.get().REDIS_OPTIONS)  # validated: no retries, no None timeouts
+    opts.update(naming.options())  # a worker's name on its connections (naming.py)
     if extra:
         opts.update(extra)
     if opts.get("retry") is None:

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 from .. import __version__, conf
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors, keys, listing, scripts
+from ..store import codec, connection, errors, keys, listing, naming, scripts
 from .background import Background
 from .fetch import FetchStrategy
 from .ledger import Ledger
@@ -121,15 +121,30 @@ class Clearance:
         # ``since`` given: a stretch known to have begun then (tools and tests).
         self._since = since
         self._last: float | None = None
+        # Since when this process's own beats (writes) have gone through at most
+        # ``max_gap`` apart, and its last one: reads can answer while writes wait (a
+        # ``CLIENT PAUSE WRITE``, a demoted master), and the lifeline (recovery.py) judges
+        # nobody's beats late by a time its own could not be written either.
+        self._beating: float | None = since
+        self._last_beat: float | None = None
 
     @property
     def since(self) -> float | None:
         return self._since
 
+    @property
+    def beating_since(self) -> float | None:
+        with self._lock:
+            return self._beating
+
     def beat(self, at: float) -> float:
         with self._lock:
             if self._since is None or self._gap(at):
                 self._since = at
+            prev = self._last_beat
+            if self._beating is None or (prev is not None and abs(at - prev) > self.max_gap):
+                self._beating = at
+            self._last_beat = at
             self._last = at if self._last is None else max(self._last, at)
             return self._since
 
@@ -146,7 +161,7 @@ class Clearance:
 
     def broken(self) -> None:
         with self._lock:
-            self._since = self._last = None
+            self._since = self._last = self._beating = self._last_beat = None
 
     def _gap(self, at: float) -> bool:
         last = self._last
@@ -196,9 +211,16 @@ class Heartbeat(Background):
         self.started_at = time.time()
         self._on_stop_signal = on_stop_signal
         self._beat_failed = False
+        # The Redis time of this process's last successful beat (None before the first).
+        self._beaten_at: float | None = None
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
+        # A run that ends after the process was frozen for longer than a stall gap waits
+        # for this heartbeat's next look (a beat, at most an interval away) before it
+        # settles, so that a fence lands first (ledger.performed).
+        manager.ledger.stale_after = stall_gap(self.interval)
+        manager.ledger.stale_wait = 2 * self.interval
         # The admin's signals: a pub/sub connection of its own (rest), and when to try
         # it again after it failed (monotonic).
         self._pubsub: Any = None
@@ -247,6 +269,7 @@ class Heartbeat(Background):
         except Exception as exc:  # noqa: BLE001 - a failed beat is retried next interval
             self._beat_failed = True
             self.clearance.broken()
+            self.manager.ledger.looked()  # nothing to learn: runs waiting for it go on
             errors.report("Heartbeat", exc)
             return False
         return True
@@ -281,6 +304,9 @@ class Heartbeat(Background):
                 "busy": self.manager.busy_count(),
                 "quiet": "true" if self.manager.quieted else "false",
                 "beat": now,
+                # The name its connections carry ("" unnamed): the lifeline looks for it
+                # in CLIENT LIST (recovery.py).
+                "client": naming.current(),
             },
         )
         pipe.expire(keys.process(ident), ttl)
@@ -316,11 +342,44 @@ class Heartbeat(Background):
         recovering = self._beat_failed
         self._beat_failed = False
         # TIME refused (some proxies): this host's clock, as for the stamp.
-        self.clearance.beat(
-            redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
-        )
+        at = redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
+        self.clearance.beat(at)
+        self._look_for_fence(conn, dict(zip(names, results[2:-1], strict=True)), at)
+        self.manager.ledger.looked()
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
+
+    def _look_for_fence(self, conn: Any, written: dict[str, Any], at: float) -> None:
+        """After a beat at ``at`` (Redis clock): fence if its stamp had been dropped
+        (beat_stamp.lua returns it negated), on any beat but this process's first."""
+        previous, self._beaten_at = self._beaten_at, at
+        stamp = written.get("last-beat stamp")
+        if isinstance(stamp, int) and stamp < 0 and previous is not None:
+            errors.best_effort("Heartbeat", lambda: self._fenced(conn, at - previous))
+
+    def _fenced(self, conn: Any, silent: float) -> None:
+        """This beat found this process's stamp gone: unless Redis itself started since
+        the last beat (a restart that lost its data lost every stamp), orphan recovery
+        took this process for dead while it was stalled and moved its jobs to run
+        elsewhere. The runs of those jobs are fenced (ledger.fence: they settle and
+        release nothing, their copies own that); the process carries on."""
+        node = naming.server(conn, keys.last_beat())
+        uptime = float(node.info("server").get("uptime_in_seconds", 0))
+        if uptime < silent:
+            return  # Redis restarted meanwhile: nobody recovered anything
+        pool = self.manager
+        lists = list(getattr(pool.fetcher, "lists", {}).values())
+        listed = {codec.raw_text(r) for name in lists for r in conn.lrange(name, 0, -1)}
+        fenced = pool.ledger.fence(listed) if lists else []
+        log.error(
+            "this process (%s) was taken for dead: no beat of its went through for %.0fs "
+            "and orphan recovery forgot it; %d running job(s) were recovered to run "
+            "elsewhere and are left to their copies (this run of each settles nothing); "
+            "carrying on",
+            self.identity,
+            silent,
+            len(fenced),
+        )
 
     def _stamp_locally(self, conn: Any) -> None:
         # TIME refused (some proxies): better a skewed stamp than none.

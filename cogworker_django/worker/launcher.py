@@ -36,7 +36,7 @@ from .. import __version__, conf
 from ..conf import QueueSpec
 from ..core import locks
 from ..observe import stats
-from ..store import connection, errors
+from ..store import cluster, connection, errors, naming
 from . import fetch
 from . import plugins as plugin_list
 from .background import Chore, Chores
@@ -44,7 +44,7 @@ from .heartbeat import Heartbeat
 from .manager import Manager
 from .plugins import Plugin, RunContext
 from .poller import Poller
-from .recovery import OrphanRecovery
+from .recovery import OrphanRecovery, lifeline_pause
 from .recycle import Recycle, Recycler
 
 log = logging.getLogger("cogworker_django")
@@ -166,6 +166,13 @@ class Launcher:
 
     def run(self) -> int:
         self._install_signals()
+        # Every connection of this process carries its identity: the lifeline's evidence
+        # (recovery.py). Not in boot(): the in-process worker shares its process's client.
+        client = connection.get_client()
+        if naming.name_connections(client, naming.client_name(self.identity)) and (
+            cluster.is_cluster(client)
+        ):
+            connection.reset()  # rebuilt with the name on every node's connections
         self.boot()
         self._wait_for_stop()
         return self.shutdown()
@@ -209,6 +216,8 @@ class Launcher:
                 (plugin_chores if isinstance(part, Chore) else self.components).append(part)
             self.poller.timers.extend(plugin.timers(self.ctx))
         self.chores.add(self.poller.chore())
+        # The lifeline: killed processes found in seconds (recovery.py).
+        self.chores.add(Chore("Lifeline", self.recovery.lifeline, lifeline_pause(), first_at=1.0))
         for chore in plugin_chores:
             self.chores.add(chore)
 

@@ -22,6 +22,8 @@ PENDING       a settlement Redis refused (an ack whose fetch failed, a filing): 
 ABANDONED     the watchdog settled it for its stuck thread; the thread, should it come
               back, settles nothing
 REFUSED       refused its claim: the shutdown hand-over began first and requeues it
+FENCED        this process was taken for dead and its job recovered (moved off its list):
+              the run goes on, settles nothing and releases nothing, out of the ledger
 ============  ===========================================================================
 
 A job leaves the ledger when it is acked or filed, given back (fetched while the
@@ -57,7 +59,8 @@ ACKING = "acking"
 PENDING = "pending"
 ABANDONED = "abandoned"
 REFUSED = "refused"
-STATES = (FETCHED, PERFORMING, SETTLING, ACK, ACKING, PENDING, ABANDONED, REFUSED)
+FENCED = "fenced"
+STATES = (FETCHED, PERFORMING, SETTLING, ACK, ACKING, PENDING, ABANDONED, REFUSED, FENCED)
 # States in which a run is still the business of its own thread or coroutine.
 _STARTED = (PERFORMING, SETTLING)
 
@@ -142,6 +145,13 @@ class Ledger:
         self._performing: dict[str, int] = {}
         self._refreshing: dict[str, int] = {}
         self._handing_over = False
+        # When (monotonic) the heartbeat last looked whether this process was taken for
+        # dead (None: no heartbeat, as in tools); a run that ends longer than
+        # ``stale_after`` after it (the whole process was frozen) waits up to
+        # ``stale_wait`` for the next look before it claims its settlement (fence).
+        self._looked_at: float | None = None
+        self.stale_after = float("inf")
+        self.stale_wait = 0.0
 
     # Entering: fetches and what they bring -----------------------------------------------
 
@@ -176,6 +186,8 @@ class Ledger:
         the watchdog abandoned (settled for it). Idempotent."""
         with self._lock:
             self._after_refresh(work.raw)
+            # Back from a freeze: the heartbeat's next beat may fence this run first.
+            self._changed.wait_for(lambda: not self._stale(), self.stale_wait)
             if work.state == SETTLING:
                 return True
             if work.state != PERFORMING:
@@ -277,6 +289,37 @@ class Ledger:
             self._leave_performing(work)
             self._changed.notify_all()
         return True
+
+    # Fencing (the heartbeat, once it finds this process was taken for dead) -----------------
+
+    def looked(self) -> None:
+        """The heartbeat has just looked whether this process was taken for dead (its
+        beat went through, fencing what it must; or it failed, and nothing can be known):
+        runs held by :meth:`performed` go on."""
+        with self._lock:
+            self._looked_at = time.monotonic()
+            self._changed.notify_all()
+
+    def _stale(self) -> bool:
+        looked = self._looked_at
+        return looked is not None and time.monotonic() - looked > self.stale_after
+
+    def fence(self, listed: set[str]) -> list[Work]:
+        """PERFORMING -> FENCED for every run whose job is not in ``listed`` (the raw
+        payloads on this process's in-progress lists now): orphan recovery moved it to
+        run elsewhere, so this run's claim is refused (it acks, files and releases
+        nothing: its copy owns all of that) and it leaves the ledger at once (no
+        hand-over requeues it, no lock refresh renews it). Returns the runs fenced."""
+        with self._lock:
+            fenced = [
+                w for w in self._runs.values() if w.state == PERFORMING and w.raw not in listed
+            ]
+            for work in fenced:
+                self._drop(work)
+                work.state = FENCED
+            if fenced:
+                self._changed.notify_all()
+            return fenced
 
     # The hand-over ------------------------------------------------------------------------------
 

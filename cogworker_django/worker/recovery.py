@@ -31,11 +31,30 @@ through. What remains is a process starved on its own for a whole threshold whil
 Redis and the checker ran: it is taken for dead (its jobs run again), which is what
 ``ORPHAN_THRESHOLD`` bounds. A pass outside a clear stretch (beats failing, or a
 break just seen) judges nobody and is retried at the next poll.
+
+The lifeline: a killed process is known gone well before a threshold. Each worker names
+its connections after its identity (store/naming.py) and says so in its presence key;
+the kernel closes a killed process's sockets at once, while a stalled one (SIGSTOP, a
+starved host, Redis paused) keeps them. So every ``lifeline_pause()`` a worker reads the
+stamps (one round trip), and a process X is gone at once when
+
+    now - max(last_beat[X] + 1, clear_since, beating_since, server start) >= LATE_BEATS * HEARTBEAT_INTERVAL
+
+(``beating_since``: since when this checker's own beats went through on time, so a
+``CLIENT PAUSE WRITE`` that holds every beat judges nobody; the server's start, from
+``INFO``'s uptime, so a restart that dropped every connection and restored old stamps
+judges nobody either), its presence still names its connections (a worker of an older
+release or behind a proxy names none: threshold only), that name is on no connection in
+``CLIENT LIST`` while this checker's own name is (else names don't show here: a proxy;
+nobody judged), and when the server closes idle clients (``timeout``), X is late by
+that much more too. Where it can't see (no names, a cluster, a partition that left X's
+sockets open on the server) the threshold rule above still holds.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import Any
 
@@ -44,12 +63,22 @@ import redis
 from .. import conf
 from ..controls import limits
 from ..periodic import claims
-from ..store import codec, errors, homes, keys
+from ..store import codec, errors, homes, keys, naming
 from ..store.codec import raw_text as text
 from .heartbeat import redis_seconds
 from .requeue import requeue_from_list
 
 log = logging.getLogger("cogworker_django")
+
+# The lifeline takes a process for gone once its beat is this many intervals late and
+# none of its connections is left on the server (module docstring).
+LATE_BEATS = 2
+
+
+def lifeline_pause() -> float:
+    """Between two lifeline passes: 0.4 heartbeat intervals, jittered (2 s by default,
+    so a killed process's jobs are back within LATE_BEATS intervals plus about 3 s)."""
+    return conf.get().HEARTBEAT_INTERVAL * 0.4 * random.uniform(0.75, 1.25)
 
 
 def redis_now(conn: Any) -> float:
@@ -80,6 +109,8 @@ class OrphanRecovery:
         self.claims = claims.RecoveryPusher()
         # Registries found of the wrong type (logged once until readable again).
         self._unreadable: set[str] = set()
+        # The lifeline found this process's own name missing from CLIENT LIST (logged once).
+        self._names_hidden = False
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
         """Log once per silence when a process with an in-progress list has stopped
@@ -151,6 +182,127 @@ class OrphanRecovery:
         self.completed_once = True
         return moved
 
+    def lifeline(self, conn: Any) -> float:
+        """One lifeline pass (module docstring): the jobs of processes found gone are
+        requeued now. Returns the pause until the next. Costs one round trip (``TIME``,
+        ``HGETALL`` of the stamps) while nobody is late; ``INFO``, the late processes'
+        presence and ``CLIENT LIST`` only when someone is."""
+        pause = lifeline_pause()
+        own = naming.current()
+        if not own:
+            return pause  # this process's connections carry no name: nothing to compare
+        pipe = conn.pipeline(transaction=False)
+        pipe.time()
+        pipe.hgetall(keys.last_beat())
+        try:
+            clock, beats = pipe.execute()
+        except redis.ResponseError:
+            return pause  # TIME refused (a proxy): names don't show there either
+        now = redis_seconds(clock)
+        watched = self._watched_since(now)
+        if watched is None:
+            return pause
+        late = LATE_BEATS * conf.get().HEARTBEAT_INTERVAL
+        late_ones = self._late_ones(beats, now, watched, late)
+        if late_ones:
+            for ident in self._gone(conn, late_ones, now, late, own):
+                self._recover_gone(conn, ident, now - late_ones[ident])
+        return pause
+
+    def _watched_since(self, now: float) -> float | None:
+        """Since when this process has both seen Redis answer without a break and got its
+        own beats through on time; None while either is not the case."""
+        clearance = self.heartbeat.clearance
+        since = clearance.answered(now)
+        beating = clearance.beating_since
+        if since is None or beating is None:
+            return None
+        return max(since, beating)
+
+    def _late_ones(
+        self, beats: dict[Any, Any], now: float, watched: float, late: float
+    ) -> dict[str, float]:
+        """The other processes whose stamp is ``late`` old, counted from ``watched`` at the
+        earliest: identity -> the end of its last beat's second."""
+        found = {}
+        for key, value in beats.items():
+            ident, stamp = text(key), stamp_of(value)
+            if stamp is None or ident == self.identity:
+                continue
+            last = stamp + 1.0  # whole seconds, floored
+            if now - max(last, watched) >= late:
+                found[ident] = last
+        return found
+
+    def _gone(
+        self, conn: Any, late_ones: dict[str, float], now: float, late: float, own: str
+    ) -> list[str]:
+        """Which of the late processes (identity -> last beat) have no connection left."""
+        names = self._named(conn, sorted(late_ones))
+        if not names:
+            return []
+        # Late relative to the server's own start too (a restart drops every connection
+        # and may restore old stamps), and to its idle-client timeout.
+        node = naming.server(conn, keys.last_beat())
+        started = now - float(node.info("server").get("uptime_in_seconds", 0))
+        late += self._idle_timeout(node)
+        names = {i: n for i, n in names.items() if now - max(late_ones[i], started) >= late}
+        if not names:
+            return []
+        present = naming.named_clients(conn)
+        if not self._names_show(present, own):
+            return []
+        return [i for i, name in names.items() if name not in present]
+
+    @staticmethod
+    def _named(conn: Any, idents: list[str]) -> dict[str, str]:
+        """Those of ``idents`` whose presence names their connections: identity -> name
+        (a stamp left by a process that exited or expired long ago costs this read only;
+        a worker of an older release names nothing)."""
+        pipe = conn.pipeline(transaction=False)
+        for ident in idents:
+            pipe.hget(keys.process(ident), "client")
+        return {i: text(n) for i, n in zip(idents, pipe.execute(), strict=True) if n}
+
+    def _names_show(self, present: set[str], own: str) -> bool:
+        """Whether CLIENT LIST shows this process's own name: where it doesn't (a proxy
+        that answers with its own connections), nobody's absence means anything."""
+        if own in present:
+            self._names_hidden = False
+            return True
+        if not self._names_hidden:
+            self._names_hidden = True
+            log.warning(
+                "orphan recovery: this process's own connections are not named in "
+                "CLIENT LIST (a proxy?): dead processes are found by ORPHAN_THRESHOLD only"
+            )
+        return False
+
+    @staticmethod
+    def _idle_timeout(conn: Any) -> float:
+        """The server's ``timeout`` (it closes clients idle that long: a stalled process's
+        connections too); 0 when it closes none or won't say."""
+        try:
+            return float(conn.config_get("timeout").get("timeout", 0) or 0)
+        except redis.ResponseError:
+            return 0.0  # CONFIG refused (managed services): their default, none
+
+    def _recover_gone(self, conn: Any, ident: str, silent: float) -> None:
+        log.warning(
+            "process %s is gone (no beat for %.0fs and no connection left on Redis): its "
+            "jobs are recovered now",
+            ident,
+            silent,
+        )
+        # Its presence goes first: it is dead, and the admin must not show it alive.
+        conn.delete(keys.process(ident))
+        try:
+            self._recover(conn, ident)
+        except Exception as exc:  # noqa: BLE001 - one identity never stops the others
+            if errors.is_unavailable(exc):
+                raise
+            log.error("orphan recovery of %s failed: %s", ident, errors.describe(exc))
+
     def _listed(self, conn: Any) -> list[str]:
         """Processes with in-progress lists, and those that claimed periodic slots (kept
         apart: a worker of an older release forgets the first set's members only). One
@@ -193,6 +345,11 @@ class OrphanRecovery:
     def _recover(self, conn: Any, ident: str) -> int:
         if conn.exists(keys.process(ident)):
             return 0  # alive (its stamp may be failing while its presence works)
+        # Its stamp goes first: should it be alive after all (stalled past the threshold),
+        # its next beat finds the stamp gone and fences its runs (heartbeat.py) before
+        # they settle what is moved below. (A pass that fails from here on leaves it
+        # unstamped: the next waits a threshold from then, never less.)
+        conn.hdel(keys.last_beat(), ident)
         moved = 0
         for home in homes.process_homes(conn, ident, [self.fallback_queue]):
             raws = [text(r) for r in conn.lrange(keys.inprogress(ident, home), 0, -1)]

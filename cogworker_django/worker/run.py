@@ -36,7 +36,7 @@ from ..observe import stats, telemetry
 from ..store import connection, errors, keys
 from ..store.codec import wire
 from . import failures
-from .ledger import ABANDONED, Filing, Ledger, Work
+from .ledger import ABANDONED, FENCED, Filing, Ledger, Work
 
 log = logging.getLogger("cogworker_django")
 
@@ -154,6 +154,13 @@ def steps(driver: Driver, attempt: Attempt) -> Generator[Perform | Call, Any, No
             log.warning(
                 "%s (jid %s) came back from its job after the watchdog abandoned it: "
                 "already filed, nothing settled again",
+                job["func"],
+                job["jid"],
+            )
+        elif work.state == FENCED:
+            log.warning(
+                "%s (jid %s) finished after this process was taken for dead: left to its "
+                "recovered copy, nothing settled",
                 job["func"],
                 job["jid"],
             )

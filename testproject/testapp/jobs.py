@@ -281,6 +281,15 @@ def tracked(seconds, token):
     _count(f"{token}:end")
 
 
+@job(retry=False)
+def tracked_then_fail(seconds, token):
+    """As ``tracked``, then fails (filed in dead: once per run that settles)."""
+    _count(f"{token}:start")
+    time.sleep(seconds)
+    _count(f"{token}:end")
+    raise RuntimeError(f"{token} failed")
+
+
 # --- outage and history tests (tests/worker/test_faults_*.py, tests/history/) ---
 
 

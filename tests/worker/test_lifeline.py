@@ -1,0 +1,337 @@
+"""The lifeline at the DEFAULT timings (HEARTBEAT_INTERVAL 5 s, ORPHAN_THRESHOLD 300 s):
+a killed worker's jobs start again on another within 15 s, because its beat is late and
+no connection named after it is left on Redis; a worker that stalls (SIGSTOP), a Redis
+paused (CLIENT PAUSE) and a Redis restarted (every connection dropped at once) make
+nobody look dead (worker/recovery.py, docs/reliability.md)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+from testapp import jobs as tj
+
+from cogworker_django.store import keys, naming
+
+from ..helpers import wait_until
+
+# The production timings: the test would prove nothing at shortened ones.
+DEFAULTS = {
+    "HEARTBEAT_INTERVAL": 5.0,
+    "POLL_INTERVAL": 5.0,
+    "ORPHAN_CHECK_INTERVAL": 60.0,
+    "ORPHAN_THRESHOLD": 300,
+    "KEYGUARD_INTERVAL": 60.0,
+    "PERIODIC_TICK": 5.0,
+    "FETCH_IDLE_MAX_INTERVAL": 1.0,
+    "CONCURRENCY": 4,
+    "CLIENT_NAMES": True,
+}
+
+TAKEN_FOR_DEAD = r"is gone \(no beat|from dead process"
+
+
+def identity_of(w) -> str:
+    w.wait_for_log(r"identity=\S+")
+    return w.log().split("identity=")[1].split()[0]
+
+
+def runs(r, prefix: str) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:runs").items()}
+
+
+def holding(r, ident: str, count: int) -> None:
+    wait_until(
+        lambda: r.llen(keys.inprogress(ident, keys.home_of("default"))) == count,
+        20,
+        message=f"{ident} holds {count} jobs",
+    )
+
+
+def start_pair(worker, **kwargs):
+    """X, holding 4 long jobs, then R, which reads the same queue (empty by then)."""
+    x = worker(settings=DEFAULTS, **kwargs)
+    x_ident = identity_of(x)
+    return x, x_ident
+
+
+@pytest.mark.cluster  # also on a Redis Cluster: CLIENT LIST read on every master
+def test_a_killed_workers_jobs_start_again_within_15_seconds(worker, prefix, r):
+
+    x, x_ident = start_pair(worker)
+    tokens = [f"k{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS)
+    # Its connections carry its name, and its presence says which (the lifeline's evidence).
+    assert r.hget(keys.process(x_ident), "client") == naming.client_name(x_ident)
+    assert naming.client_name(x_ident) in naming.named_clients(r)
+    x.signal(signal.SIGKILL)
+    x.wait()
+    killed = time.monotonic()
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:start") == 2 for t in tokens),
+        15,
+        0.05,
+        message="the 4 jobs started again",
+    )
+    took = time.monotonic() - killed
+    assert re.search(rf"process {re.escape(x_ident)} is gone", rescuer.log())
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        30,
+        message="the second runs finished",
+    )
+    time.sleep(1)
+    assert runs(r, prefix) == {
+        **{f"{t}:start": 2 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }, took
+    assert not r.exists(keys.process(x_ident))
+    assert not r.hexists(keys.last_beat(), x_ident)
+    print(f"restarted {took:.1f}s after SIGKILL")
+    assert rescuer.stop() == 0
+
+
+@pytest.mark.cluster
+def test_a_worker_stopped_25_seconds_is_not_taken_for_dead(worker, prefix, r):
+
+    x, x_ident = start_pair(worker)
+    tokens = [f"s{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(35, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS)
+    x.signal(signal.SIGSTOP)
+    try:
+        time.sleep(25)
+        # X's beat is five intervals late: only its connections, still open, say it lives.
+        stamp = r.hget(keys.last_beat(), x_ident)
+        assert stamp is not None, "X was taken for dead:\n" + rescuer.log()[-3000:]
+        assert time.time() - float(stamp) >= 20
+    finally:
+        x.signal(signal.SIGCONT)
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        40,
+        message="X finished its jobs",
+    )
+    assert not re.search(TAKEN_FOR_DEAD, rescuer.log()), rescuer.log()[-3000:]
+    assert runs(r, prefix) == {
+        **{f"{t}:start": 1 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+@pytest.mark.parametrize("mode", ["all", "write"])
+def test_a_redis_paused_20_seconds_makes_nobody_dead(worker, redis_server, configure, mode):
+    """CLIENT PAUSE (every command, or writes only: reads answer the checker while every
+    beat waits) for 20 s: X's connections may time out and be opened again meanwhile, and
+    every beat is late, yet nobody is taken for dead."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"p{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(40, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS, redis_url=server.url)
+    time.sleep(6)  # the rescuer beat at least once more: its own clearance is clear
+    r.client_pause(20000, all=mode == "all")
+    time.sleep(20)
+    wait_until(
+        lambda: all(runs(r, prefix_of(x)).get(f"{t}:end") == 1 for t in tokens),
+        45,
+        message="X finished its jobs",
+    )
+    time.sleep(12)  # a lifeline pass or more after every beat was late
+    prefix = prefix_of(x)
+    assert not re.search(TAKEN_FOR_DEAD, rescuer.log()), rescuer.log()[-3000:]
+    assert not re.search(TAKEN_FOR_DEAD, x.log()), x.log()[-3000:]
+    assert runs(r, prefix) == {
+        **{f"{t}:start": 1 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+def prefix_of(w) -> str:
+    return w.prefix
+
+
+def test_a_redis_restart_under_load_makes_nobody_dead(worker, redis_server, configure):
+    """Redis (AOF, fsync always) killed and restarted while two workers run a stream of
+    jobs: every connection drops at once and the stamps come back as they were, so every
+    beat looks late and nobody has a connection; nobody is taken for dead, nothing lost."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    a = worker(settings=DEFAULTS, redis_url=server.url)
+    b = worker(settings=DEFAULTS, redis_url=server.url)
+    tokens = [f"l{i}" for i in range(200)]
+    tj.tracked.enqueue_many([(0.3, t) for t in tokens])
+    time.sleep(3)
+    # Down for longer than two beats: every stamp is late when it comes back.
+    server.stop()
+    time.sleep(12)
+    server.start()
+    prefix = a.prefix
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end", 0) >= 1 for t in tokens),
+        90,
+        message="every job ran",
+    )
+    time.sleep(12)
+    for w in (a, b):
+        assert not re.search(TAKEN_FOR_DEAD, w.log()), w.log()[-3000:]
+    counted = runs(r, prefix)
+    # A job whose run straddled the outage may run again (its fetch or ack lost with the
+    # connection): at most once more, and never through recovery (checked above).
+    assert all(1 <= counted[f"{t}:start"] <= 2 for t in tokens)
+    assert a.stop() == 0
+    assert b.stop() == 0
+
+
+def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
+    """X (shortened ORPHAN_THRESHOLD, the one case that may) is stopped longer than the
+    threshold while it runs three jobs; R recovers them and runs them again. When X
+    continues, its next beat finds its stamp gone: an ERROR line, and its three runs
+    settle nothing (the failing one is filed in dead once, by its copy); X carries on and
+    runs new jobs. Each job ran once more, no more; nothing lost."""
+    fast = {"CONCURRENCY": 5, "CLIENT_NAMES": True}
+    x = worker(settings=fast)
+    x_ident = identity_of(x)
+    tj.tracked.enqueue_many([(12, "f0"), (12, "f1")])
+    tj.tracked_then_fail.enqueue(12, "f2")
+    holding(r, x_ident, 3)
+    rescuer = worker(settings=fast)
+    x.signal(signal.SIGSTOP)
+    try:
+        rescuer.wait_for_log(rf"from dead process {re.escape(x_ident)}", 20)
+        wait_until(
+            lambda: all(runs(r, prefix).get(f"f{i}:start") == 2 for i in range(3)),
+            10,
+            message="the copies started",
+        )
+    finally:
+        x.signal(signal.SIGCONT)
+    x.wait_for_log(rf"this process \({re.escape(x_ident)}\) was taken for dead", 10)
+    assert "3 running job(s) were recovered" in x.log(), x.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"f{i}:end") == 2 for i in range(3)),
+        30,
+        message="both runs of each ended",
+    )
+    x.wait_for_log("left to its recovered copy", 10, count=3)
+    # X carries on: a new job runs (on X or R) once.
+    tj.tracked.enqueue(0.1, "after")
+    wait_until(lambda: runs(r, prefix).get("after:end") == 1, 15, message="a new job ran")
+    time.sleep(2)
+    counted = runs(r, prefix)
+    assert counted == {
+        **{f"f{i}:start": 2 for i in range(3)},
+        **{f"f{i}:end": 2 for i in range(3)},
+        "after:start": 1,
+        "after:end": 1,
+    }
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1  # the copy's filing only
+    assert r.zcard(keys.retry(keys.home_of("default"))) == 0
+    assert r.llen(keys.queue("default")) == 0
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+def test_a_server_refusing_client_names_leaves_the_worker_unnamed(
+    worker, redis_server, configure, prefix
+):
+    """A server (or proxy) that refuses CLIENT SETNAME: the worker says so once, names
+    nothing (so nothing it opens fails to connect), announces no name, and runs jobs;
+    the lifeline judges nobody by names there (the threshold rule remains)."""
+    server = redis_server(extra=["--rename-command", "CLIENT", ""])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    w = worker(settings=DEFAULTS, redis_url=server.url)
+    ident = identity_of(w)
+    assert "connections not named (CLIENT SETNAME" in w.log(), w.log()[-3000:]
+    assert r.hget(keys.process(ident), "client") == ""
+    tj.tracked.enqueue(0.1, "one")
+    wait_until(lambda: runs(r, prefix).get("one:end") == 1, 15, message="a job ran")
+    assert w.stop() == 0
+
+
+def test_a_worker_starved_across_a_redis_restart_is_not_taken_for_dead(
+    worker, redis_server, configure
+):
+    """The case the time guards are for: X is stopped, Redis (AOF) goes down for longer
+    than two beats and comes back; X's connections died with the old server and, stopped,
+    it can't open new ones, and its stamp comes back late. The rescuer, back at once, must
+    still give X two intervals from the server's return (and its own first beat after it)
+    to beat. X continues 4 s after the restart: nobody taken for dead, each job once."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"z{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(35, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS, redis_url=server.url)
+    x.signal(signal.SIGSTOP)
+    try:
+        server.stop()
+        time.sleep(12)
+        server.start()
+        r = server.client()
+        wait_until(
+            lambda: (
+                naming.client_name(identity_of(rescuer)) in {c["name"] for c in r.client_list()}
+            ),
+            10,
+            message="the rescuer is back",
+        )
+        time.sleep(4)
+    finally:
+        x.signal(signal.SIGCONT)
+    prefix = x.prefix
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        45,
+        message="X finished its jobs",
+    )
+    assert not re.search(TAKEN_FOR_DEAD, rescuer.log()), rescuer.log()[-3000:]
+    assert runs(r, prefix) == {
+        **{f"{t}:start": 1 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+def test_a_run_that_ends_during_the_freeze_waits_for_the_fence(worker, prefix, r):
+    """X is frozen past the (shortened) threshold while a failing job's run is due to end
+    during the freeze: when X continues, that run's thread is ready before the heartbeat,
+    yet it settles nothing (it waits for the heartbeat's look, which fences it): the
+    job is filed in dead once, by its copy."""
+    fast = {"CONCURRENCY": 5, "CLIENT_NAMES": True}
+    x = worker(settings=fast)
+    x_ident = identity_of(x)
+    tj.tracked_then_fail.enqueue(2, "e0")
+    holding(r, x_ident, 1)
+    rescuer = worker(settings=fast)
+    x.signal(signal.SIGSTOP)
+    try:
+        rescuer.wait_for_log(rf"from dead process {re.escape(x_ident)}", 20)
+        wait_until(lambda: runs(r, prefix).get("e0:end") == 1, 15, message="the copy ended")
+    finally:
+        x.signal(signal.SIGCONT)
+    x.wait_for_log("left to its recovered copy", 10)
+    time.sleep(2)
+    assert runs(r, prefix) == {"e0:start": 2, "e0:end": 2}
+    assert r.zcard(keys.dead(keys.home_of("default"))) == 1, x.log()[-3000:]
+    assert x.stop() == 0
+    assert rescuer.stop() == 0
