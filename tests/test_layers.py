@@ -199,6 +199,7 @@ SUITE_CHECKS = (
     "test_persistence",
     "test_public_api",
     "test_reliability_doc",
+    "test_suite_shape",
 )
 
 

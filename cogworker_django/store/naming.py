@@ -23,14 +23,23 @@ import re
 from typing import Any
 
 from .. import conf
-from . import cluster, errors
+from . import cluster, errors, runtime
 
 log = logging.getLogger("cogworker_django")
 
-# The name given to this process's connections ("" while none), and the pid that set it
-# (a forked child starts unnamed: it has an identity of its own).
-_name = ""
-_pid = 0
+
+class _Named:
+    """The name given to this process's connections ("" while none), and the pid that
+    set it (a forked child starts unnamed: it has an identity of its own). The runtime's
+    (store/runtime.py)."""
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.pid = 0
+
+
+def _named() -> _Named:
+    return runtime.current().of(_Named)
 
 
 def client_name(identity: str) -> str:
@@ -41,7 +50,8 @@ def client_name(identity: str) -> str:
 
 def current() -> str:
     """The name this process's new connections get ("" when unnamed)."""
-    return _name if _pid == os.getpid() else ""
+    named = _named()
+    return named.name if named.pid == os.getpid() else ""
 
 
 def options() -> dict[str, Any]:
@@ -56,8 +66,8 @@ def name_connections(client: Any, name: str) -> str:
     its own; the name in use, "" when naming is off, refused or not possible here (a
     cluster client: recovery falls back to ORPHAN_THRESHOLD there, docs/reliability.md).
     Connections already open are closed so that none stays unnamed."""
-    global _name, _pid
-    _name, _pid = "", os.getpid()
+    named = _named()
+    named.name, named.pid = "", os.getpid()
     if not conf.get().CLIENT_NAMES:
         return ""
     lazy = isinstance(client, cluster.LazyCluster)
@@ -79,7 +89,7 @@ def name_connections(client: Any, name: str) -> str:
         return ""
     finally:
         trial.disconnect()
-    _name = name
+    named.name = name
     if lazy:
         # A cluster client takes its nodes' options when it is built: the caller
         # rebuilds it (connection.reset), and every node's connections carry the name.
@@ -107,11 +117,3 @@ def server(conn: Any, key: str) -> Any:
     """The server that holds ``key`` (on a cluster, its slot's master), for its ``INFO``
     and ``CONFIG``: where the stamps are kept, and whose restart they come back from."""
     return cluster.data_node(conn, key) if cluster.is_cluster(conn) else conn
-
-
-def _after_fork_in_child() -> None:
-    global _name
-    _name = ""
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -71,7 +71,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..store import connection, errors
 from .background import Background
-from .fetch import Kinds, joined_paths
+from .kinds import Kinds, joined_paths
 from .ledger import Control, Ledger, Work
 
 log = logging.getLogger("cogworker_django")

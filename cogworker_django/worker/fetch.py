@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
 
@@ -40,6 +39,7 @@ from ..core import payload, priority, results
 from ..store import bell, connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
+from .kinds import Fetched, Kinds
 from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
 from .requeue import HandedBack, shutdown_advice
 
@@ -53,46 +53,6 @@ SPREAD_BLOCK_SECONDS = 0.1
 
 # Raw payloads as text and back (codec.py); kept under these names for callers.
 text = raw_text
-
-
-class Kinds(NamedTuple):
-    """What a fetch may take by kind (lua/fetch.lua): at most ``async_room`` async jobs
-    (those whose path is in ``paths``: :func:`joined_paths`), the rest of its count
-    plain."""
-
-    async_room: int
-    paths: str
-    # Plain jobs that may be taken beyond the threads' room, to reach an async job
-    # behind them on the same queue (they wait in the process for a thread).
-    spare: int = 0
-
-    def after(self, works: list[Work]) -> Kinds:
-        """The async room left once ``works`` are taken (the script's own reading of a
-        payload's ``func``)."""
-        paths = self.paths
-        taken = 0
-        for work in works:
-            found = FUNC.search(work.raw)
-            taken += bool(found and f"\n{found.group(1)}\n" in paths)
-        return Kinds(max(0, self.async_room - taken), paths, self.spare)
-
-
-def joined_paths(paths: Iterable[str]) -> str:
-    """The async jobs' paths as lua/fetch.lua takes them: one argument, each path between
-    newlines (built once: a fetch sends it as it is)."""
-    return "\n" + "".join(f"{p}\n" for p in sorted(paths)) if paths else ""
-
-
-# A payload's job path as lua/fetch.lua reads it.
-FUNC = re.compile(r'"func":"([^"]*)"')
-
-
-class Fetched(list[Work]):
-    """The jobs one fetch took; ``blocked`` when it left a queue whose next job is of a
-    kind it had no room for (so its being short is no sign the queues ran dry): "a" when
-    one such job was an async one, else "p"; "" when it left none."""
-
-    blocked = ""
 
 
 def weighted_order(queues: tuple[QueueSpec, ...]) -> list[str]:
