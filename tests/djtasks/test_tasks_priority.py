@@ -79,7 +79,7 @@ def test_the_old_fetch_layout_ignores_priority_sets(r):
 
     got = scripts.run(
         "fetch", get_client(), [keys.inprogress("me", keys.home_of("default")), keys.paused(keys.home_of("default")), keys.queue("default")],
-        [0, 0, 1, "default"],  # no acks, no results kept, one job wanted
+        [0, 0, 1, "", "", "", "default"],  # no acks, no results kept, one job wanted, no kinds
     )  # fmt: skip
     assert json.loads(got[1])["args"] == ["p0"]
 
