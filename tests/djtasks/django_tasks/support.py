@@ -15,6 +15,21 @@ NO_RETRY = {"RETRY": False}
 worker = None
 
 
+def enqueued_first(output: list[str]) -> list[str]:
+    """Log records as Django's immediate backend orders them: the enqueuing thread's
+    "enqueued" record first, then the worker's records in their own order. A real worker
+    starts a task within a millisecond of its push (an idle worker is woken by the push:
+    docs/workers.md "Pickup latency"), so its RUNNING record may come before the
+    enqueuing thread's record of the same push."""
+    return sorted(output, key=lambda line: " enqueued " not in line)
+
+
+def enqueue_records(output: list[str]) -> list[str]:
+    """The enqueuing thread's records alone: with a real worker the task also runs (and
+    logs) while the test's block is still open."""
+    return [line for line in output if " enqueued " in line]
+
+
 def finished(result, timeout: float = FINISH_TIMEOUT):
     """``result``, refreshed until the worker has finished its task (successful or
     failed) and its run is over: the result is written before ``task_finished`` is sent,
