@@ -93,6 +93,10 @@ def run_one(
     return Launcher(**kwargs).run()
 
 
+# Held while a child is forked (run_processes.spawn).
+HELD_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN})
+
+
 def run_processes(
     kwargs: dict[str, Any], count: int, metrics: tuple[int, str] | None = None
 ) -> int:
@@ -111,21 +115,42 @@ def run_processes(
     supervisor = os.getpid()
 
     def spawn(slot: int) -> None:
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            random.seed()  # a child's own jitter and queue order, not a copy of the parent's
-            try:
-                beat_file = supervision.child_started() if supervision is not None else None
-                # The child stops by itself if this process dies (SIGKILL, OOM): it would
-                # otherwise run on unsupervised, past deploys that stop the supervisor.
-                code = run_one({**kwargs, "supervisor": supervisor}, beat_file=beat_file)
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        children[pid] = slot
+        # The stop signals are held while a child is forked and entered in ``children``:
+        # a TERM arriving meanwhile (a replacement started as the stop begins) is passed
+        # on to it too, and none is forked once the stop has begun.
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        try:
+            if stopping:
+                return
+            pid = os.fork()
+            if pid == 0:
+                run_child()
+            children[pid] = slot
+        finally:
+            if os.getpid() == supervisor:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
         if supervision is not None:
             supervision.child_forked(pid)
+
+    def run_child() -> None:
+        # Until the child's own handlers are in (run_one), a TERM or INT stops it outright
+        # (it has taken no job yet) and TSTP or TTIN is ignored: never the parent's
+        # handler, which would pass the signal on to its siblings.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in (signal.SIGTSTP, signal.SIGTTIN):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+        code = 1
+        random.seed()  # a child's own jitter and queue order, not a copy of the parent's
+        try:
+            beat_file = supervision.child_started() if supervision is not None else None
+            # The child stops by itself if this process dies (SIGKILL, OOM): it would
+            # otherwise run on unsupervised, past deploys that stop the supervisor.
+            code = run_one({**kwargs, "supervisor": supervisor}, beat_file=beat_file)
+        finally:
+            logging.shutdown()
+            os._exit(code)
 
     def forward(signum: int, _frame: Any) -> None:
         nonlocal stopping
