@@ -171,6 +171,7 @@ class Ticker:
         # Whose claim records this ticker writes (claims.py): the worker's identity, so
         # orphan recovery finds them when it finds the worker dead.
         self.identity = identity or f"ticker:{secrets.token_hex(6)}"
+        self._renamed: str | None = None  # (rename)
         # When the process started (epoch seconds): with catch-up off, only slots due
         # before this count as missed. The launcher passes its own start; tests driving
         # tick(now) with a fixed clock pass theirs.
@@ -248,6 +249,11 @@ class Ticker:
         if conn.hlen(keys.periodic_claims(self.identity)) == 0:
             conn.srem(keys.periodic_claimers(), self.identity)
 
+    def rename(self, identity: str) -> None:
+        """The process carries on as ``identity`` (it was fenced): taken at the next
+        tick, so no slot is claimed under one identity and pushed under the other."""
+        self._renamed = identity
+
     def run(self, conn: Any = None) -> float:
         """One pass once orphan recovery has run once (a dead process's claimed slots are
         pushed before this one claims); the seconds until the next (a moment, while a
@@ -270,6 +276,11 @@ class Ticker:
         """Fire every due entry once; ``now`` (epoch) is for tests with a fixed clock.
         ``block`` False: False (nothing done) while a read of the database's entries
         it waits for is under way (Schedule.refresh); else True."""
+        if self._renamed is not None:
+            # The old identity's claimer entry goes once it holds no claim (a record
+            # left is pushed by orphan recovery, as a dead process's).
+            errors.best_effort("Periodic claim", self._forget, "claimer not unlisted")
+            self.identity, self._renamed = self._renamed, None
         # This process's own delayed releases first: see BLOCKED_GRACE_BEATS.
         locks.retry_deferred()
         conn = connection.get_client()

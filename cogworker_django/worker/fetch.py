@@ -42,6 +42,7 @@ from . import failures
 from .kinds import Fetched, Kinds
 from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
 from .requeue import HandedBack, shutdown_advice
+from .retired import Retired
 
 log = logging.getLogger("cogworker_django")
 
@@ -136,6 +137,18 @@ class FetchStrategy:
     def hand_over(self, conn: redis.Redis, ledger: Ledger) -> None:
         raise NotImplementedError
 
+    def in_progress_lists(self) -> list[str]:
+        """The lists this process's jobs are on while they run (none in basic mode)."""
+        return []
+
+    def rename(self, conn: redis.Redis, identity: str, ledger: Ledger) -> None:
+        """Carry on as ``identity`` (the process was fenced: launcher.py)."""
+        old, self.identity = self.identity, identity
+        pipe = conn.pipeline(transaction=False)
+        self.beat(pipe)
+        pipe.hdel(keys.last_beat(), old)
+        pipe.execute()
+
     def beat(self, pipe: Any) -> list[str]:
         """Queue this mode's registry writes on the beat's pipeline; their names."""
         return []
@@ -172,8 +185,12 @@ class ReliableFetch(FetchStrategy):
         self._home_of: dict[str, str] = {}
         # Listed but unknown at the last beat: requeued if still so at the next (a fetch
         # in flight is never taken for a lost reply), with the home of their list.
-        self._unknown_last_beat: set[tuple[str, str]] = set()
+        self._unknown_last_beat: set[tuple[str, str]] = set()  # (list, raw)
         self._out_last_beat: set[int] = set()  # the fetches out at that look
+        # The lists of the identity this process had before it was fenced, while jobs
+        # are left on them (retired.py; None otherwise). Set and cleared by the
+        # heartbeat's thread; every other thread reads it once per use.
+        self.retired: Retired | None = None
 
     def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
         from .dispatch import Dispatcher
@@ -213,6 +230,14 @@ class ReliableFetch(FetchStrategy):
         call's weighted order, the first asked first (with every ack, each to its home,
         in the same round trip), the next only for what the first could not give, each
         by the room of each kind left (:meth:`Kinds.after`)."""
+        retired = self.retired
+        if retired is not None and any(raw in retired.on for raw in acks):
+            # Acks of jobs on the old identity's lists: to those lists, before the rest
+            # (a failure leaves every ack pending, as a failed fetch does).
+            old = [raw for raw in acks if raw in retired.on]
+            self._lrem_each(conn, [(retired.on[raw], raw) for raw in old])
+            retired.settled(old)
+            acks = [raw for raw in acks if raw not in retired.on]
         order = weighted_order(self.queues)
         if len(self.groups) == 1 and not (ends and self.home_apart):
             return self._take(conn, self.home, order, acks, count, ends, kinds)
@@ -264,8 +289,9 @@ class ReliableFetch(FetchStrategy):
         """One fetch script on one home: ack ``acks`` (keeping their outcomes ``ends``,
         in the same home), take up to ``count`` jobs from ``order`` (queues of that
         home), by ``kinds`` when given."""
+        listed = self.lists[home]
         script_keys = [
-            self.lists[home],
+            listed,
             keys.paused(home),
             *(keys.queue(q) for q in order),
             *(keys.priority_queue(q) for q in order),  # django.tasks priorities
@@ -284,6 +310,10 @@ class ReliableFetch(FetchStrategy):
             return works
         pairs = len(result) - len(result) % 2
         works.extend(Work(text(result[i]), text(result[i + 1])) for i in range(0, pairs, 2))
+        retired = self.retired
+        if retired is not None and listed in retired.lists:
+            # Sent before the swap of identities: its jobs are on an old list.
+            retired.took((w.raw for w in works), listed)
         if pairs < len(result):  # a trailing "blocked:<kind>"
             works.blocked = text(result[-1]).partition(":")[2] or "p"
         return works
@@ -292,15 +322,25 @@ class ReliableFetch(FetchStrategy):
         """The acks for homes other than the one fetched from first: one pipeline (a
         round trip per master they are on, sent before the fetch so a failure leaves
         every ack pending, as a failed fetch does)."""
-        # Plain LREMs, as fetch.lua acks: no script source sent along (a pipeline can't
-        # use EVALSHA safely: it can't reload a script a failed-over master lacks).
-        pipe = connection.get_client().pipeline(transaction=False)
-        for home in others:
-            for raw in acked[home]:
-                pipe.lrem(self.lists[home], 1, wire(raw))
+        self._lrem_each(
+            connection.get_client(), [(self.lists[h], raw) for h in others for raw in acked[h]]
+        )
+
+    @staticmethod
+    def _lrem_each(conn: Any, acks: list[tuple[str, str]]) -> None:
+        """Ack each ``(list, raw)`` in one pipeline: plain LREMs, as fetch.lua acks (no
+        script source sent along: a pipeline can't use EVALSHA safely, it can't reload a
+        script a failed-over master lacks)."""
+        pipe = conn.pipeline(transaction=False)
+        for listed, raw in acks:
+            pipe.lrem(listed, 1, wire(raw))
         pipe.execute()
 
     def settle_keys(self, raw: str) -> tuple[str, str]:
+        retired = self.retired
+        on_old = retired.where(raw) if retired is not None else None
+        if on_old is not None:
+            return on_old
         if len(self.lists) == 1:  # every ack to the one list this process has
             return self.inprogress, self.home
         home = self._home_of.get(raw) or keys.home_of(queue_of(raw, self.fallback))
@@ -317,13 +357,22 @@ class ReliableFetch(FetchStrategy):
             if homes.Home(home).crosses(homes.Home.root()):
                 results.keep(conn, [ended])
                 conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
+            elif self.settle_keys(raw)[0] != self.lists[home]:  # on an old list
+                results.keep(conn, [ended])
+                conn.lrem(self.settle_keys(raw)[0], 1, wire(raw))  # type: ignore[arg-type]
             else:
                 self._take(conn, home, [], [raw], 0, [ended])
-        self._home_of.pop(raw, None)
+        self._settled(raw)
 
     def file(self, conn: redis.Redis, raw: str, filing: Filing, ended: Any = None) -> None:
         super().file(conn, raw, filing, ended)
+        self._settled(raw)
+
+    def _settled(self, raw: str) -> None:
         self._home_of.pop(raw, None)
+        retired = self.retired
+        if retired is not None:
+            retired.settled([raw])
 
     # Shutdown ----------------------------------------------------------------------------
 
@@ -332,19 +381,27 @@ class ReliableFetch(FetchStrategy):
         acks dropped, finished-but-unfiled jobs to ``P:unsettled``, everything else on
         the list (unfinished jobs, a lost fetch reply) back on its queue. Raises if it
         could not run (nothing changed then)."""
-        by_home: dict[str, list[Work]] = {home: [] for home in self.lists}
+        lists = self._lists_of(self.retired)
+        by_list: dict[str, list[Work]] = {name: [] for name in lists}
         for work in ledger.works(PENDING, ACKING):  # (ACKING: an ack whose fetch never came back)
-            by_home[self.settle_keys(work.raw)[1]].append(work)
-        for home, queues in self.groups:
-            self._hand_over_home(conn, ledger, home, queues[0], by_home[home])
-            ledger.handed_over(by_home[home])
+            by_list.setdefault(self.settle_keys(work.raw)[0], []).append(work)
+        firsts: dict[str, str] = {home: queues[0] for home, queues in self.groups}
+        for name, (_identity, home) in lists.items():
+            self._hand_over_list(conn, ledger, name, home, firsts[home], by_list[name])
+            ledger.handed_over(by_list[name])
 
-    def _hand_over_home(
-        self, conn: redis.Redis, ledger: Ledger, home: str, fallback: str, pending: list[Work]
+    def _hand_over_list(
+        self,
+        conn: redis.Redis,
+        ledger: Ledger,
+        listed: str,
+        home: str,
+        fallback: str,
+        pending: list[Work],
     ) -> None:
-        """One home's list, in one script (a home once settled has nothing left to
-        settle, so a retry after another home failed repeats nothing)."""
-        requeue = self._left_on_list(conn, home, pending)
+        """One list, in one script (a list once settled has nothing left to settle, so a
+        retry after another failed repeats nothing)."""
+        requeue = self._left_on_list(conn, listed, pending)
         if not (requeue or pending):
             return
         running = {w.raw for w in ledger.works(PERFORMING, SETTLING, REFUSED)}
@@ -354,17 +411,17 @@ class ReliableFetch(FetchStrategy):
         args: list[Any] = [len(acks), *acks, len(filings), *(x for f in filings for x in f)]
         args += moves
         _acked, handed, requeued, moved = scripts.run(
-            "handover", conn, [self.lists[home], keys.unsettled(home), *targets], args
+            "handover", conn, [listed, keys.unsettled(home), *targets], args
         )
         done = [back for index, back in interrupted if moved[index]]
         for back in done:
             back.filed()
         _tell_handed_over(requeued, handed, done, home)
 
-    def _left_on_list(self, conn: redis.Redis, home: str, pending: list[Work]) -> list[str]:
-        """The jobs of ``home``'s list to requeue: every copy on it, except one per pending
-        settlement (two identical payloads are two jobs)."""
-        listed = Counter(text(r) for r in conn.lrange(self.lists[home], 0, -1))
+    def _left_on_list(self, conn: redis.Redis, name: str, pending: list[Work]) -> list[str]:
+        """The jobs of the list ``name`` to requeue: every copy on it, except one per
+        pending settlement (two identical payloads are two jobs)."""
+        listed = Counter(text(r) for r in conn.lrange(name, 0, -1))
         for work in pending:
             listed[work.raw] = max(0, listed[work.raw] - 1)
         return list(listed.elements())
@@ -372,12 +429,75 @@ class ReliableFetch(FetchStrategy):
     # The heartbeat -----------------------------------------------------------------------
 
     def beat(self, pipe: Any) -> list[str]:
-        pipe.sadd(keys.inprogress_ids(), self.identity)
-        scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [self.identity])
-        if not self.apart:
-            return ["in-progress registry", "last-beat stamp"]
-        pipe.sadd(keys.inprogress_homes(self.identity), *self.lists)
-        return ["in-progress registry", "last-beat stamp", "in-progress homes"]
+        names = self._register(pipe, self.identity, list(self.lists), "")
+        retired = self.retired
+        if retired is not None:  # its lists are this process's too, until empty
+            for older in retired.identities:
+                names += self._register(pipe, older, retired.homes_of(older), "retired identity's ")
+        return names
+
+    def _register(self, pipe: Any, identity: str, its_homes: list[str], which: str) -> list[str]:
+        """Queue the writes that let recovery find ``identity``'s lists; their names."""
+        pipe.sadd(keys.inprogress_ids(), identity)
+        scripts.get("beat_stamp").pipelined(pipe, [keys.last_beat()], [identity])
+        names = [f"{which}in-progress registry", f"{which}last-beat stamp"]
+        if self.apart:
+            pipe.sadd(keys.inprogress_homes(identity), *its_homes)
+            names.append(f"{which}in-progress homes")
+        return names
+
+    def _lists_of(self, retired: Retired | None) -> dict[str, tuple[str, str]]:
+        """Every in-progress list of this process: name -> (identity, home), the old
+        identity's too while it is ``retired``."""
+        lists = {name: (self.identity, home) for home, name in self.lists.items()}
+        if retired is not None:
+            lists.update(retired.lists)
+        return lists
+
+    def in_progress_lists(self) -> list[str]:
+        return list(self._lists_of(self.retired))
+
+    def rename(self, conn: redis.Redis, identity: str, ledger: Ledger) -> None:
+        """Carry on as ``identity`` (this process was fenced: retired.py). Its lists are
+        registered before any fetch can use them; the jobs on the old lists are known
+        before the names swap, so no ack of theirs goes to a new list."""
+        old = self.identity
+        new_lists = {h: homes.Home(h).inprogress(identity) for h in self.lists}
+        # (Fenced again while jobs are left on an older identity's lists: those too.)
+        retired = Retired(self._lists_of(self.retired), ledger.snapshot().fetches_out)
+        pipe = conn.pipeline(transaction=False)
+        self._register(pipe, identity, list(new_lists), "")
+        for older in retired.identities:  # (recovery forgot them: listed again)
+            self._register(pipe, older, retired.homes_of(older), "")
+        pipe.execute()
+        self.retired = retired  # from here a fetch that lands on an old list says so
+        try:
+            for name in retired.lists:
+                retired.took((text(r) for r in conn.lrange(name, 0, -1)), name)
+        except Exception:
+            self.retired = None  # nothing swapped: the process keeps its identity
+            raise
+        self.identity, self.lists = identity, new_lists
+        self.inprogress = new_lists[self.home]
+        log.info(
+            "%d job(s) taken as %s stay on that identity's lists until settled",
+            len(retired.on),
+            old,
+        )
+
+    def _retire(self, conn: redis.Redis, retired: Retired) -> None:
+        """The old identity's lists are empty for good: forget it, as recovery forgets a
+        dead process (its presence written by the heartbeat goes too)."""
+        gone = retired.identities
+        pipe = conn.pipeline(transaction=False)
+        pipe.srem(keys.inprogress_ids(), *gone)
+        pipe.hdel(keys.last_beat(), *gone)
+        pipe.delete(*map(keys.process, gone), *retired.lists)
+        if self.apart:
+            pipe.delete(*map(keys.inprogress_homes, gone))
+        pipe.execute()
+        self.retired = None
+        log.info("every job taken as %s is settled: forgotten", " and ".join(gone))
 
     def after_beat(self, conn: redis.Redis, ledger: Ledger) -> None:
         """Requeue jobs on this process's list that it does not know it has (a fetch whose
@@ -385,55 +505,69 @@ class ReliableFetch(FetchStrategy):
         every fetch that was out at the first of them has come back, so a fetch in
         flight is never taken for one (its reply held up past a beat: a stalled proxy,
         a thread starved of the interpreter lock) and its jobs never run twice."""
-        listed = {
-            (home, text(r)) for home in self.lists for r in conn.lrange(self.lists[home], 0, -1)
-        }
+        retired = self.retired
+        lists = self._lists_of(retired)
+        listed = {(name, text(r)) for name in lists for r in conn.lrange(name, 0, -1)}
         # Read after the list: a fetch that wrote a listed job is out now, or its jobs are
         # in the ledger (they enter it in the step the fetch leaves it: one snapshot).
         snapshot = ledger.snapshot()
         known, out = snapshot.known, set(snapshot.fetches_out)
-        unknown = {(home, raw) for home, raw in listed if raw not in known}
+        unknown = {(name, raw) for name, raw in listed if raw not in known}
         if self._out_last_beat & out:
             confirmed: set[tuple[str, str]] = set()  # one may yet bring them: next beat
         else:
             confirmed = unknown & self._unknown_last_beat
         self._unknown_last_beat, self._out_last_beat = unknown - confirmed, out
-        n = self._requeue(conn, confirmed)
+        n = self._requeue(conn, confirmed, lists)
         if n:
             log.warning(
                 "requeued %d job(s) this process had taken without knowing it (a lost fetch reply)",
                 n,
             )
+        if retired is not None and retired.over(conn, snapshot.fetches_out):
+            self._retire(conn, retired)
 
     def give_back(self, conn: redis.Redis, raws: list[str]) -> int:
         """Put jobs fetched but not started (the process went quiet meanwhile) back on
         their queues, not counted as orphaned; returns how many were moved."""
-        given = self._requeue(conn, [(self.settle_keys(raw)[1], raw) for raw in raws])
+        lists = self._lists_of(self.retired)
+        given = self._requeue(conn, [(self.settle_keys(raw)[0], raw) for raw in raws], lists)
         for raw in raws:
-            self._home_of.pop(raw, None)
+            self._settled(raw)
         return given
 
-    def _requeue(self, conn: redis.Redis, listed: Iterable[tuple[str, str]]) -> int:
-        """Move ``(home, raw)`` jobs of this process's lists back to their queues; how
-        many were moved (a job no longer listed is not)."""
+    def _requeue(
+        self,
+        conn: redis.Redis,
+        listed: Iterable[tuple[str, str]],
+        lists: dict[str, tuple[str, str]],
+    ) -> int:
+        """Move ``(list, raw)`` jobs of this process's ``lists`` (:meth:`_lists_of`) back
+        to their queues; how many were moved (a job no longer listed is not)."""
         from .requeue import requeue_from_list
 
-        listed = list(listed)
+        by_list: dict[str, list[str]] = {}
+        for name, raw in listed:
+            if name in lists:
+                by_list.setdefault(name, []).append(raw)
+        firsts: dict[str, str] = {home: queues[0] for home, queues in self.groups}
         n = 0
-        for home, queues in self.groups:
-            raws = [raw for h, raw in listed if h == home]
-            if raws:
-                n += requeue_from_list(
-                    conn,
-                    self.identity,
-                    raws,
-                    home=home,
-                    count_orphaning=False,
-                    fallback_queue=queues[0],
-                )
+        for name, raws in by_list.items():
+            identity, home = lists[name]
+            n += requeue_from_list(
+                conn,
+                identity,
+                raws,
+                home=home,
+                count_orphaning=False,
+                fallback_queue=firsts[home],
+            )
         return n
 
     def forget(self, conn: redis.Redis) -> None:
+        retired = self.retired
+        if retired is not None and retired.over(conn, frozenset()):
+            self._retire(conn, retired)
         if all(conn.llen(name) == 0 for name in self.lists.values()):
             # Nothing left for recovery to find: forget this identity.
             pipe = conn.pipeline(transaction=False)

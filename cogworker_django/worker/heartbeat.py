@@ -199,6 +199,7 @@ class Heartbeat(Background):
         tag: str = "",
         on_stop_signal: Callable[[], None],
         hooks: Sequence[tuple[str, Callable[[Beat], None]]] = (),
+        on_fenced: Callable[[], str] | None = None,
     ) -> None:
         super().__init__()
         self.manager = manager
@@ -210,9 +211,14 @@ class Heartbeat(Background):
         self.interval = conf.get().HEARTBEAT_INTERVAL
         self.started_at = time.time()
         self._on_stop_signal = on_stop_signal
+        # Gives the process a new identity once it was fenced, and returns it (the
+        # launcher's; None: it keeps its identity, as an in-process worker does).
+        self._on_fenced = on_fenced
         self._beat_failed = False
         # The Redis time of this process's last successful beat (None before the first).
         self._beaten_at: float | None = None
+        # Signs of having been taken for dead on the last beat ("stamp", "presence").
+        self._signs: set[str] = set()
         # Since when (Redis clock) this process has seen Redis answer without a break:
         # orphan recovery measures others' missed beats from there (rule 13).
         self.clearance = Clearance(stall_gap(self.interval))
@@ -224,6 +230,7 @@ class Heartbeat(Background):
         # The admin's signals: a pub/sub connection of its own (rest), and when to try
         # it again after it failed (monotonic).
         self._pubsub: Any = None
+        self._channel = ""  # the channel it is subscribed to
         self._pubsub_client: Any = None
         self._subscribe_at = 0.0
         # Why this process is recycling (recycle.py; "" when it isn't), for the admin.
@@ -323,6 +330,7 @@ class Heartbeat(Background):
             pipe.expire(keys.work(ident), ttl)
             names += ["work snapshot", "work snapshot"]
         names += self.manager.fetcher.beat(pipe)  # reliable: in-progress registry, stamp
+        names += self._retired_presence(pipe, ttl)
         pipe.time()  # last: when this beat went through, for the clearance
         results = scripts.execute(pipe, conn, raise_on_error=False)
         for r in results[:2]:
@@ -344,17 +352,45 @@ class Heartbeat(Background):
         # TIME refused (some proxies): this host's clock, as for the stamp.
         at = redis_seconds(clock) if not isinstance(clock, Exception) else time.time()
         self.clearance.beat(at)
-        self._look_for_fence(conn, dict(zip(names, results[2:-1], strict=True)), at)
+        written = dict(zip(names, results[2:-1], strict=True))
+        self._look_for_fence(conn, written, at, presence_was_gone=results[0] != 0)
         self.manager.ledger.looked()
         errors.recovered("Heartbeat")
         self._after_beat(conn, recovering)
 
-    def _look_for_fence(self, conn: Any, written: dict[str, Any], at: float) -> None:
+    def _retired_presence(self, pipe: Any, ttl: int) -> list[str]:
+        """The identities this process had before it was fenced, while jobs are left on
+        their lists (retired.py): present with this process's connection name, so that
+        the lifeline finds those lists at once should this process die."""
+        retired = getattr(self.manager.fetcher, "retired", None)
+        names: list[str] = []
+        for old in retired.identities if retired is not None else ():
+            pipe.hset(keys.process(old), "client", naming.current())
+            pipe.expire(keys.process(old), ttl)
+            names += ["retired identity's presence", "retired identity's presence"]
+        return names
+
+    def _look_for_fence(
+        self, conn: Any, written: dict[str, Any], at: float, presence_was_gone: bool
+    ) -> None:
         """After a beat at ``at`` (Redis clock): fence if its stamp had been dropped
-        (beat_stamp.lua returns it negated), on any beat but this process's first."""
+        (beat_stamp.lua returns it negated), on any beat but this process's first, and
+        its presence had gone too (the beat's HSET added its fields). Recovery takes only
+        a process without a presence, so a stamp gone beside a presence still there was
+        dropped by something else (the key guard moving the stamps' hash aside): nobody
+        recovered anything. The two signs may show one beat apart (a recoverer's deletes
+        landing between this beat's HSET and its stamp): a sign is kept for one beat."""
         previous, self._beaten_at = self._beaten_at, at
+        if previous is None:
+            self._signs = set()
+            return
         stamp = written.get("last-beat stamp")
-        if isinstance(stamp, int) and stamp < 0 and previous is not None:
+        signs = {"presence"} if presence_was_gone else set()
+        if isinstance(stamp, int) and stamp < 0:
+            signs.add("stamp")
+        seen, self._signs = signs | self._signs, signs
+        if seen == {"presence", "stamp"}:
+            self._signs = set()
             errors.best_effort("Heartbeat", lambda: self._fenced(conn, at - previous))
 
     def _fenced(self, conn: Any, silent: float) -> None:
@@ -368,18 +404,38 @@ class Heartbeat(Background):
         if uptime < silent:
             return  # Redis restarted meanwhile: nobody recovered anything
         pool = self.manager
-        lists = list(getattr(pool.fetcher, "lists", {}).values())
+        lists = pool.fetcher.in_progress_lists()
         listed = {codec.raw_text(r) for name in lists for r in conn.lrange(name, 0, -1)}
         fenced = pool.ledger.fence(listed) if lists else []
+        old = new = self.identity
+        if self._on_fenced is not None:
+            try:
+                new = self._on_fenced()
+            except Exception as exc:  # noqa: BLE001 - its runs are fenced all the same
+                errors.report("Heartbeat", exc, "the process keeps its identity")
         log.error(
             "this process (%s) was taken for dead: no beat of its went through for %.0fs "
             "and orphan recovery forgot it; %d running job(s) were recovered to run "
             "elsewhere and are left to their copies (this run of each settles nothing); "
-            "carrying on",
-            self.identity,
+            "carrying on as %s",
+            old,
             silent,
             len(fenced),
+            new,
         )
+
+    def renamed(self, conn: Any, identity: str) -> None:
+        """Carry on as ``identity`` (launcher.py, once fenced): the old identity's place
+        in the admin's list goes now; its presence stays while jobs are left on its
+        lists (retired.py); the next beat is the new identity's first; the admin's
+        signals are read on the new identity's channel."""
+        old, self.identity = self.identity, identity
+        self._beaten_at = None  # (the pub/sub channel follows in _subscribed)
+        pipe = conn.pipeline(transaction=False)
+        pipe.srem(keys.processes(), old)
+        pipe.delete(keys.work(old))
+        # (Should this fail, the old identity's entry expires with its presence.)
+        errors.best_effort("Heartbeat", lambda: pipe.execute(raise_on_error=False))
 
     def _stamp_locally(self, conn: Any) -> None:
         # TIME refused (some proxies): better a skewed stamp than none.
@@ -431,14 +487,16 @@ class Heartbeat(Background):
     def _subscribed(self) -> Any:
         """The pub/sub connection on this process's channel; None while it can't be made
         (tried again a second later)."""
-        if self._pubsub is not None:
+        if self._pubsub is not None and self._channel == keys.signal(self.identity):
             return self._pubsub
+        self._close_pubsub()  # (none yet, or the process was renamed: its new channel)
         if time.monotonic() < self._subscribe_at:
             return None
         try:
             self._pubsub_client = connection.new_client()
             pubsub = self._pubsub_client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(keys.signal(self.identity))
+            self._channel = keys.signal(self.identity)
+            pubsub.subscribe(self._channel)
         except Exception as exc:  # noqa: BLE001 - Redis away: tried again
             errors.report("Signal subscriber", exc)
             self._close_pubsub()

@@ -18,6 +18,7 @@ Recycling (``max_jobs``, ``max_memory``: recycle.py) is TSTP, then TERM once no 
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import functools
 import logging
@@ -205,6 +206,7 @@ class Launcher:
             tag=self.tag,
             on_stop_signal=self.request_stop,
             hooks=plugin_list.beat_hooks(self.plugins, self.ctx),
+            on_fenced=self._reidentify,
         )
         if self.recycler is not None:
             self.recycler.bind(self._recycle)
@@ -242,6 +244,24 @@ class Launcher:
         self.chores.start()
         for c in self.components:
             c.start()
+
+    def _reidentify(self) -> str:
+        """This process was taken for dead while it stalled and its stamp dropped
+        (heartbeat.py fenced its runs of the jobs recovered meanwhile): it carries on under
+        a new identity, so that nothing a late recoverer of the old one does (moving its
+        lists, freeing its leases, pushing its periodic claims) touches what it does from
+        here. Its connections keep their name: the name is the process's (naming.py), and
+        the new identity's presence carries it. Called on the heartbeat's thread."""
+        conn = connection.get_client()
+        identity = new_identity(self.tag)
+        self.fetcher.rename(conn, identity, self.manager.ledger)
+        self.identity = self.manager.identity = self.recovery.identity = identity
+        self.heartbeat.renamed(conn, identity)
+        assert self.ctx is not None  # (built by boot, before the heartbeat starts)
+        self.ctx = dataclasses.replace(self.ctx, identity=identity)
+        for plugin in self.plugins:
+            errors.best_effort(plugin.name, functools.partial(plugin.renamed, self.ctx))
+        return identity
 
     def _recycle(self, reason: str) -> None:
         """Called once by the recycler (a processor thread or the heartbeat's)."""

@@ -1,6 +1,9 @@
 """Worker plugins: the one way a feature joins a worker process.
 
-A plugin may give each of five things, and the launcher asks every plugin of its list
+(Over 400 lines: the plugin interface and every built-in plugin, so that the whole
+wiring of a worker's features reads in one place.)
+
+A plugin may give each of six things, and the launcher asks every plugin of its list
 for them in the same order (the list below is the whole wiring of the built-ins; nothing
 registers itself anywhere):
 
@@ -18,6 +21,9 @@ registers itself anywhere):
   client every ``interval`` seconds (0: every poll);
 - ``beat(ctx, beat)``: after each heartbeat's presence write (:class:`Beat`); an
   exception is reported and the next hook still runs;
+- ``renamed(ctx)``: the process was taken for dead while it stalled, and carries on
+  under a new identity, ``ctx.identity`` (launcher.py): what the plugin wrote under the
+  old one stays with it;
 - ``exit(ctx)``: at shutdown, after the processors stopped and before the presence is
   removed (a last flush of what the plugin keeps in memory).
 
@@ -88,6 +94,10 @@ class Plugin:
     def beat(self, ctx: RunContext, beat: Beat) -> None:
         return None
 
+    def renamed(self, ctx: RunContext) -> None:
+        """The process carries on as ``ctx.identity`` (it was fenced: launcher.py)."""
+        return None
+
     def exit(self, ctx: RunContext) -> None:
         return None
 
@@ -113,6 +123,9 @@ class History(Plugin):
         )
         history.buffer.on_full = flush.wake  # a batch waiting: flushed at once
         return (flush,)
+
+    def renamed(self, ctx: RunContext) -> None:
+        history.buffer.worker = ctx.identity
 
     def exit(self, ctx: RunContext) -> None:
         history.buffer.on_full = None
@@ -175,6 +188,10 @@ class Periodic(Plugin):
         # A chore: it goes on while running jobs finish at a stop (rule 16).
         return (Chore("periodic", t.run, t.interval),)
 
+    def renamed(self, ctx: RunContext) -> None:
+        if self._ticker is not None:
+            self._ticker.rename(ctx.identity)
+
     def exit(self, ctx: RunContext) -> None:
         if self._ticker is not None:
             self._ticker.close()
@@ -216,6 +233,9 @@ class Controls(Plugin):
         rt.limit_wake = self._waker.wake_for
         return (self._waker,)
 
+    def renamed(self, ctx: RunContext) -> None:
+        runtime.current().identity = ctx.identity  # leases taken from here on
+
     def exit(self, ctx: RunContext) -> None:
         rt = runtime.current()
         if self._waker is not None and rt.limit_wake == self._waker.wake_for:
@@ -250,6 +270,11 @@ class DjangoTasks(Plugin):
 
         worker_setup.start(ctx.identity)
         return ()
+
+    def renamed(self, ctx: RunContext) -> None:
+        from ..djtasks import worker_setup
+
+        worker_setup.start(ctx.identity)
 
     def exit(self, ctx: RunContext) -> None:
         from ..djtasks import worker_setup

@@ -410,3 +410,20 @@ def test_a_claim_that_never_ran_leaves_nothing_to_push(r, monkeypatch):
     t.tick(now=T0 + 0.1)
     t.tick(now=T0 + 1.1)  # claims and pushes normally
     assert [j["periodic_slot"] for j in queued(r)] == [T0]
+
+
+def test_a_renamed_ticker_claims_under_its_new_identity_from_its_next_tick(r):
+    """A process fenced and carrying on under a new identity (worker/launcher.py): its
+    ticker writes its claim records under the new one from its next tick, and the old
+    one, holding no claim, leaves the claimers."""
+    e = entry()
+    t = Ticker([e], identity="old-ident")
+    t.tick(now=T0 + 0.5)
+    assert "old-ident" in r.smembers(keys.periodic_claimers())
+    t.rename("new-ident")
+    assert t.identity == "old-ident"  # not mid-tick
+    t.tick(now=T0 + 60.5)
+    assert t.identity == "new-ident"
+    assert "old-ident" not in r.smembers(keys.periodic_claimers())
+    assert "new-ident" in r.smembers(keys.periodic_claimers())
+    assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]

@@ -199,10 +199,13 @@ def test_a_redis_restart_under_load_makes_nobody_dead(worker, redis_server, conf
 
 def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
     """X (shortened ORPHAN_THRESHOLD, the one case that may) is stopped longer than the
-    threshold while it runs three jobs; R recovers them and runs them again. When X
-    continues, its next beat finds its stamp gone: an ERROR line, and its three runs
-    settle nothing (the failing one is filed in dead once, by its copy); X carries on and
-    runs new jobs. Each job ran once more, no more; nothing lost."""
+    threshold while it runs three jobs; R recovers them and runs them again, then goes
+    quiet. Two jobs are pushed while X is stopped: when X continues, its free threads may
+    take them before its next beat (onto its old identity's list) or after (onto its new
+    one's). That beat finds its stamp gone: an ERROR line, its three runs settle nothing
+    (the failing one is filed in dead once, by its copy), and X carries on under a new
+    identity; the old one is forgotten once nothing is left on its list. Each recovered
+    job ran once more, no more; every other job once; nothing lost."""
     fast = {"CONCURRENCY": 5, "CLIENT_NAMES": True}
     x = worker(settings=fast)
     x_ident = identity_of(x)
@@ -218,17 +221,41 @@ def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
             10,
             message="the copies started",
         )
+        rescuer.signal(signal.SIGTSTP)  # quiet: the jobs pushed next are X's to take
+        rescuer.wait_for_log("quiet", 10)
+        tj.tracked.enqueue_many([(3, "m0"), (3, "m1")])
     finally:
         x.signal(signal.SIGCONT)
     x.wait_for_log(rf"this process \({re.escape(x_ident)}\) was taken for dead", 10)
     assert "3 running job(s) were recovered" in x.log(), x.log()[-3000:]
+    new_ident = re.search(r"carrying on as (\S+)", x.log()).group(1)
+    assert new_ident != x_ident
     wait_until(
         lambda: all(runs(r, prefix).get(f"f{i}:end") == 2 for i in range(3)),
         30,
         message="both runs of each ended",
     )
     x.wait_for_log("left to its recovered copy", 10, count=3)
-    # X carries on: a new job runs (on X or R) once.
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"m{i}:end") == 1 for i in range(2)),
+        15,
+        message="the jobs pushed during the stop ran",
+    )
+    # The old identity is forgotten: nothing left on its list; the new one beats, its
+    # presence naming the connections the process kept.
+    wait_until(
+        lambda: (
+            x_ident not in r.smembers(keys.inprogress_ids())
+            and not r.hexists(keys.last_beat(), x_ident)
+            and not r.exists(keys.process(x_ident))
+        ),
+        15,
+        message="the old identity forgotten",
+    )
+    wait_until(lambda: new_ident in r.smembers(keys.processes()), 10, message="new presence")
+    assert x_ident not in r.smembers(keys.processes())
+    assert r.hget(keys.process(new_ident), "client") == naming.client_name(x_ident)
+    # X carries on: a new job runs once (on X: R is quiet).
     tj.tracked.enqueue(0.1, "after")
     wait_until(lambda: runs(r, prefix).get("after:end") == 1, 15, message="a new job ran")
     time.sleep(2)
@@ -236,14 +263,18 @@ def test_a_worker_stalled_past_the_threshold_is_fenced(worker, prefix, r):
     assert counted == {
         **{f"f{i}:start": 2 for i in range(3)},
         **{f"f{i}:end": 2 for i in range(3)},
+        **{f"m{i}:start": 1 for i in range(2)},
+        **{f"m{i}:end": 1 for i in range(2)},
         "after:start": 1,
         "after:end": 1,
     }
     assert r.zcard(keys.dead(keys.home_of("default"))) == 1  # the copy's filing only
     assert r.zcard(keys.retry(keys.home_of("default"))) == 0
     assert r.llen(keys.queue("default")) == 0
+    assert r.llen(keys.inprogress(x_ident, keys.home_of("default"))) == 0
     assert x.stop() == 0
     assert rescuer.stop() == 0
+    assert r.llen(keys.inprogress(new_ident, keys.home_of("default"))) == 0
 
 
 def test_a_server_refusing_client_names_leaves_the_worker_unnamed(

@@ -82,6 +82,9 @@ class Recorder(plugins.Plugin):
             self.beats.append(beat)
         self._note("beat")
 
+    def renamed(self, ctx):
+        self._note(f"renamed {ctx.identity}")
+
     def exit(self, ctx):
         self._note("exit")
 
@@ -99,6 +102,9 @@ class Hostile(plugins.Plugin):
 
     def beat(self, ctx, beat):
         raise RuntimeError("beat boom")
+
+    def renamed(self, ctx):
+        raise RuntimeError("renamed boom")
 
     def exit(self, ctx):
         raise RuntimeError("exit boom")
@@ -185,10 +191,15 @@ def test_a_plugin_whose_every_part_raises_stops_nothing_else(r, caplog):
         w.manager  # noqa: B018 - still there
         w.launcher.heartbeat.beat()  # a beat after the hostile one's failure still calls it
         assert rec.calls.count("beat") >= 2
+        new = w.launcher._reidentify()  # fenced: the next plugin still follows the rename
+        assert f"renamed {new}" in rec.calls
+        tj.record.enqueue("after-rename")
+        w.run_until(lambda: r.hget(tj.runs_key(), "after-rename") == "1")
     assert rec.calls[-1] == "exit"  # after the hostile exit raised
     assert not r.exists(keys.process(w.identity))
     assert "Hostile failed: RuntimeError: beat boom" in caplog.text
     assert "Hostile failed: RuntimeError: exit boom" in caplog.text
+    assert "Hostile failed: RuntimeError: renamed boom" in caplog.text
 
 
 @pytest.mark.cogworker_redis
