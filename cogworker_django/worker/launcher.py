@@ -259,8 +259,8 @@ class Launcher:
         self.heartbeat.renamed(conn, identity)
         assert self.ctx is not None  # (built by boot, before the heartbeat starts)
         self.ctx = dataclasses.replace(self.ctx, identity=identity)
-        for plugin in self.plugins:
-            errors.best_effort(plugin.name, functools.partial(plugin.renamed, self.ctx))
+        for each in self.plugins:
+            errors.best_effort(each.name, functools.partial(each.renamed, self.ctx))
         return identity
 
     def _recycle(self, reason: str) -> None:
