@@ -97,17 +97,16 @@ class ClaimedPush:
             # its queue exactly once (outbox.py; the poller relays it if this dies).
             value = outbox.envelope(where.key, where.value, where.score_arg, queue)
             target, score = keys.outbox(), ""
-        pushed = scripts.run(
-            "periodic_push",
-            self.conn,
-            [self.key, target, keys.queues()],
-            [self.field, self.jid, value, queue, score],
-        )
+        script_keys = [self.key, target, keys.queues()]
+        args = [self.field, self.jid, value, queue, score]
+        if target == where.key and score == "":
+            # Onto its queue's list: idle workers start it now (store/bell.py), rung by
+            # the script only when the push found the list empty.
+            bell.add(script_keys, args, queue)
+        pushed = scripts.run("periodic_push", self.conn, script_keys, args)
         self.gone = int(pushed) == 0
         if not self.gone and target != where.key:
             outbox.relay(self.conn, [value])  # (rings its queue's doorbell)
-        elif not self.gone:
-            bell.ring(self.conn, (queue,))  # idle workers start it now (store/bell.py)
         return not self.gone
 
     def claim(self) -> tuple[str, str, str]:

@@ -427,3 +427,15 @@ def test_a_renamed_ticker_claims_under_its_new_identity_from_its_next_tick(r):
     assert "old-ident" not in r.smembers(keys.periodic_claimers())
     assert "new-ident" in r.smembers(keys.periodic_claimers())
     assert [j["periodic_slot"] for j in queued(r)] == [T0, T0 + 60]
+
+
+def test_a_periodic_push_rings_the_doorbell_only_onto_an_empty_queue(r):
+    """Idle workers start a fired slot's job at once (store/bell.py): the push script
+    rings its queue's doorbell when it found the list empty, and only then."""
+    t = Ticker([entry()])
+    t.tick(now=T0 + 0.5)
+    assert r.llen(keys.queue("default")) == 1
+    assert r.llen(keys.bell("default")) == 1
+    t.tick(now=T0 + 60.5)  # the first job still waits: no idle worker to wake
+    assert r.llen(keys.queue("default")) == 2
+    assert r.llen(keys.bell("default")) == 1

@@ -7,7 +7,9 @@
 -- django.tasks priority's zset), KEYS[3] = P:queues (set: the queue listing)
 -- ARGV[1] = the claim's field ("<slot>:<name>"), ARGV[2] = the claim's jid,
 -- ARGV[3] = what is written (the payload JSON, or the zset member carrying it; built in
--- Python: rule 3), ARGV[4] = queue name, ARGV[5] = zset score ("" to LPUSH on the list)
+-- Python: rule 3), ARGV[4] = queue name, ARGV[5] = zset score ("" to LPUSH on the list),
+-- ARGV[6] (optional) = the index in KEYS of the queue's doorbell (P:bell:<queue>, rung
+-- when the push found the list empty: include/place.lua)
 -- Returns 1 when pushed; 0 when the record is gone or is not this claim's (pushed
 -- already, or taken over by recovery): nothing is written. A claims hash of the wrong
 -- type pushes anyway (2): only the claimer meets that, right after claiming the slot.
@@ -19,7 +21,7 @@ if type(record) == "table" and record.err then
 elseif not record or string.sub(record, 1, #ARGV[2] + 3) ~= "c " .. ARGV[2] .. " " then
   return 0
 end
-place("LPUSH", KEYS[2], ARGV[3], ARGV[5], nil, nil)
+place("LPUSH", KEYS[2], ARGV[3], ARGV[5], nil, nil, ARGV[6] and KEYS[tonumber(ARGV[6])])
 if pushed == 1 then
   redis.call("HDEL", KEYS[1], ARGV[1])
 end
