@@ -464,7 +464,7 @@ class ReliableFetch(FetchStrategy):
         old = self.identity
         new_lists = {h: homes.Home(h).inprogress(identity) for h in self.lists}
         # (Fenced again while jobs are left on an older identity's lists: those too.)
-        retired = Retired(self._lists_of(self.retired), ledger.snapshot().fetches_out)
+        retired = Retired(self._lists_of(self.retired), frozenset())
         pipe = conn.pipeline(transaction=False)
         self._register(pipe, identity, list(new_lists), "")
         for older in retired.identities:  # (recovery forgot them: listed again)
@@ -479,6 +479,9 @@ class ReliableFetch(FetchStrategy):
             raise
         self.identity, self.lists = identity, new_lists
         self.inprogress = new_lists[self.home]
+        # Read after the swap: a fetch given an old list's name was counted out before it
+        # was given it, so it is either out now or back, its jobs noted.
+        retired.out = ledger.snapshot().fetches_out
         log.info(
             "%d job(s) taken as %s stay on that identity's lists until settled",
             len(retired.on),
