@@ -228,6 +228,7 @@ SEAMS = {
     "set_runner": {"testing.py"},
     "register_kind": {"djtasks/backend.py"},
     "add_listener": {"apps.py"},
+    "install_enqueue_plugins": {"__init__.py"},
 }
 
 
