@@ -30,6 +30,7 @@ from .controls import (  # noqa: E402
     check_cancelled,
     limit,
 )
+from .core import enqueue_builtin, enqueue_plugins  # noqa: E402
 from .core.argcodec import ArgumentGone  # noqa: E402
 from .core.client import BulkPushError  # noqa: E402
 from .core.jobref import JobRef  # noqa: E402
@@ -47,6 +48,10 @@ from .workflows import (  # noqa: E402
     chain,
     group,
 )
+
+# The enqueue side's plugins, before anything can declare a job or enqueue one (the job
+# core imports none of the features: core/enqueue_plugins.py).
+enqueue_plugins.install_enqueue_plugins(enqueue_builtin.builtin())
 
 __all__ = [
     "ArgumentGone",

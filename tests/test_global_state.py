@@ -39,7 +39,6 @@ ALLOWED = {
     "core.client._diverter": "the test modes' sink of the block in progress (testing.fake)",
     "core.client._installed": "whether the test modes' sinks are installed (ready())",
     "core.client._mode_sinks": "the test modes' sinks, installed once (ready())",
-    "core.jobs._lazy": "the enqueue side's lazily imported collaborators",
     "periodic.claims._failing": "the dead claims already said to fail (logged once)",
     "workflows.store._meta_cache": "the batches' descriptions this process has read",
 }

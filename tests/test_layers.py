@@ -187,6 +187,19 @@ def test_the_queue_listing_is_written_in_one_place():
     assert writers == []
 
 
+def test_the_read_layer_starts_no_thread():
+    # api/ reads; work in the background is owned below it (the history's digest:
+    # history/background.py), where its lifetime and failures are looked after.
+    starters = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted((PACKAGE / "api").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) == "Thread"
+    ]
+    assert starters == []
+
+
 # The suite's own checks of the code, the docs and the Makefile: at the top of tests/.
 SUITE_CHECKS = (
     "test_docs_site",
@@ -228,6 +241,7 @@ SEAMS = {
     "set_runner": {"testing.py"},
     "register_kind": {"djtasks/backend.py"},
     "add_listener": {"apps.py"},
+    "install_enqueue_plugins": {"__init__.py"},
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from ..history import dumps
+from ..history import background, dumps
 from ..store import connection, errors, keys, runtime, scripts
 from ._util import as_datetime, epoch, text
 
@@ -452,7 +452,6 @@ class _DigestState:
         self.lock = threading.Lock()
         self.chunks: list[_Chunk] = []  # newest first, contiguous
         self.digest: Digest | None = None
-        self.building = False
 
     def _scan(self, conn: redis.Redis, high: str, low: str, since_ms: int) -> list[_Chunk]:
         chunks = []
@@ -580,30 +579,24 @@ def digest(
     the aggregates. This process keeps them per slice: the first call reads the whole
     stream; later calls read only what was added since, and drop what the stream's cap
     trimmed. With ``max_age`` > 0 a digest at most that old is returned without reading
-    Redis. With ``wait=False`` the first reading happens in a background thread and
-    None is returned until it is done (a page stays fast whatever the history holds)."""
+    Redis. With ``wait=False`` the first reading happens in the background (a thread of
+    history/background.py) and None is returned until it is done (a page stays fast
+    whatever the history holds)."""
     state = _state()
     now = time.time()
     current = state.digest
     if max_age > 0 and current is not None and now - current.computed_at < max_age:
         return current
     if not wait and current is None:
-        with _digest_lock:
-            if state.building:
-                return None
-            state.building = True
         root_conn = conn or connection.get_client()
 
         def build() -> None:
-            try:
-                with state.lock:
-                    state.refresh(root_conn, time.time())
-            except Exception as exc:  # noqa: BLE001 - the next call tries again
-                errors.report("History digest", exc)
-            finally:
-                state.building = False
+            with state.lock:
+                state.refresh(root_conn, time.time())
 
-        threading.Thread(target=build, name="history-digest", daemon=True).start()
+        # On the history's thread (history/background.py: one at a time, its failure
+        # reported there): this layer only reads.
+        background.builds().start(keys.history(), build)
         return None
     with state.lock:
         current = state.digest

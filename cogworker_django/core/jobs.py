@@ -30,7 +30,17 @@ from django.db import transaction
 from .. import conf
 from ..store import runtime
 from ..store.errors import CogworkerError
-from . import argcodec, client, middleware, payload, progress, recording, signatures, taskcontext
+from . import (
+    argcodec,
+    client,
+    enqueue_plugins,
+    middleware,
+    payload,
+    progress,
+    recording,
+    signatures,
+    taskcontext,
+)
 from . import retry as retry_control
 from .argcodec import ArgumentGone as ArgumentGone  # not retried (worker/failures.py)
 from .celery_words import CeleryWords
@@ -251,9 +261,8 @@ def _check_options(where: str, opts: dict[str, Any]) -> None:
             f"years, got {result_ttl!r}"
         )
     retry_control.check_options(where, opts)
-    from ..controls import options as controls
-
-    controls.check_options(where, opts)
+    for check in _plugins().checks:  # (the controls' options)
+        check(where, opts)
 
 
 # The furthest ahead enqueue_in / enqueue_at schedule a job: ten years. Anything later is
@@ -301,47 +310,9 @@ def _epoch(when: dt.datetime | float | int) -> float:
 
 
 _now = time.time
-
-
-class _Lazy:
-    """Modules the enqueue methods use that import this one (or its importers): imported
-    on first use, once, instead of by an import statement on every enqueue."""
-
-    _controls: Any = None
-    _unique: Any = None
-    _workflow: Any = None
-    _durable: Any = None
-
-    def controls(self) -> Any:
-        if self._controls is None:
-            from ..controls import options
-
-            self._controls = options
-        return self._controls
-
-    def unique(self) -> Any:
-        if self._unique is None:
-            from . import unique
-
-            self._unique = unique
-        return self._unique
-
-    def workflow(self) -> Any:
-        if self._workflow is None:
-            from ..workflows import context  # (workflows imports client)
-
-            self._workflow = context
-        return self._workflow
-
-    def durable(self) -> Any:
-        if self._durable is None:
-            from ..durable import writer  # (imports client and the model)
-
-            self._durable = writer
-        return self._durable
-
-
-_lazy = _Lazy()
+# The enqueue side's plugins (options, unique, workflows, durable), installed once by
+# the package's __init__: this module imports none of them (core/enqueue_plugins.py).
+_plugins = enqueue_plugins.current
 
 
 class _Enqueuer(CeleryWords):
@@ -373,23 +344,18 @@ class _Enqueuer(CeleryWords):
         works them out once per call."""
         self._fn.check_call(args, kwargs)
         opts = self._opts
+        plugins = _plugins()
         if now is None:
             now = _now()
         extra: dict[str, Any] = (
-            dict(fields) if fields is not None else _lazy.controls().payload_fields(opts, now, at)
+            dict(fields) if fields is not None else plugins.payload_fields(opts, now, at)
         )
         if at is not None:
             extra["at"] = at
         if opts.get("result_ttl") is not None:
             extra["result_ttl"] = math.ceil(opts["result_ttl"])
-        unique = opts.get("unique")
-        if unique:
-            extra["unique"] = unique
-            # Whole seconds, rounded up: int(0.5) would be 0, read as "no TTL given".
-            extra["unique_for"] = math.ceil(opts.get("unique_for") or conf.get().UNIQUE_LOCK_TTL)
-            extra["unique_digest"] = _lazy.unique().digest(
-                self._fn.path, args, kwargs, opts["queue"]
-            )
+        for give in plugins.job_fields:  # (unique: the digest of these arguments)
+            give(self._fn.path, args, kwargs, opts, extra)
         job, text = payload.build_encoded(
             self._fn.path,
             args,
@@ -405,8 +371,9 @@ class _Enqueuer(CeleryWords):
         if on_commit is None:
             on_commit = self._on_commit()
         durable = self._durable()
-        if _lazy.workflow().stamp(job, on_commit or durable, opts.get("using_db"), durable):
-            return job, None
+        for join in plugins.joins:
+            if join(job, on_commit or durable, opts.get("using_db"), durable):
+                return job, None
         return job, text
 
     def _on_commit(self) -> bool:
@@ -420,7 +387,8 @@ class _Enqueuer(CeleryWords):
     def _push(self, job: dict[str, Any], encoded: str | None = None) -> JobRef | None:
         if self._durable():
             # A row in the caller's transaction, pushed after its commit (durable/).
-            return ref(_lazy.durable().enqueue(job, encoded, self._opts.get("using_db")))
+            writer = _plugins().durable_writer()
+            return ref(writer.durable_enqueue(job, encoded, self._opts.get("using_db")))
         if self._on_commit():
             # Pushed (and its enqueued_at set) at the commit.
             transaction.on_commit(lambda: client.push(job), using=self._opts.get("using_db"))
@@ -456,11 +424,12 @@ class _Enqueuer(CeleryWords):
         # Worked out once for the whole call: the enqueue time, the options' fields, the
         # commit mode, and the jids (96 random bits each, from one read of the OS's source).
         now = _now()
-        fields = _lazy.controls().payload_fields(self._opts, now, None)
+        plugins = _plugins()
+        fields = plugins.payload_fields(self._opts, now, None)
         on_commit = self._on_commit()
         durable = self._durable()
         jids = payload.new_jids(len(items))
-        if not (fields or on_commit or durable) and self._plain_bulk():
+        if not (fields or on_commit or durable) and self._plain_bulk(plugins):
             opts = self._opts
             return client.push_plain(
                 opts["queue"],
@@ -483,13 +452,14 @@ class _Enqueuer(CeleryWords):
             jobs.append(job)
             texts.append(data)
         if durable:  # one INSERT for the call (durable/writer.py)
-            return _lazy.durable().enqueue_many(jobs, texts, self._opts.get("using_db"))  # type: ignore[no-any-return]
+            writer = plugins.durable_writer()
+            return writer.durable_enqueue_many(jobs, texts, self._opts.get("using_db"))
         if on_commit:
             transaction.on_commit(lambda: client.push_many(jobs), using=self._opts.get("using_db"))
             return [j["jid"] for j in jobs]
         return client.push_many(jobs, texts)
 
-    def _plain_bulk(self) -> bool:
+    def _plain_bulk(self, plugins: enqueue_plugins.Table) -> bool:
         """True when every job of a bulk enqueue of these options (with no payload
         fields, not at commit) is a plain one: no unique lock, a boolean retry, no open
         batch block, no client middleware, no test-mode sink. Its jobs then go through
@@ -508,16 +478,17 @@ class _Enqueuer(CeleryWords):
             return False  # a TESTING mode without its module: the general path says so
         return (
             sink is None
-            and _lazy.workflow().active() is None
+            and all(plain() for plain in plugins.plain_checks)  # (no open batch block)
             and not middleware.has_client_middleware()
         )
 
     def s(self, *args: Any, **kwargs: Any) -> Any:
         """A signature (workflows.Signature): this job with these arguments, checked now,
         not yet enqueued; what batch callbacks, chain steps and group members are made of."""
-        from ..workflows.signatures import Signature
-
-        return Signature(self._fn.path, args, kwargs, self._opts, enqueuer=self)
+        signer = _plugins().signer
+        if signer is None:
+            raise CogworkerError(f"{self._fn.path}.s(): no enqueue plugin gives signatures")
+        return signer.signature(self._fn.path, args, kwargs, self._opts, self)
 
     def using(self, **options: Any) -> _BoundJob:
         """A variant with other options (queue, retry, unique, unique_for, on_commit,

@@ -1,6 +1,8 @@
 """Run history: every run recorded cheaply (:mod:`.recorder`, the server middleware
 and the in-memory buffer) and written in batches to a capped Redis stream
-(:mod:`.writer`). Reading it is the api's (``api/history.py``).
+(:mod:`.writer`). Reading it is the api's (``api/history.py``); the digest's first
+reading, which a page does not wait for, runs on this package's thread
+(:mod:`.background`).
 
 ``COGWORKER["HISTORY"] = False`` (or ``HISTORY_MAX_RUNS = 0``) records nothing.
 """

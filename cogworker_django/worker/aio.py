@@ -41,8 +41,11 @@ from ..core import jobs, payload
 from ..store import errors
 from ..store.codec import wire
 from .aio_run import AsyncRun, note_connections
+from .jobsource import Settles
 from .ledger import Control, Ledger, Work
 from .loopwatch import LoopWatch
+from .processor import RunChain
+from .timeouts import Watchdog
 
 log = logging.getLogger("cogworker_django")
 
@@ -96,10 +99,10 @@ class AsyncSide:
         capacity: int,
         *,
         ledger: Ledger,
-        strategy: Any,
+        strategy: Settles,
         control: Control,
-        watchdog: Any,
-        chain: Any,
+        watchdog: Watchdog,
+        chain: RunChain,
         hand_in: Callable[[Freed], None],
     ) -> None:
         self.capacity = capacity

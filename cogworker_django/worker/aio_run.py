@@ -136,8 +136,10 @@ class AsyncRun:
         self._inner = asyncio.current_task()
         self.side.watchdog.watch(w)
         try:
-            arun = getattr(attempt.runner, "arun", None)
-            result = arun() if arun is not None else attempt.runner()
+            runner = attempt.runner
+            assert runner is not None  # (a run performs a registered job only: run.py)
+            arun = getattr(runner, "arun", None)
+            result = arun() if arun is not None else runner()
             if inspect.isawaitable(result):
                 result = await result
             attempt.returned = result  # the job's own (kept as its result)

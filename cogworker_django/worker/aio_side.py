@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .ledger import Ledger
+
+if TYPE_CHECKING:
+    from .aio_run import AsyncRun
+    from .jobsource import Settles
+    from .processor import RunChain
+    from .timeouts import Watchdog
 
 
 class Side(Protocol):
     loop: asyncio.AbstractEventLoop
     executor: ThreadPoolExecutor
     ledger: Ledger
-    strategy: Any
-    watchdog: Any
-    chain: Any
-    runs: dict[int, Any]  # running now, by slot (the loop thread's)
+    strategy: Settles
+    watchdog: Watchdog
+    chain: RunChain
+    runs: dict[int, AsyncRun]  # running now, by slot (the loop thread's)
 
-    def free_threadsafe(self, run: Any) -> None: ...
+    def free_threadsafe(self, run: AsyncRun) -> None: ...

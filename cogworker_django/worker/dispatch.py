@@ -66,11 +66,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from ..store import connection, errors
 from .background import Background
+from .jobsource import BatchFetch
 from .kinds import Kinds, joined_paths
 from .ledger import Control, Ledger, Work
 
@@ -134,25 +134,6 @@ class Wants(NamedTuple):
 
 
 NOTHING = Wants(0, 0)
-
-
-class BatchFetch(Protocol):
-    """What the dispatcher needs of its strategy (fetch.ReliableFetch)."""
-
-    def fetch_many(
-        self,
-        conn: Any,
-        acks: list[str],
-        count: int,
-        ends: Sequence[Any] = (),
-        kinds: Kinds | None = None,
-    ) -> list[Work]: ...
-
-    def give_back(self, conn: Any, raws: list[str]) -> int: ...
-
-    def bells(self) -> list[str]: ...
-
-    def ring(self) -> None: ...
 
 
 def _ends(acks: list[Work]) -> list[Any]:

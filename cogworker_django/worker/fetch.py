@@ -39,6 +39,7 @@ from ..core import payload, priority, results
 from ..store import bell, connection, errors, homes, keys, scripts
 from ..store.codec import raw_text, wire
 from . import failures
+from .jobsource import JobSource
 from .kinds import Fetched, Kinds
 from .ledger import ACKING, FETCHED, PENDING, PERFORMING, REFUSED, SETTLING, Filing, Ledger, Work
 from .requeue import HandedBack, shutdown_advice
@@ -92,7 +93,7 @@ class FetchStrategy:
         home whose retry, dead and schedule sets it is filed in."""
         return "", keys.home_of(queue_of(raw, self.fallback))
 
-    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> JobSource:
         raise NotImplementedError
 
     def ack(self, conn: redis.Redis, raw: str, ended: Any = None) -> None:
@@ -192,7 +193,7 @@ class ReliableFetch(FetchStrategy):
         # heartbeat's thread; every other thread reads it once per use.
         self.retired: Retired | None = None
 
-    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> JobSource:
         from .dispatch import Dispatcher
 
         return Dispatcher(self, ledger, control, concurrency)
@@ -595,7 +596,7 @@ class BasicFetch(FetchStrategy):
         # Jobs the hand-over pushed already, across its retries (each pushed once).
         self._handed: set[int] = set()
 
-    def source(self, ledger: Ledger, control: Any, concurrency: int) -> Any:
+    def source(self, ledger: Ledger, control: Any, concurrency: int) -> JobSource:
         return BasicSource(self, ledger)
 
     def beat(self, pipe: Any) -> list[str]:

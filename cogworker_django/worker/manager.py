@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import conf
 from ..controls import limits
@@ -29,10 +29,14 @@ from ..controls.errors import JobTimeout
 from ..core import middleware
 from ..store import connection, errors
 from .fetch import FetchStrategy
+from .jobsource import FeedsLoop
 from .ledger import PERFORMING, SETTLING, Control, Ledger
 from .processor import Processor, RunChain
 from .settlement import hand_over
 from .timeouts import Watchdog, Watched
+
+if TYPE_CHECKING:
+    from .aio import AsyncSide
 
 log = logging.getLogger("cogworker_django")
 
@@ -72,12 +76,12 @@ class Manager:
         self.processors = [self._processor(i) for i in range(concurrency)]
         self.aio = self._event_loop()
 
-    def _event_loop(self) -> Any:
+    def _event_loop(self) -> AsyncSide | None:
         """The event loop's side, for a job source that fetches for it (reliable fetch's)
         when any async job is registered; with basic fetch an async job runs in a
         processor thread, on a loop of its own."""
-        attach = getattr(self.source, "attach_loop", None)
-        if attach is None:
+        source = self.source
+        if not isinstance(source, FeedsLoop):
             return None
         from .aio import AsyncSide, Sorter
 
@@ -90,9 +94,9 @@ class Manager:
             control=self.control,
             watchdog=self.watchdog,
             chain=self._chain(),
-            hand_in=self.source.hand_in,
+            hand_in=source.hand_in,
         )
-        attach(aio)
+        source.attach_loop(aio)
         return aio
 
     def _chain(self) -> RunChain:

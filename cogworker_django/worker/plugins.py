@@ -38,7 +38,9 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import redis
 
 from .. import conf, history
 from ..conf import QueueSpec
@@ -55,7 +57,11 @@ from .heartbeat import Beat
 from .ledger import Ledger
 from .timeouts import Watchdog
 
-Timer = tuple[str, float, Callable[[Any], Any]]
+if TYPE_CHECKING:
+    from .limit_waker import LimitWaker
+
+# (name, interval, fn): the poller calls fn with its Redis client every interval.
+Timer = tuple[str, float, Callable[[redis.Redis], Any]]
 
 log = logging.getLogger("cogworker_django")
 # How often the job modules' files are looked at (a stat each; a handful of files).
@@ -72,7 +78,7 @@ class RunContext:
     started_at: float  # the process's start (epoch): periodic slots due after it are its own
     ledger: Ledger  # every job this process holds: what it performs, what it owes Redis
     watchdog: Watchdog  # the runs in a job, their time limits and cancellation
-    nudge: Callable[[], Any] | None  # wakes the job source's fetch at once (None: no such)
+    nudge: Callable[[], None] | None  # wakes the job source's fetch at once (None: no such)
     recovered_once: Callable[[], bool]  # orphan recovery has completed at least once
 
 
@@ -132,7 +138,7 @@ class History(Plugin):
         history.flush_safely()  # runs that finished while the processors stopped
 
 
-def _flush_history(conn: Any) -> None:
+def _flush_history(conn: redis.Redis) -> None:
     history.flush_safely(conn)  # (an outage is reported there, once)
 
 
@@ -209,7 +215,7 @@ class Controls(Plugin):
 
     def __init__(self) -> None:
         self._leases = limits.LeaseRefresher()
-        self._waker: Any = None
+        self._waker: LimitWaker | None = None
 
     def validate(self) -> None:
         from ..core import jobs
@@ -346,7 +352,7 @@ class CodeWatch(Plugin):
     def timers(self, ctx: RunContext) -> Sequence[Timer]:
         return (("Code watch", CODE_WATCH_INTERVAL, self._check),)
 
-    def _check(self, _conn: Any) -> None:
+    def _check(self, _conn: redis.Redis) -> None:
         if self._watch is None:
             return
         for module, path in self._watch.changed():

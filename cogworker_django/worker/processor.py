@@ -31,7 +31,9 @@ from ..store import connection, errors
 from ..store.codec import wire
 from . import run
 from .dispatch import ERROR_MAX_PAUSE, IDLE_FIRST_PAUSE
+from .jobsource import JobSource, Settles
 from .ledger import Control, Ledger, Work
+from .timeouts import Watchdog
 
 log = logging.getLogger("cogworker_django")
 
@@ -99,12 +101,12 @@ class Processor:
         index: int,
         *,
         ledger: Ledger,
-        strategy: Any,
-        source: Any,
+        strategy: Settles,
+        source: JobSource,
         control: Control,
         on_death: Callable[[Processor, BaseException], None],
         chain: RunChain,
-        watchdog: Any = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.index = index
         self.name = f"processor-{index}"

@@ -36,6 +36,7 @@ from ..observe import stats, telemetry
 from ..store import connection, errors, keys
 from ..store.codec import wire
 from . import failures
+from .jobsource import Settles
 from .ledger import ABANDONED, FENCED, Filing, Ledger, Work
 
 log = logging.getLogger("cogworker_django")
@@ -62,7 +63,7 @@ class Driver(Protocol):
 
     name: str
     ledger: Ledger
-    strategy: Any  # worker/fetch.FetchStrategy
+    strategy: Settles  # the fetch strategy (worker/fetch.py)
     stopped: bool  # cancelled by the stop (an async run's): its leaving is told elsewhere
 
     def refuse(self) -> None:
@@ -75,7 +76,9 @@ class Attempt:
 
     __slots__ = ("work", "job", "runner", "returned", "on_filed", "abandoned")
 
-    def __init__(self, work: Work, job: progress.RunningJob, runner: Any) -> None:
+    def __init__(
+        self, work: Work, job: progress.RunningJob, runner: Callable[[], Any] | None
+    ) -> None:
         self.work = work
         self.job = job  # current_job() is this dict
         self.runner = runner  # what jobs.resolve made of it (None: nothing registered)

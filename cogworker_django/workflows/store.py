@@ -242,10 +242,19 @@ def push_counted(
             listed = "" if scheduled else job["queue"]
         if key not in targets:
             targets.append(key)
-        args += [7 + targets.index(key), value, score, job["jid"], listed, 0]
+        ring = 0
+        if score == "" and key == keys.queue(job["queue"]):
+            # Its queue's doorbell (in the queue's home, as the list): rung when the push
+            # finds the list empty, so an idle worker starts the member at once, as it
+            # does a job enqueued outside a batch (store/bell.py).
+            doorbell = keys.bell(job["queue"])
+            if doorbell not in targets:
+                targets.append(doorbell)
+            ring = 7 + targets.index(doorbell)
+        args += [7 + targets.index(key), value, score, job["jid"], listed, 0, ring]
     for i, marker in enumerate(markers or ()):
         targets.append(marker)
-        args[5 + 6 * i + 5] = 6 + len(targets)
+        args[5 + 7 * i + 5] = 6 + len(targets)
     answer = scripts.run(
         "batch_push",
         conn or connection.get_client(),

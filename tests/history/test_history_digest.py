@@ -4,6 +4,7 @@ so that the numbers stay those of the retained runs."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from cogworker_django import history
 from cogworker_django.api import History
 from cogworker_django.api import history as api_history
+from cogworker_django.history import background
 from cogworker_django.store import keys, runtime
 
 
@@ -117,6 +119,61 @@ def test_in_the_background_the_first_reading_returns_none_until_done():
 
     d = wait_until(lambda: History().digest(max_age=60, wait=False), 10, message="digest")
     assert d.jobs[0].runs == 3
+
+
+def _held_at_a_gate(monkeypatch):
+    """The digest's reading waits at a gate (Redis is still read, once it opens)."""
+    gate, entered = threading.Event(), threading.Event()
+    original = api_history.scripts.run
+
+    def gated(name, *args, **kwargs):
+        if name == "history_digest":
+            entered.set()
+            assert gate.wait(10)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(api_history.scripts, "run", gated)
+    return gate, entered
+
+
+def _digest_threads():
+    return [t for t in threading.enumerate() if t.name == background.THREAD_NAME]
+
+
+def test_the_background_reading_is_the_history_packages_one_thread(monkeypatch):
+    record("app.jobs.a", [0.1] * 3)
+    gate, entered = _held_at_a_gate(monkeypatch)
+    assert History().digest(wait=False) is None
+    assert entered.wait(10)
+    builds = background.builds()
+    assert builds.running(keys.history())
+    # Asked again while it reads: no second thread.
+    assert History().digest(wait=False) is None and History().digest(wait=False) is None
+    assert len(_digest_threads()) == 1
+    gate.set()
+    assert builds.wait(keys.history(), 10)
+    assert _digest_threads() == []
+    assert History().digest(max_age=60, wait=False).jobs[0].runs == 3
+
+
+def test_a_failed_background_reading_is_reported_and_tried_again(monkeypatch, caplog):
+    record("app.jobs.a", [0.1] * 2)
+    original = api_history.scripts.run
+    failures = []
+
+    def failing_once(name, *args, **kwargs):
+        if name == "history_digest" and not failures:
+            failures.append(name)
+            raise ValueError("a broken reply")
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(api_history.scripts, "run", failing_once)
+    assert History().digest(wait=False) is None
+    assert background.builds().wait(keys.history(), 10)
+    assert "History digest" in caplog.text and "a broken reply" in caplog.text
+    assert History().digest(wait=False) is None  # the next ask starts another
+    assert background.builds().wait(keys.history(), 10)
+    assert History().digest(max_age=60, wait=False).jobs[0].runs == 2
 
 
 def test_a_history_key_of_the_wrong_type_reads_as_empty(r):

@@ -87,6 +87,25 @@ def test_a_push_by_another_client_is_found_at_the_waits_end(configure, worker, r
     assert started - at < 1.0 + 0.5
 
 
+def test_a_batch_member_starts_as_soon_as_a_plain_job(configure, worker, r):
+    """A member of a batch, pushed and counted by its own script (lua/batch_push.lua),
+    rings its queue's doorbell as an ordinary push does: without it an idle worker found
+    it at its wait's end (2.5 s of a 3 s FETCH_IDLE_MAX_INTERVAL measured, against 3 ms
+    for a plain job)."""
+    from cogworker_django import Batch
+
+    worker(settings={"FETCH_IDLE_MAX_INTERVAL": 3.0, "CONCURRENCY": 2})
+    waits = []
+    for i in range(3):
+        time.sleep(3.2)  # idle: every thread waits, the feeder on the doorbells
+        at = time.time()
+        with Batch():
+            jid = jobs.timed.enqueue(0, token=f"member{i}")
+        wait_until(lambda jid=jid: r.hexists(jobs.timeline_key(), f"{jid}:start"), 10)
+        waits.append(float(r.hget(jobs.timeline_key(), f"{jid}:start")) - at)
+    assert statistics.median(waits) < 0.5, waits
+
+
 def test_an_idle_worker_costs_redis_about_two_commands_a_second(configure, worker, redis_server):
     """What an idle worker costs Redis (docs/workers.md "Pickup latency"): its feeder's
     BRPOP on the doorbells and, when that wait ends, one fetch: about two commands a

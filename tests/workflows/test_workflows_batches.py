@@ -83,6 +83,21 @@ def test_a_batch_key_of_the_wrong_type_refuses_the_push_whole(r, prefix):
         r.delete(keys.batch_pending(batch.bid))
 
 
+def test_a_member_pushed_onto_an_empty_queue_rings_its_doorbell(r, prefix):
+    # As an ordinary push does (store/bell.py): an idle worker starts it at once,
+    # not at the end of its wait (FETCH_IDLE_MAX_INTERVAL). Once per list found empty;
+    # a scheduled member waits in the schedule and rings nothing.
+    with Batch():
+        tj.wf_member.enqueue("a")
+        tj.wf_member.enqueue_many(["b", "c"])
+        tj.wf_member.using(queue="low").enqueue_in(60, "d")
+    assert r.llen(keys.bell("default")) == 1
+    assert r.llen(keys.bell("low")) == 0
+    with Batch():
+        tj.wf_member.using(queue="low").enqueue_many(["e", "f"])
+    assert r.llen(keys.bell("low")) == 1 and len(queued(r, "low")) == 2
+
+
 def test_a_bulk_push_refused_for_one_batch_pushes_and_counts_the_rest(r, prefix):
     """One bulk push of members of two batches and a job of none, one batch's key of
     the wrong type: a BulkPushError names exactly the job not pushed; the job of no
