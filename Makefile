@@ -105,7 +105,7 @@ test: venv redis
 # any run failed.
 LOAD_RUNS  ?= 20
 TIMING_TESTS := tests/worker/test_recovery_*.py tests/worker/test_faults_outage.py \
-	tests/worker/test_reliable_recovery.py tests/worker/test_reliable_shutdown.py tests/worker/test_reliable_outage.py \
+	tests/worker/test_reliable_recovery.py tests/worker/test_reliable_shutdown.py tests/worker/test_killed_mid_run.py \
 	tests/worker/test_worker_signals.py tests/worker/test_worker_runs.py tests/worker/test_shutdown_handover.py \
 	tests/periodic/test_periodic_boot.py tests/periodic/test_periodic_fleet.py tests/periodic/test_periodic_fleet_faults.py \
 	tests/periodic/test_periodic_claims.py tests/core/test_unique_dead.py tests/core/test_unique_worker.py \
@@ -113,7 +113,7 @@ TIMING_TESTS := tests/worker/test_recovery_*.py tests/worker/test_faults_outage.
 	tests/worker/test_worker_paths.py tests/worker/test_worker_poller.py tests/periodic/test_periodic_faults.py \
 	tests/worker/test_faults_errors.py tests/worker/test_faults_keyguard.py tests/worker/test_faults_backoff.py \
 	tests/controls/test_controls_limits.py tests/controls/test_controls_timeouts.py tests/djtasks/test_tasks_faults.py \
-	tests/workflows/test_workflows_chaos.py tests/worker/test_worker_failure_path.py tests/worker/test_worker_command.py \
+	tests/worker/test_worker_failure_path.py tests/worker/test_worker_command.py \
 	tests/worker/test_reliable_drain.py
 LOAD_TESTS ?= $(TIMING_TESTS)
 

@@ -2,7 +2,8 @@
 (password masked); an old Redis and an evicting maxmemory-policy are warnings. Those need
 the network, so they run with `check --deploy` and in the worker, never before `migrate`,
 `runserver` or `test`, and never in a TESTING mode. An unfit Redis client and a bad
-RETRY_BACKOFF are errors of every `check`, found without the network."""
+RETRY_BACKOFF are errors of every `check`, found without the network. (The same errors
+stopping the worker command: tests/worker/test_worker_command.py.)"""
 
 import subprocess
 import sys
@@ -136,16 +137,6 @@ def test_check_deploy_reports_redis_down(prefix, down_url):
         assert "hunter2" not in done.stderr and "***" in done.stderr
 
 
-def test_a_database_index_the_server_lacks_is_named_not_unreachable(prefix):
-    url = MAIN_REDIS_URL.rsplit("/", 1)[0] + "/99"
-    done = run_command(prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url=url)
-    assert done.returncode == 1
-    assert "has no such database: ResponseError: DB index is out of range" in done.stderr
-    assert "unreachable" not in done.stderr
-    worker = run_command(prefix, "cogworker", redis_url=url)
-    assert worker.returncode == 1 and "has no such database" in worker.stderr
-
-
 def test_the_redis_check_reports_a_malformed_url(prefix):
     done = run_command(
         prefix, "check", "--deploy", "--tag", checks.REDIS_TAG, redis_url="localhost:6379"
@@ -168,12 +159,6 @@ def test_check_deploy_leaves_redis_alone_in_a_testing_mode(prefix, down_url, tes
     )
     assert done.returncode == 0, done.stderr
     assert "cogworker.E002" not in done.stdout + done.stderr
-
-
-def test_the_worker_logs_the_redis_warnings_at_boot(worker, redis_server):
-    server = redis_server(extra=["--maxmemory-policy", "allkeys-lru"])
-    w = worker(redis_url=server.url)
-    w.wait_for_log(r"maxmemory-policy 'allkeys-lru'.*\(cogworker\.W002\)")
 
 
 def test_redis_checks_are_deployment_checks():
@@ -228,17 +213,6 @@ def test_the_client_is_not_checked_in_a_testing_mode(settings, configure):
     assert checks.check_redis() == []
 
 
-def test_unfit_redis_options_fail_check_and_the_worker(prefix):
-    bad = {"REDIS_OPTIONS": {"socket_timeout": 0.5}}
-    done = run_command(prefix, "check", settings=bad)
-    assert done.returncode != 0
-    assert "COGWORKER['REDIS_OPTIONS']['socket_timeout'] = 0.5 is invalid" in done.stderr
-    url = MAIN_REDIS_URL + "?retry_on_timeout=true"
-    worker = run_command(prefix, "cogworker", redis_url=url, timeout=60)
-    assert worker.returncode != 0
-    assert "CommandError: COGWORKER['REDIS_URL'] sets retry_on_timeout=true" in worker.stderr
-
-
 # RETRY_BACKOFF -----------------------------------------------------------------------------
 
 
@@ -252,24 +226,3 @@ def test_retry_backoff_check(configure):
     assert (
         "COGWORKER['RETRY_BACKOFF'] = 'testapp.jobs.no_such_hook' can't be imported" in message.msg
     )
-
-
-@pytest.mark.parametrize(
-    "path,fragment",
-    [
-        ("testapp.no_such_module.backoff", "can't be imported"),
-        ("testapp.jobs.__name__", "is not callable"),
-        ("testapp.jobs.timeline_key", "can't be called with one argument"),
-    ],
-)
-def test_a_bad_retry_backoff_fails_check_and_the_worker_refuses_to_boot(prefix, path, fragment):
-    settings = {"RETRY_BACKOFF": path}
-    done = run_command(prefix, "check", settings=settings)
-    assert done.returncode == 1
-    assert "cogworker.E004" in done.stderr and fragment in done.stderr
-    worker = run_command(prefix, "cogworker", settings=settings, timeout=60)
-    assert worker.returncode != 0
-    lines = worker.stderr.strip().splitlines()
-    assert lines[-1].startswith(f"CommandError: COGWORKER['RETRY_BACKOFF'] = {path!r} ")
-    assert fragment in lines[-1]
-    assert "Traceback" not in worker.stderr

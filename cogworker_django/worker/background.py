@@ -4,7 +4,7 @@
 which says how long until the next), a wait between passes that :meth:`Background.wake`
 ends early, and start / stop / join. A pass that raises is logged and the thread goes on
 after ``RESTART_PAUSE``: no duty of the worker dies for good with a bug in one pass.
-docs/workers.md lists every such thread (tests/worker/test_threads.py holds the table to
+docs/workers.md lists every such thread (tests/worker/test_worker_signals.py holds the table to
 what TTIN reports).
 
 :class:`Chores` is one of them: every duty that runs now and then and needs Redis only

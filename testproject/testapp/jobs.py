@@ -440,7 +440,7 @@ def wf_chaos_callback(label, event, size):
     )
 
 
-# Observability (tests/observe/test_logs.py): a run that logs through an application logger.
+# Observability (tests/worker/test_worker_command.py): a run that logs through an app's logger.
 @job
 def logs_lines(token, fail=False):
     import logging
@@ -602,7 +602,7 @@ def ignores_cancel(token=None):
         raise
 
 
-# Redis Cluster failover (tests/store/test_cluster_failover.py) ---------------------------------
+# Redis Cluster failover (tests/store/test_store_workers.py) ----------------------------------
 
 
 @job

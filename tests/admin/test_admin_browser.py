@@ -1,7 +1,21 @@
-"""The admin in a real browser: Debian's Chromium driven by Playwright against a live
-server, with a real worker subprocess. Logs in, opens every page (a screenshot of each),
-retries a dead job and sees it leave Dead, pauses a queue and sees it marked paused,
-quiets the running worker and sees it marked quiet.
+"""The admin in a real browser beside real worker subprocesses: Debian's Chromium driven
+by Playwright against a live server. These are the browser tests that need a worker
+process (the others, tests/admin/test_admin_browser_*.py, need none):
+
+- logs in, opens every page (a screenshot of each), retries a dead job and sees it leave
+  Dead, pauses a queue and sees it marked paused, quiets the running worker and sees it
+  marked quiet (in the process's log);
+- the live dashboard: numbers, the per-job statistics and the charts update after jobs
+  run, without a reload; Pause stops the updates and Resume brings them back;
+- the Periodic schedule's form: add a database entry, see the next fire times as the
+  cron line is typed, get a "did you mean" for a mistyped job, save, and see the entry
+  fire (its run's payload names it) and its last run on the page. The entries live in a
+  SQLite file the worker reads too ("durable_sqlite", routed by the test project's
+  router). Screenshots: admin-periodicentry-form.png and admin-periodicentry-database.png
+  (docs/admin.md);
+- the dashboard never says "No runs recorded yet" while its counters count runs of a
+  worker at the production timings (the first reading of the history is said to be
+  under way, and its result replaces that without a reload).
 
 Screenshots go to a temporary directory, or to $COGWORKER_SCREENSHOTS (the docs use
 ``COGWORKER_SCREENSHOTS=docs/img``). Skips only when /usr/bin/chromium is absent
@@ -19,32 +33,26 @@ from pathlib import Path
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import Batch, history
-from cogworker_django.api import DeadSet, ProcessSet
+from cogworker_django import Batch, conf, history
+from cogworker_django.api import DeadSet, ProcessSet, Stats
 from cogworker_django.api import history as api_history
 from cogworker_django.controls import limits
-from cogworker_django.store import keys
+from cogworker_django.models import PeriodicEntry
+from cogworker_django.store import keys, runtime
 from cogworker_django.worker import keyguard
 from cogworker_django.workflows.middleware import BatchMiddleware
 
 from ..admin_support import (  # noqa: F401 - fixtures
+    CHROMIUM,
+    CHROMIUM_ARGS,
     PAGES,
+    browser_page_fixture,
     fast_passwords_fixture,
     screenshots_fixture,
 )
 from ..api_support import add_to, make_job, push
 from ..helpers import wait_until
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from ..periodic import db_support as db
 
 pytestmark = [
     pytest.mark.skipif(
@@ -286,3 +294,198 @@ def test_admin_in_a_real_browser(
     finally:
         limits.release(lease)
         history.buffer.clear()
+
+
+def test_the_dashboard_updates_itself(
+    live_server, transactional_db, django_user_model, worker, monkeypatch
+):
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    runtime.current().of(api_history.DigestStates).clear()
+    django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    worker(args=["-q", "work"])
+    errors: list[str] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.set_default_timeout(20_000)
+                expect.set_options(timeout=20_000)  # a poll every 5 s
+                base = live_server.url
+                page.goto(f"{base}/admin/login/?next=/admin/")
+                page.fill("#id_username", "operator")
+                page.fill("#id_password", "secret-pw")
+                page.click("input[type=submit]")
+                page.goto(f"{base}/admin/cogworker_django/dashboard/")
+                expect(page.locator("#processed-total")).to_have_text("0")
+                toggle = page.locator("#cw-live-toggle")
+                expect(toggle).to_be_visible()  # shown by the script
+
+                for _ in range(4):
+                    tj.noop.using(queue="work").enqueue()
+                tj.fails_once_dead.using(queue="work").enqueue()
+                # No reload: the poll brings the new numbers, rows and charts.
+                expect(page.locator("#processed-total")).to_have_text("4")
+                expect(page.locator("#dead-size")).to_have_text("1")
+                stats = page.locator("#cw-job-stats")
+                expect(stats).to_contain_text("testapp.jobs.noop")
+                expect(
+                    stats.locator("tr", has_text="testapp.jobs.fails_once_dead")
+                ).to_contain_text("100.0 %")
+                expect(page.locator("#chart-throughput-hour polyline")).to_have_count(2)
+                expect(page.locator("#dashboard-processes tbody tr")).to_have_count(1)
+                expect(page.locator("#cw-live-status")).to_contain_text("updated")
+
+                shots = os.environ.get("COGWORKER_SCREENSHOTS")
+                if shots:
+                    page.screenshot(path=f"{shots}/admin-dashboard-live.png", full_page=True)
+                toggle.click()
+                expect(toggle).to_have_text("Resume")
+                expect(page.locator("#cw-live")).to_have_attribute("data-paused", "true")
+                expect(page.locator("#cw-live-status")).to_have_text("paused")
+                toggle.click()
+                expect(toggle).to_have_text("Pause")
+                tj.noop.using(queue="work").enqueue()
+                expect(page.locator("#processed-total")).to_have_text("5")
+            finally:
+                browser.close()
+    finally:
+        history.buffer.clear()
+    assert errors == []
+
+
+SETTINGS_ENTRIES = {
+    "nightly-report": {
+        "cron": "0 3 * * *",
+        "job": "testapp.jobs.record",
+        "args": ["report"],
+        "timezone": "Europe/Paris",
+        "unique": "until_executed",
+    },
+}
+
+
+# This process (the admin) and the worker share the entries' SQLite file.
+@pytest.mark.django_db(databases=["default", "durable_sqlite"], transaction=True)
+def test_add_an_entry_in_the_browser_and_see_it_fire(
+    live_server, django_user_model, worker, r, prefix, screenshots, monkeypatch, settings
+):
+    from playwright.sync_api import expect, sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # This process (the admin) and the worker keep the entries in the same SQLite file.
+    monkeypatch.setenv("TESTPROJECT_PERIODIC_DB", "durable_sqlite")
+    settings.DATABASE_ROUTERS = ["testproject.routers.PeriodicEntriesRouter"]
+    settings.COGWORKER_PERIODIC = SETTINGS_ENTRIES
+    django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
+    db.start_workers(worker, "durable_sqlite", 1, periodic=SETTINGS_ENTRIES)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            page.set_default_timeout(15_000)
+            base = live_server.url
+            page.goto(f"{base}/admin/login/?next=/admin/")
+            page.fill("#id_username", "operator")
+            page.fill("#id_password", "secret-pw")
+            page.click("input[type=submit]")
+
+            page.goto(f"{base}/admin/cogworker_django/periodicentry/")
+            page.click(".object-tools a.addlink")
+            expect(page.locator("h1")).to_contain_text("Add periodic entry")
+            page.fill("#id_name", "every-two-seconds")
+            page.fill("#id_description", "Refreshes the exchange rates")
+            # The next fire times follow the cron line as it is typed.
+            page.fill("#id_cron", "*/2 * * * * *")
+            page.fill("#id_timezone", "Europe/Paris")
+            times = page.locator("ul.cw-fire-times li")
+            expect(times).to_have_count(5)
+            first = times.first.inner_text()
+            assert first.endswith(("CET", "CEST")) and int(first.split(":")[-1][:2]) % 2 == 0
+            page.fill("#id_cron", "0 61 * * *")
+            expect(page.locator(".cw-fire-times.errornote")).to_be_visible()
+            page.fill("#id_cron", "*/2 * * * * *")
+            expect(times).to_have_count(5)
+            # A mistyped job: "did you mean".
+            page.fill("#id_job", "testapp.jobs.periodic_nte")
+            page.fill("#id_args", '["rates"]')
+            page.click("input[name=_save]")
+            expect(page.locator(".errorlist")).to_contain_text(
+                "did you mean 'testapp.jobs.periodic_note'?"
+            )
+            assert not PeriodicEntry.objects.using("durable_sqlite").exists()
+            _shot(page, screenshots, "periodicentry-form")
+            page.fill("#id_job", "testapp.jobs.periodic_note")
+            saved = time.time()
+            page.click("input[name=_save]")
+            expect(page.locator(".messagelist")).to_contain_text("was added successfully")
+            row = page.locator('tr[data-entry="every-two-seconds"]')
+            expect(row).to_contain_text("database")
+            # It fires: the worker saw the new entry without a restart.
+            note = wait_until(
+                lambda: db.notes(r, prefix, "every-two-seconds"), 15, message="a run of it"
+            )[0]
+            assert note["args"] == ["rates"] and note["slot"] % 2 == 0
+            assert note["at"] - saved < 10
+            page.reload()
+            last_run = row.locator("td").nth(4)
+            expect(last_run).not_to_have_text("–")
+            _shot(page, screenshots, "periodicentry-database")
+        finally:
+            browser.close()
+
+
+# Recorded from the page's first parse on: every text the per-job statistics' table body
+# and the processed counter had, so a state shown between two checks is seen too.
+RECORD_JS = """
+window.cwSeen = [];
+new MutationObserver(() => {
+  const body = document.querySelector('#cw-job-stats tbody');
+  const total = document.getElementById('processed-total');
+  if (body && total) {
+    const seen = [total.textContent.trim(), body.textContent.trim()];
+    const last = window.cwSeen[window.cwSeen.length - 1];
+    if (!last || last[0] !== seen[0] || last[1] !== seen[1]) window.cwSeen.push(seen);
+  }
+}).observe(document, {subtree: true, childList: true, characterData: true});
+document.addEventListener('DOMContentLoaded', () => {
+  window.cwLoaded = [document.getElementById('processed-total').textContent.trim(),
+                     document.querySelector('#cw-job-stats tbody').textContent.trim()];
+});
+"""
+
+
+def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, worker, tmp_path):
+    """A real worker at the production heartbeat and poll intervals runs 13 jobs; a fresh
+    admin process (no digest of the history yet) shows the dashboard: its table says the
+    history is being read, never "No runs recorded yet", until the 13 runs replace it."""
+    from playwright.sync_api import expect
+
+    defaults = conf.DEFAULTS
+    worker(
+        args=["-q", "work"],
+        settings={k: defaults[k] for k in ("HEARTBEAT_INTERVAL", "POLL_INTERVAL")},
+    )
+    for _ in range(13):
+        tj.noop.using(queue="work").enqueue()
+    wait_until(lambda: Stats().overview().processed == 13, 30, message="13 runs counted")
+    runtime.current().of(
+        api_history.DigestStates
+    ).clear()  # this admin process has not read the history yet
+    page = browser_page("/admin/login/")  # any page: the recorder is installed for the next
+    page.add_init_script(RECORD_JS)
+    page.goto(page.url.split("/admin/")[0] + "/admin/cogworker_django/dashboard/")
+    expect(page.locator("#processed-total")).to_have_text("13")
+    loaded = page.evaluate("window.cwLoaded")
+    assert loaded == ["13", "Reading the run history…"], loaded
+    page.screenshot(path=str(tmp_path / "admin-dashboard-pending.png"), full_page=True)
+    row = page.locator("#cw-job-stats tbody tr", has_text="testapp.jobs.noop")
+    expect(row).to_contain_text("13")  # the statistics arrive without a reload
+    expect(page.locator("#cw-digest-pending")).to_have_count(0)
+    expect(page.locator("#cw-live")).to_have_attribute("data-pending", "false")
+    seen = page.evaluate("window.cwSeen")
+    assert not [s for s in seen if "No runs recorded" in s[1]], seen
+    page.screenshot(path=str(tmp_path / "admin-dashboard-read.png"), full_page=True)

@@ -1,9 +1,9 @@
 """The admin in Chromium (Playwright, as tests/admin/test_admin_browser.py): job names in a
 narrow column wrap after their dots, never inside a name; the trend charts' legends name
 the lines and their captions say the times are UTC, as rendered and after a live refresh;
-and the dashboard never says "No runs recorded yet" while its counters count runs of a
-real worker (the first reading of the history is said to be under way, and its result
-replaces that without a reload, asked for every second meanwhile). Skips without
+and while the first reading of the history is under way the dashboard asks again every
+second. (That it never says "No runs recorded yet" while its counters count a worker's
+runs is in tests/admin/test_admin_browser.py, with the worker process.) Skips without
 /usr/bin/chromium."""
 
 from __future__ import annotations
@@ -15,15 +15,16 @@ import time
 import pytest
 from testapp import jobs as tj
 
-from cogworker_django import Batch, conf, history
-from cogworker_django.api import Stats
+from cogworker_django import Batch, history
 from cogworker_django.api import history as api_history
 from cogworker_django.store import runtime
 
-from ..admin_support import fast_passwords_fixture  # noqa: F401 - autouse fixture
+from ..admin_support import (  # noqa: F401 - fixtures
+    browser_page_fixture,
+    fast_passwords_fixture,
+)
 from ..api_support import add_to, make_job
-from ..helpers import wait_until
-from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
+from .test_admin_browser import CHROMIUM
 
 pytestmark = [
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"no Chromium at {CHROMIUM}"),
@@ -52,41 +53,6 @@ SPLIT_WORDS_JS = """(selector) => {
   }
   return split;
 }"""
-
-
-@pytest.fixture
-def browser_page(live_server, transactional_db, django_user_model, monkeypatch):
-    """A logged-in admin page in Chromium: ``open(path, width)`` returns the page."""
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    django_user_model.objects.create_superuser("operator", "op@example.com", "secret-pw")
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.set_default_timeout(20_000)
-        expect.set_options(timeout=20_000)
-        page = context.new_page()
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", "secret-pw")
-        page.click("input[type=submit]")
-        page.wait_for_url("**/admin/")
-
-        def open_(path: str, width: int = 1280):
-            page.set_viewport_size({"width": width, "height": 900})
-            page.goto(f"{live_server.url}{path}")
-            return page
-
-        try:
-            yield open_
-        finally:
-            browser.close()
-            history.buffer.clear()
-            runtime.current().of(api_history.DigestStates).clear()
-    assert errors == []
 
 
 def test_names_and_descriptions_never_wrap_inside_a_word(browser_page, r, tmp_path):
@@ -150,59 +116,6 @@ def test_trend_legends_name_the_lines_and_captions_say_utc(browser_page, r):
     assert [(c, " ".join(legend.split())) for c, legend in refreshed] == [
         (c, " ".join(legend.split())) for c, legend in rendered
     ]
-
-
-# Recorded from the page's first parse on: every text the per-job statistics' table body
-# and the processed counter had, so a state shown between two checks is seen too.
-RECORD_JS = """
-window.cwSeen = [];
-new MutationObserver(() => {
-  const body = document.querySelector('#cw-job-stats tbody');
-  const total = document.getElementById('processed-total');
-  if (body && total) {
-    const seen = [total.textContent.trim(), body.textContent.trim()];
-    const last = window.cwSeen[window.cwSeen.length - 1];
-    if (!last || last[0] !== seen[0] || last[1] !== seen[1]) window.cwSeen.push(seen);
-  }
-}).observe(document, {subtree: true, childList: true, characterData: true});
-document.addEventListener('DOMContentLoaded', () => {
-  window.cwLoaded = [document.getElementById('processed-total').textContent.trim(),
-                     document.querySelector('#cw-job-stats tbody').textContent.trim()];
-});
-"""
-
-
-def test_the_dashboard_never_says_no_runs_while_it_counts_runs(browser_page, worker, tmp_path):
-    """A real worker at the production heartbeat and poll intervals runs 13 jobs; a fresh
-    admin process (no digest of the history yet) shows the dashboard: its table says the
-    history is being read, never "No runs recorded yet", until the 13 runs replace it."""
-    from playwright.sync_api import expect
-
-    defaults = conf.DEFAULTS
-    worker(
-        args=["-q", "work"],
-        settings={k: defaults[k] for k in ("HEARTBEAT_INTERVAL", "POLL_INTERVAL")},
-    )
-    for _ in range(13):
-        tj.noop.using(queue="work").enqueue()
-    wait_until(lambda: Stats().overview().processed == 13, 30, message="13 runs counted")
-    runtime.current().of(
-        api_history.DigestStates
-    ).clear()  # this admin process has not read the history yet
-    page = browser_page("/admin/login/")  # any page: the recorder is installed for the next
-    page.add_init_script(RECORD_JS)
-    page.goto(page.url.split("/admin/")[0] + "/admin/cogworker_django/dashboard/")
-    expect(page.locator("#processed-total")).to_have_text("13")
-    loaded = page.evaluate("window.cwLoaded")
-    assert loaded == ["13", "Reading the run history…"], loaded
-    page.screenshot(path=str(tmp_path / "admin-dashboard-pending.png"), full_page=True)
-    row = page.locator("#cw-job-stats tbody tr", has_text="testapp.jobs.noop")
-    expect(row).to_contain_text("13")  # the statistics arrive without a reload
-    expect(page.locator("#cw-digest-pending")).to_have_count(0)
-    expect(page.locator("#cw-live")).to_have_attribute("data-pending", "false")
-    seen = page.evaluate("window.cwSeen")
-    assert not [s for s in seen if "No runs recorded" in s[1]], seen
-    page.screenshot(path=str(tmp_path / "admin-dashboard-read.png"), full_page=True)
 
 
 def test_the_dashboard_asks_again_sooner_while_the_history_is_read(browser_page, live_server):

@@ -1,16 +1,15 @@
-"""api.ProcessSet and api.Workers with a real worker subprocess: listing, busy work,
-quiet and stop through pub/sub, and stale registry members."""
+"""api.ProcessSet, api.Workers and api.AwaitingRecovery: stale registry members, entries
+that do not decode, lists awaiting recovery. (With a real worker subprocess: listing,
+busy work, quiet and stop through pub/sub in tests/worker/test_worker_signals.py; a
+killed worker's jobs awaiting recovery in tests/worker/test_killed_mid_run.py.)"""
 
 import json
 import time
 
 import pytest
-from testapp import jobs as tj
 
 from cogworker_django.api import AwaitingRecovery, ProcessSet, Workers
 from cogworker_django.store import keys
-
-from ..helpers import wait_until
 
 # Every test also runs on a Redis Cluster (tests/cluster_support.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.spread]
@@ -35,30 +34,6 @@ def test_busy_entries_that_do_not_decode_still_show(r):
     r.hset(keys.work(ident), mapping={"t1": "not json", "t2": json.dumps({"payload": "{}"})})
     busy = Workers().list()
     assert len(busy) == 2 and all(b.record.unparseable for b in busy)
-
-
-def test_live_worker_busy_quiet_and_stop(worker, r):
-    tj.slow.enqueue(30, "long")
-    w = worker(settings={"SHUTDOWN_TIMEOUT": 1})  # the stop below needn't wait out the job
-    ps = ProcessSet()
-    proc = wait_until(lambda: ps.list() and ps.list()[0], 15, message="process listed")
-    assert proc.pid == w.pid and proc.concurrency == 5 and proc.queues == ["default:1"]
-    assert proc.started_at is not None and proc.rss_kb
-    busy = wait_until(lambda: Workers().list(), 15, message="busy job listed")
-    assert busy[0].record.func == "testapp.jobs.slow" and busy[0].record.args == [30, "long"]
-    assert busy[0].identity == proc.identity and busy[0].started_at is not None
-
-    assert ps.quiet(proc.identity) == 1
-    wait_until(lambda: ps.get(proc.identity).quiet, 10, message="quiet shown")
-    w.wait_for_log("quiet requested from the admin")
-
-    assert ps.stop(proc.identity) == 1
-    w.wait_for_log("stop requested from the admin")
-    assert w.wait(30) == 0
-    assert ps.list() == []
-    # The unfinished job went back to its queue (graceful stop loses nothing).
-    assert r.llen(keys.queue("default")) == 1
-    assert ps.quiet(proc.identity) == 0  # nobody listens any more
 
 
 def _redis_now(r) -> float:
@@ -117,20 +92,3 @@ def test_a_wrong_typed_registry_of_dead_processes_is_an_error_not_an_empty_list(
     r.delete(keys.inprogress_ids())
     r.set(keys.periodic_claimers(), "garbage")  # the claimers alone: skipped
     assert AwaitingRecovery().list() == []
-
-
-def test_a_killed_workers_jobs_await_recovery_until_a_worker_recovers_them(configure, worker, r):
-    configure(ORPHAN_THRESHOLD=60)
-    jid = tj.slow.enqueue(60, "orphaned")
-    first = worker(settings={"ORPHAN_THRESHOLD": 60})
-    identity = wait_until(lambda: Workers().list(), 15, message="job running")[0].identity
-    first.kill()  # SIGKILL: no clean-up, the job stays in its in-progress list
-    (orphan,) = wait_until(
-        lambda: AwaitingRecovery().list(), 15, message="listed as awaiting recovery"
-    )
-    assert orphan.identity == identity and orphan.size == 1
-    assert orphan.jobs[0].jid == jid and orphan.jobs[0].func == "testapp.jobs.slow"
-    assert 40 < orphan.recover_in <= 61
-    # A worker with a short threshold recovers the job; the list empties.
-    worker(settings={"ORPHAN_THRESHOLD": 2})
-    wait_until(lambda: not AwaitingRecovery().list(), 20, message="recovered")

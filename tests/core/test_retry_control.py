@@ -1,9 +1,8 @@
 """Retry control from inside a job (core/retry.py, worker/failures.py): retry_on,
-retry_in, Retry(in_=), Discard and on_dead, with real workers and real Redis."""
+retry_in, Retry(in_=), Discard and on_dead, on the in-process worker and real Redis.
+(on_dead through SIGKILLs of the filing worker: tests/worker/test_killed_mid_run.py.)"""
 
 from __future__ import annotations
-
-import signal
 
 import pytest
 from testapp import result_jobs as rj
@@ -140,48 +139,3 @@ def test_options_are_checked_at_decoration_time():
     assert str(Discard("why")) == "why"
     with pytest.raises(ValueError, match="result_ttl"):
         job(result_ttl=-1)(_undecorated)
-
-
-def test_on_dead_is_pushed_exactly_once_through_sigkills_of_the_filing_worker(worker, r, prefix):
-    """Workers SIGKILLed at random moments while jobs die (some mid-run, some around the
-    filing): every job ends in dead once and its on_dead job is pushed exactly once (the
-    filing and the push are one script)."""
-    import random
-    import time
-
-    n = 10
-    jids = {str(rj.dies_slowly.enqueue(0.3)) for _ in range(n)}
-    settings = {"MAX_ORPHANINGS": 1000, "CONCURRENCY": 3}
-    rng = random.Random(46)
-    kills = 0
-    while r.zcard(f"{prefix}:dead") < n and kills < 10:
-        w = worker(settings=settings)
-        time.sleep(rng.uniform(0.1, 1.2))
-        w.signal(signal.SIGKILL)
-        w.wait(10)
-        kills += 1
-    w = worker(settings=settings)
-    wait_until(lambda: r.zcard(f"{prefix}:dead") == n, 60, message="every job dead")
-    wait_until(lambda: r.llen(f"{prefix}:test:alerts") >= n, 30, message="alerts")
-    w.stop()
-    alerts = r.lrange(f"{prefix}:test:alerts", 0, -1)
-    # Each dead job pushed one on_dead job (one jid), no more; a run of it interrupted by
-    # a kill may run again (at least once, as any job), with the same jid.
-    pushed = {tuple(a.split("|")[1:]) for a in alerts}
-    assert sorted(dead for dead, _own in pushed) == sorted(jids), (kills, alerts)
-    assert kills >= 2  # the kills came while jobs ran
-
-
-def test_a_job_that_keeps_killing_its_worker_gets_its_on_dead_from_recovery(worker, r, prefix):
-    ref = rj.kills_its_worker.enqueue()
-    settings = {"MAX_ORPHANINGS": 1}
-    for _ in range(2):  # two runs kill their workers; the third start recovers it to dead
-        w = worker(settings=settings)
-        w.wait(30)
-    w = worker(settings=settings)
-    wait_until(lambda: r.lrange(f"{prefix}:test:alerts", 0, -1), 30, message="on_dead")
-    w.stop()
-    ((message, dead, _own),) = [a.split("|") for a in r.lrange(f"{prefix}:test:alerts", 0, -1)]
-    assert (message, dead) == ("killer", str(ref))
-    (raw,) = r.zrange(f"{prefix}:dead", 0, -1)
-    assert '"error_class":"OrphanedTooOften"' in raw

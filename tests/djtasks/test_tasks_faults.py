@@ -55,13 +55,13 @@ def test_a_run_killed_with_its_worker_counts_as_an_attempt(worker, r):
     assert result.attempts == 2 and result.errors == []
 
 
-def test_a_broken_result_key_never_fails_the_task(worker, r):
+def test_a_broken_result_key_never_fails_the_task(inworker, worker_log, r):
     result = tt.record_run.enqueue("broken")
     r.delete(keys.result(result.id))
     r.set(keys.result(result.id), "not a hash")
-    w = worker()
+    inworker()
     wait_until(lambda: r.hget(tt.test_key("runs"), "broken") == "1", 10, message="the run")
-    w.wait_for_log("WRONGTYPE")
+    worker_log.wait_for_log("WRONGTYPE")
     wait_until(lambda: not r.exists(keys.queue("default")), 5, message="the ack")
     assert (
         r.zcard(keys.retry(keys.home_of("default"))) == 0
@@ -69,12 +69,14 @@ def test_a_broken_result_key_never_fails_the_task(worker, r):
     )  # succeeded (rule 4)
 
 
-def test_a_signal_receiver_that_raises_never_fails_the_task(worker):
+def test_a_signal_receiver_that_raises_never_fails_the_task(inworker, worker_log):
     result = tt.grumpy.enqueue()
-    w = worker()
+    inworker()
     finished(result)
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "fine"
-    w.wait_for_log(r"signal receiver .*_raises_for_grumpy.* raised RuntimeError: this receiver")
+    worker_log.wait_for_log(
+        r"signal receiver .*_raises_for_grumpy.* raised RuntimeError: this receiver"
+    )
 
 
 def _status(result):

@@ -483,7 +483,7 @@ def test_a_hand_written_unique_for_out_of_range_pushes_with_its_lock(db_alias, r
 @pytest.fixture
 def short_lease(monkeypatch):
     """A lease of half a second (the production one, relay.PASS_LEASE, is shown by
-    tests/durable/test_durable_stall.py with a real stopped process)."""
+    tests/durable/test_durable_worker.py with a real stopped process)."""
     monkeypatch.setattr(relay, "PASS_LEASE", 0.5)
 
 

@@ -1,5 +1,6 @@
 """JSON logs with jid/job/queue on every line a run produces: the filter and formatter
-alone, and the LOGGING recipe of docs/observability.md in a real worker."""
+alone. (The LOGGING recipe of docs/observability.md in a real worker:
+tests/worker/test_worker_command.py.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import logging
 
 from opentelemetry import trace
-from testapp import jobs as tj
 
 from cogworker_django.core import jobs
 from cogworker_django.observe import logs
@@ -68,27 +68,3 @@ def test_exceptions_and_span_ids():
     assert "ValueError: bad" in data["exception"]
     assert data["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     assert data["span_id"] == f"{span.get_span_context().span_id:016x}"
-
-
-def test_the_recipe_in_a_real_worker(worker):
-    w = worker(args=["-q", "work"], env={"TESTPROJECT_JSON_LOGS": "1"})
-    ok = tj.logs_lines.using(queue="work").enqueue("first")
-    bad = tj.logs_lines.using(queue="work", retry=False).enqueue("second", fail=True)
-    w.wait_for_log(r"working on second")
-    w.wait_for_log(r"went wrong")
-    w.stop()
-    lines = [json.loads(line) for line in w.log().splitlines() if line.startswith("{")]
-    assert lines, w.log()
-    by_message = {line["message"]: line for line in lines}
-    first = by_message["working on first"]
-    assert (first["jid"], first["job"], first["queue"]) == (ok, "testapp.jobs.logs_lines", "work")
-    assert first["logger"] == "testapp.work"
-    second = by_message["working on second"]
-    assert second["jid"] == bad
-    # The worker's own line about the failed run carries the run too.
-    (failed,) = [line for line in lines if "went wrong" in line["message"]]
-    assert failed["jid"] == bad and failed["logger"] == "cogworker_django"
-    assert failed["level"] == "WARNING"
-    # Lines outside a run have no job fields (the start-up line, say).
-    started = next(line for line in lines if line["message"].startswith("cogworker "))
-    assert "jid" not in started

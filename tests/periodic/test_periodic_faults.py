@@ -1,8 +1,8 @@
-"""Periodic entries through real faults: Redis stopped across ticks, Redis stopped as an
-``until_executed`` run finishes (its release deferred; a ticking and a running worker
-process of different settings), a ``last_slot`` key of the wrong type. Private
-redis-server processes whose data survives a kill (AOF, fsync always). The workers run
-in this process but for the two of different settings."""
+"""Periodic entries through real faults: Redis stopped across ticks, a ``last_slot`` key
+of the wrong type. A private redis-server whose data survives a kill (AOF, fsync
+always). The workers run in this process. (Redis stopped as an ``until_executed`` run
+finishes, between worker processes of different settings, is in
+tests/periodic/test_periodic_fleet_faults.py.)"""
 
 from __future__ import annotations
 
@@ -42,51 +42,6 @@ def test_redis_stopped_across_ticks_the_due_slot_fires_once_after(redis_server, 
     # Pushed once Redis was back, not before the outage (when it was not yet due).
     pushed = float(c.hget(f"{prefix}:test:slots:pushed", str(due)))
     assert pushed >= stopped_until, (pushed, stopped_until, due)
-
-
-def test_a_release_deferred_by_an_outage_lets_the_next_slot_fire_within_the_grace(
-    worker, redis_server, prefix
-):
-    server = redis_server(extra=DURABLE)
-    c = server.client()
-    periodic = {
-        "exclusive": {
-            "cron": "*/4 * * * * *",
-            "job": "testapp.jobs.periodic_span",
-            "args": [1.2],
-            "unique": "until_executed",
-        }
-    }
-    # One process ticks (and runs nothing: it reads another queue), one runs the jobs
-    # (and has no entries): the deferred release can only come from the runner's
-    # heartbeat, after the ticker has found the slot blocked. The ticker's grace is
-    # three of its beats (3 s); the runner beats every 1.5 s; the lock's active TTL
-    # is long, so it can't simply lapse.
-    ticking = worker(
-        periodic=periodic,
-        args=["-q", "elsewhere"],
-        settings={"HEARTBEAT_INTERVAL": 1.0},
-        redis_url=server.url,
-        wait=False,
-    )
-    runner = worker(
-        settings={"HEARTBEAT_INTERVAL": 1.5, "PERIODIC_ACTIVE_TTL": 60}, redis_url=server.url
-    )
-    ticking.wait_for_log(r"cogworker \S+ started", timeout=30)
-    (run,) = wait_until(lambda: spans(c, prefix), 12, message="a run")
-    assert run["pid"] == runner.pid
-    server.stop()  # the run ends (after 1.2 s) while Redis is away: its release fails
-    following = run["slot"] + 4
-    sleep_until(following + 0.05)  # back once the next slot is due
-    server.start()
-    c = server.client()
-    runner.wait_for_log(r"release of \S+ deferred", timeout=5)
-    wait_until(
-        lambda: [r for r in spans(c, prefix) if r["slot"] == following],
-        8,
-        message=f"the next slot ({following}) to fire, not the one after",
-    )
-    assert [r["slot"] for r in spans(c, prefix)] == [run["slot"], following]
 
 
 def test_a_last_slot_of_the_wrong_type_backs_that_entry_off_only(inworker, worker_log, r, prefix):

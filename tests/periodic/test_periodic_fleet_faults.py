@@ -4,7 +4,11 @@ run (testapp.faults.KillOnPeriodicPush), one is SIGSTOPped across slots, and Red
 paused (CLIENT PAUSE, a private redis-server). Pushes are counted by jid: a run
 recovered from a killed worker is the same push run again, a second jid for one slot is
 a second push. The killed claimer's slot is pushed by orphan recovery from its claim
-record (periodic/claims.py), under the jid the claim was made for."""
+record (periodic/claims.py), under the jid the claim was made for.
+
+And Redis stopped as an ``until_executed`` run finishes: its release is deferred, and
+the next slot still fires within the grace (a ticking and a running worker process of
+different settings, a private redis-server whose data survives a kill)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 from collections import defaultdict
 
 from ..helpers import wait_until
+from .test_periodic_faults import DURABLE, sleep_until
 from .test_periodic_fleet import spans
 
 KILLER = {"MIDDLEWARE": {"client": ["testapp.faults.KillOnPeriodicPush"], "server": []}}
@@ -198,3 +203,48 @@ def test_a_hanging_client_middleware_holds_up_only_the_recovered_claim(
     assert pushes(c, prefix)[killed_slot] == {claimed_as}
     assert c.lrange(f"{prefix}:test:hung_pushes", 0, -1) == [str(killed_slot)]
     assert b.proc.poll() is None and "Traceback" not in b.log(), b.log()[-3000:]
+
+
+def test_a_release_deferred_by_an_outage_lets_the_next_slot_fire_within_the_grace(
+    worker, redis_server, prefix
+):
+    server = redis_server(extra=DURABLE)
+    c = server.client()
+    periodic = {
+        "exclusive": {
+            "cron": "*/4 * * * * *",
+            "job": "testapp.jobs.periodic_span",
+            "args": [1.2],
+            "unique": "until_executed",
+        }
+    }
+    # One process ticks (and runs nothing: it reads another queue), one runs the jobs
+    # (and has no entries): the deferred release can only come from the runner's
+    # heartbeat, after the ticker has found the slot blocked. The ticker's grace is
+    # three of its beats (3 s); the runner beats every 1.5 s; the lock's active TTL
+    # is long, so it can't simply lapse.
+    ticking = worker(
+        periodic=periodic,
+        args=["-q", "elsewhere"],
+        settings={"HEARTBEAT_INTERVAL": 1.0},
+        redis_url=server.url,
+        wait=False,
+    )
+    runner = worker(
+        settings={"HEARTBEAT_INTERVAL": 1.5, "PERIODIC_ACTIVE_TTL": 60}, redis_url=server.url
+    )
+    ticking.wait_for_log(r"cogworker \S+ started", timeout=30)
+    (run,) = wait_until(lambda: spans(c, prefix), 12, message="a run")
+    assert run["pid"] == runner.pid
+    server.stop()  # the run ends (after 1.2 s) while Redis is away: its release fails
+    following = run["slot"] + 4
+    sleep_until(following + 0.05)  # back once the next slot is due
+    server.start()
+    c = server.client()
+    runner.wait_for_log(r"release of \S+ deferred", timeout=5)
+    wait_until(
+        lambda: [r for r in spans(c, prefix) if r["slot"] == following],
+        8,
+        message=f"the next slot ({following}) to fire, not the one after",
+    )
+    assert [r["slot"] for r in spans(c, prefix)] == [run["slot"], following]

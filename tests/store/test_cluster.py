@@ -1,7 +1,8 @@
 """COGWORKER["CLUSTER"]: the settings, the client (lazy, no retries, REDIS_OPTIONS
-applied), the system check, and a cluster that is down or is not a cluster at all; a
-worker SIGKILLed with jobs in the homes of two masters, recovered by the next.
-Everything here talks to a real local cluster (tests/cluster_support.py).
+applied), the system check, and a cluster that is down or is not a cluster at all.
+Everything here talks to a real local cluster (tests/cluster_support.py). Worker
+processes on a cluster (the command's boot line and exit, script calls per job, a worker
+SIGKILLed with jobs in the homes of two masters) are in tests/store/test_store_workers.py.
 """
 
 from __future__ import annotations
@@ -17,13 +18,10 @@ from cogworker_django.api.server import RedisServer
 from cogworker_django.store import cluster, connection, errors, keys
 
 from ..helpers import (
-    MAIN_REDIS_URL,
     forked_child_gets_its_own_client,
     free_port,
     run_command,
-    wait_until,
 )
-from .test_cluster_spread import counts, three_masters
 
 
 @pytest.fixture
@@ -84,19 +82,6 @@ def test_redis_options_that_would_retry_are_refused_in_cluster_mode_too(configur
     configure(REDIS_URL=cluster_url + "?socket_timeout=1", CLUSTER=True, REDIS_OPTIONS={})
     with pytest.raises(ImproperlyConfigured):
         conf.get()
-
-
-def test_a_plain_redis_is_a_clear_error_on_first_use_and_in_check(configure, prefix):
-    configure(REDIS_URL=MAIN_REDIS_URL, CLUSTER=True)
-    client = connection.get_client()  # built lazily: nothing contacted yet
-    with pytest.raises(cluster.NotACluster, match="not a cluster node"):
-        client.ping()
-    assert not errors.is_unavailable(cluster.NotACluster("x"))
-    found = checks.redis_messages()
-    assert [m.id for m in found] == ["cogworker.E005"]
-    assert "Set CLUSTER to False" in found[0].msg
-    done = run_command(prefix, "cogworker", env={"COGWORKER_CLUSTER": "1"}, timeout=60)
-    assert done.returncode != 0 and "not a cluster node" in done.stderr
 
 
 def test_a_cluster_that_is_down_is_an_outage_not_a_crash(configure):
@@ -319,12 +304,6 @@ def test_with_cluster_each_name_is_the_same_under_the_tag(configure, cluster_url
     assert keys.quarantine(keys.dead(keys.root()), 5, "ab") == "{cw}:quarantine:{cw}:dead:5:ab"
 
 
-def test_the_worker_says_at_boot_how_many_masters_answer(worker, cluster_url):
-    w = worker(redis_url=cluster_url, env={"COGWORKER_CLUSTER": "1"})
-    w.wait_for_log(r"INFO .*Redis Cluster at cluster redis://\S+ answers: 3 masters.*I001")
-    assert "WARNING" not in w.log().split("I001")[0].splitlines()[-1]
-
-
 def test_the_redis_checks_read_the_master_that_holds_the_jobs(configure, local_cluster):
     """maxmemory-policy, version and persistence are those of the master serving the
     prefix's slot: an evicting policy on it is reported, one on another master is not
@@ -352,43 +331,6 @@ def test_the_redis_checks_read_the_master_that_holds_the_jobs(configure, local_c
             local_cluster.node(p).config_set("maxmemory-policy", "noeviction")
 
 
-@pytest.mark.parametrize("tagged", [True, False], ids=["one-tag", "home-per-queue"])
-def test_script_calls_per_job_over_weighted_queues(
-    configure, worker, local_cluster, prefix, tagged
-):
-    """One tag: every queue of a prefix is in one slot, so one fetch script reads them
-    all in weighted order and carries the acks: at most one EVALSHA per job. A home per
-    queue: a fetch asks the homes in weighted order, the next only for what the first
-    could not give, and acks for other homes ride a pipeline: counted over every master
-    (docs/performance.md#redis-cluster has the numbers)."""
-    configure(
-        REDIS_URL=local_cluster.url, CLUSTER=True, PREFIX="{" + prefix + "}" if tagged else prefix
-    )
-    assert keys.spread() is not tagged
-    for q in ("a", "b", "c"):
-        tj.record.using(queue=q).enqueue_many([(f"{q}-{i}",) for i in range(200)])
-    client = connection.get_client()
-    masters = {cluster.data_node(client, keys.queue(q)) for q in ("a", "b", "c")}
-    masters.add(cluster.data_node(client, keys.root()))
-    for node in masters:
-        node.config_resetstat()
-    worker(
-        prefix_=keys.prefix(),
-        redis_url=local_cluster.url,
-        env={"COGWORKER_CLUSTER": "1"},
-        settings={"QUEUES": ["a:3", "b:2", "c"], "CONCURRENCY": 5},
-    )
-    wait_until(lambda: client.hlen(tj.runs_key()) == 600, 60, 0.1, message="600 jobs run")
-    calls = sum(
-        node.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
-        for node in masters
-        for command in ("evalsha", "eval")  # every script call, whichever way it is sent
-    )
-    print(f"\ncluster ({'one tag' if tagged else 'home per queue'}): {calls / 600:.2f} "
-          "script calls per job over 3 weighted queues")  # fmt: skip
-    assert calls / 600 <= (1.1 if tagged else 2.0), calls
-
-
 def test_known_nodes_are_every_node_of_a_built_client_and_none_of_an_unbuilt_one(
     configure, local_cluster
 ):
@@ -403,7 +345,7 @@ def test_known_nodes_are_every_node_of_a_built_client_and_none_of_an_unbuilt_one
     learned = {node.port for node in cluster.known_nodes(connection.get_client())}
     assert learned == set(local_cluster.nodes)
     # (That a new client reaches the cluster with REDIS_URL's node dead through them:
-    # test_cluster_failover.py, the master killed mid-drain.)
+    # test_store_workers.py, the master killed mid-drain.)
 
 
 def test_a_forked_child_builds_its_own_cluster_client(configure, local_cluster):
@@ -434,27 +376,3 @@ def test_refused_credentials_are_said_so_not_unreachable(configure, local_cluste
     assert "wrong" not in message.msg  # the password is masked
     configure(REDIS_URL=f"redis://cw:right@127.0.0.1:{port}/0")
     assert connection.get_client().ping() is True
-
-
-@pytest.mark.spread
-def test_sigkill_recovery_finds_the_lists_of_every_home(worker, r):
-    qs = three_masters()[:2]
-    settings = {"ORPHAN_THRESHOLD": 2, "CONCURRENCY": 4, "QUEUES": qs}
-    for q in qs:
-        for i in range(2):
-            tj.tracked.using(queue=q).enqueue(4, f"{q}-{i}")
-    a = worker(settings=settings)
-    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":start")) == 4, 15)
-    (ident,) = r.smembers(keys.processes())
-    assert set(r.smembers(keys.inprogress_homes(ident))) == {keys.home_of(q) for q in qs}
-    for q in qs:
-        assert r.llen(keys.inprogress(ident, keys.home_of(q))) == 2
-    a.kill()
-    b = worker(settings=settings)
-    b.wait_for_log(r"recovered \d job\(s\) from dead process", timeout=15)
-    wait_until(lambda: sum(1 for k in counts(r) if k.endswith(":end")) == 4, 20)
-    c = counts(r)
-    assert all(c[f"{q}-{i}:end"] == 1 for q in qs for i in range(2)), c
-    for q in qs:
-        assert not r.exists(keys.inprogress(ident, keys.home_of(q)))
-    assert b.stop() == 0

@@ -1,6 +1,8 @@
-"""Shutdown settlement with reliable fetch: unfinished jobs are requeued, a job whose
-ack failed is not run again, finished-but-unfiled jobs go to ``P:unsettled`` and are
-filed by a live process, and a hand-over that meets an outage is retried."""
+"""TERM and the shutdown hand-over, in real worker processes. Settlement with reliable
+fetch: unfinished jobs are requeued, a job whose ack failed is not run again,
+finished-but-unfiled jobs go to ``P:unsettled`` and are filed by a live process, and a
+hand-over that meets an outage is retried. A job interrupted at every stop ends in dead
+(MAX_ORPHANINGS); async jobs through a SIGKILL and a TERM; the end-to-end smoke test."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import signal
 import threading
 import time
 
+import pytest
+from testapp import async_jobs as aj
 from testapp import jobs as tj
 
 from cogworker_django.conf import QueueSpec
@@ -318,3 +322,138 @@ def test_unsettled_entries_are_filed_by_a_live_worker_and_never_run(worker, r, p
 def test_keys_of_the_handover_are_the_documented_ones(prefix):
     assert keys.unsettled(keys.home_of("default")) == f"{prefix}:unsettled"
     assert keys.inprogress("x", keys.home_of("default")) == f"{prefix}:inprogress:x"
+
+
+# End-to-end smoke: a real worker runs pushed jobs and stops cleanly on TERM.
+
+
+def test_worker_runs_jobs_and_stops_on_term(worker, r, prefix):
+    tokens = [f"t{i}" for i in range(20)]
+    tj.record.enqueue_many([(t,) for t in tokens])
+    w = worker()
+    wait_until(lambda: r.hlen(f"{prefix}:test:runs") == 20, 20, message="20 runs")
+    assert all(v == "1" for v in r.hgetall(f"{prefix}:test:runs").values())
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
+    assert r.scard(f"{prefix}:processes") == 0
+    assert not r.exists(f"{prefix}:inprogress_ids") or r.scard(f"{prefix}:inprogress_ids") == 0
+
+
+# A job interrupted by its worker's stop counts it as an orphaning: one that never
+# finishes is requeued at each stop up to MAX_ORPHANINGS (the production default, 3), then
+# goes to dead instead of coming back after every restart, forever. The shutdown line
+# names it and says how to give it a time limit.
+
+
+# A job that never finishes within the (short) shutdown timeout: an infinite loop's stand-in.
+FOREVER = 3600
+
+
+def _runs(r, token):
+    return int(r.hget(f"{keys.prefix()}:test:runs", token) or 0)
+
+
+@pytest.mark.parametrize("fetch", ["reliable", "basic"])
+def test_a_job_interrupted_at_every_stop_ends_in_dead(worker, r, fetch):
+    jid = tj.count_then_sleep.enqueue(FOREVER, "spin")
+    dead_key = keys.dead(keys.home_of("default"))
+    settings = {"SHUTDOWN_TIMEOUT": 0.3}  # MAX_ORPHANINGS: the default, 3
+    for stop in range(1, 4):  # three stops: requeued each time, counted
+        w = worker(settings=settings, args=["--fetch", fetch])
+        wait_until(lambda n=stop: _runs(r, "spin") == n, 20, message=f"run {stop}")
+        assert w.stop() == 0
+        log = w.log()
+        line = next(x for x in log.splitlines() if "unfinished at shutdown" in x)
+        assert f"testapp.jobs.count_then_sleep (jid {jid}, interrupted {stop}x)" in line, line
+        assert "MAX_ORPHANINGS (3)" in line and "@job(timeout=...)" in line, line
+        assert "still running (testapp.jobs.count_then_sleep" in log
+        (queued,) = r.lrange(keys.queue("default"), 0, -1)
+        assert json.loads(queued)["orphan_count"] == stop
+        assert r.zcard(dead_key) == 0
+    w = worker(settings=settings, args=["--fetch", fetch])  # the fourth stop: dead
+    wait_until(lambda: _runs(r, "spin") == 4, 20, message="run 4")
+    assert w.stop() == 0
+    assert r.llen(keys.queue("default")) == 0
+    (dead,) = [json.loads(x) for x in r.zrange(dead_key, 0, -1)]
+    assert dead["jid"] == jid and dead["error_class"] == "OrphanedTooOften"
+    assert "interrupted 3 times by a worker's stop" in dead["error_message"]
+    assert "@job(timeout=...)" in dead["error_message"]
+    assert f"(jid {jid}) filed in dead" in w.log()
+    w = worker(settings=settings, args=["--fetch", fetch])  # nothing comes back
+    w.wait_for_log(r"cogworker \S+ started")
+    assert w.stop() == 0
+    assert _runs(r, "spin") == 4
+
+
+def test_an_async_job_cancelled_at_the_stop_is_counted_too(worker, r):
+    """TERM cancels a coroutine still running past SHUTDOWN_TIMEOUT and requeues it: an
+    interruption like a thread's."""
+    from testapp import async_jobs
+
+    jid = async_jobs.started_then_waits.enqueue(FOREVER, "coro")
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 0.3})
+    wait_until(lambda: r.hget(async_jobs.key("starts"), "coro") == "1", 20, message="start")
+    assert w.stop() == 0
+    (queued,) = [json.loads(x) for x in r.lrange(keys.queue("default"), 0, -1)]
+    assert queued["jid"] == jid and queued["orphan_count"] == 1
+    assert f"async_jobs.started_then_waits (jid {jid}, interrupted 1x)" in w.log()
+
+
+# Async jobs through a worker's death and its stop: a SIGKILL with a hundred coroutines
+# running loses none (the in-progress list is the record: the next worker runs every one
+# again); TERM lets running coroutines finish within SHUTDOWN_TIMEOUT (production value)
+# and cancels and requeues the rest, none lost and none both requeued and filed.
+
+
+def counted(r, prefix, name) -> dict[str, int]:
+    return {k: int(v) for k, v in r.hgetall(f"{prefix}:test:{name}").items()}
+
+
+def test_sigkill_with_a_hundred_coroutines_running_loses_none(worker, r, prefix):
+    tokens = [f"k-{i}" for i in range(100)]
+    aj.long_first_run.enqueue_many([(t,) for t in tokens])
+    first = worker()
+    wait_until(lambda: len(counted(r, prefix, "starts")) == 100, 30, message="100 running")
+    assert any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*"))
+    first.kill()  # SIGKILL: no hand-over, nothing settled
+    assert counts(r, prefix) == {}
+    second = worker()  # recovers the dead process's list after ORPHAN_THRESHOLD
+    wait_until(lambda: len(counts(r, prefix)) == 100, 60, message="every job run again")
+    assert second.stop() == 0
+    assert counts(r, prefix) == {t: 1 for t in tokens}
+    assert counted(r, prefix, "starts") == {t: 2 for t in tokens}
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+
+
+def test_term_finishes_what_can_finish_and_requeues_the_rest(worker, r, prefix):
+    quick = [f"q-{i}" for i in range(20)]
+    stuck = [f"s-{i}" for i in range(20)]
+    aj.started_then_waits.enqueue_many([(2.0, t) for t in quick])
+    aj.long_first_run.enqueue_many([(t,) for t in stuck])
+    # Production SHUTDOWN_TIMEOUT (25 s).
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 25})
+    wait_until(
+        lambda: len(counted(r, prefix, "starts")) == 40, 30, message="all 40 coroutines running"
+    )
+    assert w.stop(60) == 0
+    log = w.log()
+    # The quick ones finished within the timeout, once each; the stuck ones were
+    # cancelled (their finally blocks ran) and requeued, none filed.
+    assert {t: counts(r, prefix).get(t) for t in quick} == {t: 1 for t in quick}
+    assert not any(t in counts(r, prefix) for t in stuck)
+    assert {t: counted(r, prefix, "unwound").get(t) for t in stuck} == {t: 1 for t in stuck}
+    assert "shutdown timeout: 20 job(s) still running" in log
+    assert re.search(r"requeued 20 job\(s\) unfinished at shutdown", log), log
+    queued = [json.loads(x) for x in r.lrange(f"{prefix}:queue:default", 0, -1)]
+    assert sorted(j["args"][0] for j in queued) == sorted(stuck)
+    assert not any(r.lrange(k, 0, -1) for k in r.keys(f"{prefix}:inprogress:*"))
+    assert r.zcard(f"{prefix}:dead") == 0 and r.zcard(f"{prefix}:retry") == 0
+    # One line for the 20 cancelled coroutines, not one each.
+    assert log.count("cancelled 20 coroutine(s) still running at the stop") == 1
+    assert "ended after the shutdown hand-over requeued it" not in log
+    # The next worker runs each requeued job once.
+    again = worker()
+    wait_until(lambda: all(counts(r, prefix).get(t) == 1 for t in stuck), 30, message="requeued")
+    assert again.stop() == 0
+    assert {t: counted(r, prefix, "starts").get(t) for t in stuck} == {t: 2 for t in stuck}
+    assert set(counts(r, prefix).values()) == {1}

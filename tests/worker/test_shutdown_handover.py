@@ -94,7 +94,7 @@ def test_a_job_fetched_after_the_stop_began_is_requeued_not_run(configure, r):
     assert runs(r) == {}
     (requeued,) = r.lrange(keys.queue("default"), 0, -1)
     assert payload.decode(requeued)["jid"] == jid
-    # It never ran: not counted as interrupted (tests/worker/test_shutdown_interrupts.py).
+    # It never ran: not counted as interrupted (tests/worker/test_reliable_shutdown.py).
     assert "orphan_count" not in payload.decode(requeued)
     assert r.llen(keys.inprogress(IDENTITY, keys.home_of("default"))) == 0
 

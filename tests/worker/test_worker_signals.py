@@ -1,5 +1,6 @@
 """Signals with real processes: TERM/INT stop gracefully and requeue what is unfinished,
-a second TERM cuts the wait short, TSTP quiets, TTIN logs stacks; ``--processes``."""
+a second TERM cuts the wait short, TSTP quiets, TTIN logs stacks; ``--processes``; the
+admin's Quiet and Stop through pub/sub."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import re
 import signal
 import time
 
+import pytest
 from testapp import jobs as tj
 
+from cogworker_django.api import ProcessSet, Workers
+from cogworker_django.store import keys
 from cogworker_django.worker.launcher import DUPLICATE_SIGNAL_WINDOW
 
-from ..helpers import wait_until
+from ..helpers import ROOT, wait_until
 
 
 def runs(r, prefix) -> dict[str, int]:
@@ -323,3 +327,81 @@ def test_processes_children_stop_when_their_supervisor_is_killed(worker, r, pref
     (raw,) = r.lrange(f"{prefix}:queue:default", 0, -1)
     assert "count_then_sleep" in raw
     assert not r.keys(f"{prefix}:inprogress:*")
+
+
+# The admin's Quiet and Stop (api.ProcessSet through pub/sub) end the process as TSTP and
+# TERM do; also on a Redis Cluster, with one hash tag and with a home per queue, as every
+# test of api.ProcessSet (tests/api/test_api_processes.py).
+
+
+@pytest.mark.cluster
+@pytest.mark.spread
+def test_live_worker_busy_quiet_and_stop(worker, r):
+    tj.slow.enqueue(30, "long")
+    w = worker(settings={"SHUTDOWN_TIMEOUT": 1})  # the stop below needn't wait out the job
+    ps = ProcessSet()
+    proc = wait_until(lambda: ps.list() and ps.list()[0], 15, message="process listed")
+    assert proc.pid == w.pid and proc.concurrency == 5 and proc.queues == ["default:1"]
+    assert proc.started_at is not None and proc.rss_kb
+    busy = wait_until(lambda: Workers().list(), 15, message="busy job listed")
+    assert busy[0].record.func == "testapp.jobs.slow" and busy[0].record.args == [30, "long"]
+    assert busy[0].identity == proc.identity and busy[0].started_at is not None
+
+    assert ps.quiet(proc.identity) == 1
+    wait_until(lambda: ps.get(proc.identity).quiet, 10, message="quiet shown")
+    w.wait_for_log("quiet requested from the admin")
+
+    assert ps.stop(proc.identity) == 1
+    w.wait_for_log("stop requested from the admin")
+    assert w.wait(30) == 0
+    assert ps.list() == []
+    # The unfinished job went back to its queue (graceful stop loses nothing).
+    assert r.llen(keys.queue("default")) == 1
+    assert ps.quiet(proc.identity) == 0  # nobody listens any more
+
+
+# The threads of a worker process are the ones docs/workers.md's table lists: a real
+# ``manage.py cogworker -c 10`` at the default settings, asked with TTIN.
+
+
+DOC = ROOT / "docs" / "workers.md"
+
+
+def documented() -> dict[str, str]:
+    """Thread name (its pattern, ``N`` and ``<...>`` as placeholders) -> when it runs."""
+    lines = DOC.read_text().splitlines()
+    start = lines.index("| thread | runs | does |") + 2
+    rows = {}
+    for line in lines[start:]:
+        m = re.match(r"^\| `([^`]+)` \| ([^|]+) \|", line)
+        if not m:
+            break
+        rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def pattern(name: str) -> re.Pattern[str]:
+    body = re.escape(name).replace("N", r"\d+")
+    body = re.sub(r"<[^>]+>", ".+", body.replace(r"\<", "<").replace(r"\>", ">"))
+    return re.compile(f"^{body}$")
+
+
+def test_the_threads_are_the_documented_ones_and_no_more(worker):
+    rows = documented()
+    assert "processor-N" in rows and "chores" in rows, rows
+    # The test project registers async jobs (an event loop) and limiters (their waker, a
+    # chore): the defaults otherwise, at -c 10.
+    w = worker(args=["-c", "10"], settings={"CONCURRENCY": 10})
+    w.signal(signal.SIGTTIN)
+    w.wait_for_log(r"thread MainThread \(", 15)
+    listed = re.findall(r"thread (\S+) \(\d+\):", w.log())
+    unknown = [n for n in listed if not any(pattern(p).match(n) for p in rows)]
+    assert unknown == [], (unknown, listed)
+    # Every row but those on demand and the metrics server's (no --metrics-port here).
+    always = [p for p, when in rows.items() if not when.startswith(("on demand", "with `--"))]
+    for name in always:
+        assert any(pattern(name).match(n) for n in listed), (name, listed)
+    on_demand = [p for p, when in rows.items() if when.startswith("on demand")]
+    permanent = [n for n in listed if not any(pattern(p).match(n) for p in on_demand)]
+    assert len(permanent) == 10 + 6, permanent  # CONCURRENCY + 6 (docs/workers.md)
+    assert w.stop() == 0
