@@ -43,11 +43,13 @@ stamps (one round trip), and a process X is gone at once when
 (``beating_since``: since when this checker's own beats went through on time, so a
 ``CLIENT PAUSE WRITE`` that holds every beat judges nobody; the server's start, from
 ``INFO``'s uptime, so a restart that dropped every connection and restored old stamps
-judges nobody either), its presence still names its connections (a worker of an older
-release or behind a proxy names none: threshold only), that name is on no connection in
-``CLIENT LIST`` while this checker's own name is (else names don't show here: a proxy;
-nobody judged), and when the server closes idle clients (``timeout``), X is late by
-that much more too. Where it can't see (no names, a cluster, a partition that left X's
+judges nobody either), its presence named its connections when this checker first saw
+its stamp (a worker of an older release or behind a proxy names none: threshold only;
+the name is kept while the stamp is there, so a killed process whose presence lapsed
+before it could be judged, a Redis restart having moved the start of its lateness on,
+is still found), that name is on no connection in ``CLIENT LIST`` while this checker's
+own name is (else names don't show here: a proxy; nobody judged), and when the server
+closes idle clients (``timeout``), X is late by that much more too. Where it can't see (no names, a cluster, a partition that left X's
 sockets open on the server) the threshold rule above still holds.
 """
 
@@ -111,6 +113,12 @@ class OrphanRecovery:
         self._unreadable: set[str] = set()
         # The lifeline found this process's own name missing from CLIENT LIST (logged once).
         self._names_hidden = False
+        # Identity -> the name its connections carry ("" unnamed), as its presence said
+        # when this checker first saw its stamp; kept while the stamp is there. Presence
+        # lasts four beats, the lifeline needs two from the server's start: a process
+        # killed just before a Redis restart has lost its presence by the time it can be
+        # judged, and its name is still what to look for (the module docstring).
+        self._names: dict[str, str] = {}
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
         """Log once per silence when a process with an in-progress list has stopped
@@ -199,6 +207,7 @@ class OrphanRecovery:
         except redis.ResponseError:
             return pause  # TIME refused (a proxy): names don't show there either
         now = redis_seconds(clock)
+        self._learn_names(conn, beats)
         watched = self._watched_since(now)
         if watched is None:
             return pause
@@ -238,7 +247,7 @@ class OrphanRecovery:
         self, conn: Any, late_ones: dict[str, float], now: float, late: float, own: str
     ) -> list[str]:
         """Which of the late processes (identity -> last beat) have no connection left."""
-        names = self._named(conn, sorted(late_ones))
+        names = self._named(sorted(late_ones))
         if not names:
             return []
         # Late relative to the server's own start too (a restart drops every connection
@@ -254,15 +263,27 @@ class OrphanRecovery:
             return []
         return [i for i, name in names.items() if name not in present]
 
-    @staticmethod
-    def _named(conn: Any, idents: list[str]) -> dict[str, str]:
-        """Those of ``idents`` whose presence names their connections: identity -> name
-        (a stamp left by a process that exited or expired long ago costs this read only;
-        a worker of an older release names nothing)."""
+    def _learn_names(self, conn: Any, beats: dict[Any, Any]) -> None:
+        """The names of the processes stamped that this checker has not seen yet, from
+        their presence (one round trip, only when there are such); a process without
+        presence is asked again on the next pass. Names of stamps gone are forgotten."""
+        stamped = {text(k) for k in beats} - {self.identity}
+        for gone in set(self._names) - stamped:
+            del self._names[gone]
+        new = sorted(stamped - set(self._names))
+        if not new:
+            return
         pipe = conn.pipeline(transaction=False)
-        for ident in idents:
+        for ident in new:
             pipe.hget(keys.process(ident), "client")
-        return {i: text(n) for i, n in zip(idents, pipe.execute(), strict=True) if n}
+        for ident, name in zip(new, pipe.execute(), strict=True):
+            if name is not None:  # "" for a process that names nothing: kept so
+                self._names[ident] = text(name)
+
+    def _named(self, idents: list[str]) -> dict[str, str]:
+        """Those of ``idents`` whose presence named their connections: identity -> name
+        (a worker of an older release, or behind a proxy, names nothing)."""
+        return {i: self._names[i] for i in idents if self._names.get(i)}
 
     def _names_show(self, present: set[str], own: str) -> bool:
         """Whether CLIENT LIST shows this process's own name: where it doesn't (a proxy

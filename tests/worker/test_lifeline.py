@@ -479,3 +479,55 @@ def test_a_cpu_starved_worker_is_not_taken_for_dead(worker, redis_server, config
     assert x.stop() == 0
     for w in watchers:
         assert w.stop() == 0
+
+
+def test_a_worker_killed_just_before_a_redis_restart_is_found_after_it(
+    worker, redis_server, configure
+):
+    """X is SIGKILLed just after a beat, and Redis (AOF) goes down 8 s later for 4 s: the
+    lifeline counts lateness from the server's start (a restart drops every connection),
+    so X can be judged only 10 s after Redis is back, by when X's presence (four beats
+    from its last) has lapsed. The rescuer looks for the name X's presence announced when
+    it first saw X: its jobs start again within seconds of that, not ORPHAN_THRESHOLD
+    (300 s) later."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"r{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS, redis_url=server.url)
+    interval = DEFAULTS["HEARTBEAT_INTERVAL"]
+    # Just after a beat of X: its presence lapses about four intervals after the kill.
+    ttl = r.pttl(keys.process(x_ident))
+    wait_until(lambda: r.pttl(keys.process(x_ident)) > ttl, 2 * interval, 0.02)
+    x.signal(signal.SIGKILL)
+    x.wait()
+    lapses = time.monotonic() + r.pttl(keys.process(x_ident)) / 1000
+    time.sleep(8)
+    server.stop()
+    time.sleep(4)
+    server.start()
+    back = time.monotonic()
+    r = server.client()
+    # The lifeline's earliest judgement (two intervals after the server's start) comes
+    # after X's presence lapsed: its presence can't name X's connections then.
+    assert back + LATE_BEATS * interval > lapses
+    wait_until(
+        lambda: all(runs(r, x.prefix).get(f"{t}:start") == 2 for t in tokens),
+        30,
+        0.1,
+        message="the 4 jobs started again",
+    )
+    took = time.monotonic() - back
+    assert not r.exists(keys.process(x_ident))
+    assert re.search(rf"process {re.escape(x_ident)} is gone", rescuer.log()), rescuer.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, x.prefix).get(f"{t}:end") == 1 for t in tokens),
+        30,
+        message="the second runs finished",
+    )
+    print(f"restarted {took:.1f}s after Redis was back")
+    assert rescuer.stop() == 0
