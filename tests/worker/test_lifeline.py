@@ -531,3 +531,36 @@ def test_a_worker_killed_just_before_a_redis_restart_is_found_after_it(
     )
     print(f"restarted {took:.1f}s after Redis was back")
     assert rescuer.stop() == 0
+
+
+def test_a_worker_killed_as_the_stamps_are_lost_is_found(worker, prefix, r):
+    """X is SIGKILLed and the stamps' hash is lost at once (overwritten with a wrong type
+    and moved aside by the key guard: gone, here deleted). The rescuer stamps again at its
+    next beat, X never does; X is still listed with its jobs, so the lifeline times it
+    from when it first saw it without a stamp and finds no connection of its: its jobs
+    start again within seconds, not ORPHAN_THRESHOLD (300 s) later."""
+    x, x_ident = start_pair(worker)
+    tokens = [f"u{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS)
+    time.sleep(1)  # the rescuer has seen X (stamped, named) at least once
+    x.signal(signal.SIGKILL)
+    x.wait()
+    r.delete(keys.last_beat())
+    lost = time.monotonic()
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:start") == 2 for t in tokens),
+        25,
+        0.1,
+        message="the 4 jobs started again",
+    )
+    took = time.monotonic() - lost
+    assert re.search(rf"process {re.escape(x_ident)} is gone", rescuer.log()), rescuer.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        30,
+        message="the second runs finished",
+    )
+    print(f"restarted {took:.1f}s after the stamps were lost")
+    assert rescuer.stop() == 0
