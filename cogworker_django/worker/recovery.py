@@ -1,5 +1,8 @@
 """Orphan recovery: the jobs of processes that died are run again by the living.
 
+(Over 400 lines: the threshold's pass and the lifeline judge the same processes on the
+same clocks and recover them by the same path, kept together.)
+
 Each of a dead process's jobs is moved back to its queue with ``orphan_count`` + 1 by
 one script per job that removes it from the dead process's list and pushes it only if
 it was still there, so two recoverers never requeue it twice. Past ``MAX_ORPHANINGS``
