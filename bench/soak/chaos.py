@@ -85,6 +85,7 @@ class Chaos:
         entries: list[str],
         gap: tuple[float, float],
         ends_at: float,
+        watch_limit: float = 60.0,
     ) -> None:
         self.fleet = fleet
         self.server = server
@@ -95,6 +96,8 @@ class Chaos:
         self.entries = entries
         self.gap = gap
         self.ends_at = ends_at
+        # How long a wrong-typed key may wait for the key guard to move it aside.
+        self.watch_limit = watch_limit
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._round: list[str] = []
@@ -118,7 +121,7 @@ class Chaos:
             self._thread.join(120)
         self.resume_stopped()
         for t in self._watchers:
-            t.join(70)
+            t.join(self.watch_limit + 10)
 
     def halt(self) -> None:
         """At cleanup: stop at once (after the fault under way, at most a Redis restart)
@@ -312,7 +315,10 @@ class Chaos:
                         )
                     )
                     t = threading.Thread(
-                        target=self._watch, args=(fault, marker), name="corrupt-watch", daemon=True
+                        target=self._watch,
+                        args=(fault, marker, self.watch_limit),
+                        name="corrupt-watch",
+                        daemon=True,
                     )
                     t.start()
                     self._watchers.append(t)

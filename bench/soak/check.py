@@ -34,6 +34,9 @@ CORRUPT_GRACE = 6.0
 # An until_executed entry's claim takes its running lock for PERIODIC_ACTIVE_TTL plus
 # this (docs/periodic.md), until the push confirms it.
 CLAIM_MARGIN = 30.0
+# The fleet drains within this many seconds of the last fault (docs/reliability.md):
+# a killed worker's jobs are back within 15 s (the lifeline), a TERMed one's at once.
+DRAIN_LIMIT = 60.0
 
 JID = re.compile(rb'"jid":\s*"([^"]+)"')
 ENQUEUED = re.compile(rb"periodic (\S+): slot (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) enqueued as (\S+)")
@@ -90,6 +93,11 @@ class Figures:
     slots: dict[str, dict[str, int]] = field(default_factory=dict)
     stalls: int = 0
     longest_stall: float = 0.0
+    # The last fault (what it was, when the chaos stopped applying it) and how long after
+    # it everything was settled (None: not within the soak's --drain).
+    last_fault: str = ""
+    last_fault_over: float | None = None
+    drain_after: float | None = None
 
 
 def parse_iso(text: bytes) -> int:
@@ -249,6 +257,9 @@ class Context:
     entry_queues: dict[str, str] = field(default_factory=dict)  # entry -> its runs' queue
     # (entry, slot) -> whether its per-slot lock was seen (sampled while it lived)
     claimed: dict[tuple[str, int], bool] = field(default_factory=dict)
+    # When nothing was left anywhere (the start of the drain's quiet stretch), None when
+    # the drain gave up.
+    drained_at: float | None = None
     figures: Figures = field(default_factory=Figures)
 
 
@@ -263,6 +274,7 @@ def check_all(ctx: Context) -> list[Invariant]:
         _keyguard(ctx),
         _threads(ctx),
         _drained(ctx),
+        _drained_in_time(ctx),
     ]
 
 
@@ -688,4 +700,25 @@ def _drained(ctx: Context) -> Invariant:
     inv = Invariant("everything settled by the end")
     for jid, where in sorted(ctx.state.pending.items()):
         inv.failures.append(f"{jid} still in {where}")
+    return inv
+
+
+def _drained_in_time(ctx: Context) -> Invariant:
+    """Time from the last fault to the drain: the faults' jobs are back and run, the
+    stopped worker's finished, well within DRAIN_LIMIT (the periodic entries are
+    disabled after the chaos, so their last runs count in it too)."""
+    inv = Invariant(f"drained within {DRAIN_LIMIT:.0f} s of the last fault")
+    f = ctx.figures
+    faults = ctx.journal.faults
+    if not faults:
+        inv.info.append("no fault")
+        return inv
+    last = max(faults, key=lambda x: x.over_at)
+    f.last_fault, f.last_fault_over = last.describe(), last.over_at
+    if ctx.drained_at is None:
+        inv.failures.append(f"not drained; the last fault: {last.describe()}")
+        return inv
+    f.drain_after = max(0.0, ctx.drained_at - last.over_at)
+    line = f"drained at {clock(ctx.drained_at)}, {f.drain_after:.1f}s after {last.describe()}"
+    (inv.failures if f.drain_after > DRAIN_LIMIT else inv.info).append(line)
     return inv

@@ -15,6 +15,8 @@ KINDS = ("kill", "term", "stop", "redis_restart", "pause", "script_flush", "corr
 WORKER_KINDS = ("kill", "term", "stop")
 # Kinds during which Redis does not answer (or answers only some commands).
 REDIS_DOWN_KINDS = ("redis_restart", "pause")
+# Kinds the chaos applies for a while (a worker stopped, Redis down or paused).
+LASTING_KINDS = ("stop", "redis_restart", "pause")
 
 
 @dataclass
@@ -37,6 +39,14 @@ class Fault:
     @property
     def stop_time(self) -> float:
         return self.end if self.end is not None else time.time()
+
+    @property
+    def over_at(self) -> float:
+        """When the chaos stopped applying it: a stop, a Redis restart and a pause last
+        (until their end); a kill, a TERM, a script flush and a wrong-typed key are one
+        act (their start), and what follows them, a TERMed worker's shutdown or the key
+        guard's move, is the fleet's own recovery (the drain's time counts it)."""
+        return self.stop_time if self.kind in LASTING_KINDS else self.start
 
     def describe(self) -> str:
         where = f" {self.worker}" if self.worker else ""

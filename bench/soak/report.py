@@ -63,6 +63,12 @@ def table(
             f"pushed twice {s['twice']}"
         )
     add("")
+    if f.last_fault:
+        after = (
+            "not drained" if f.drain_after is None else f"drained {f.drain_after:.1f} s after it"
+        )
+        add(f"drain: {after}; the last fault: {f.last_fault}")
+        add("")
     add("invariants")
     for inv in invariants:
         add(f"  {'PASS' if inv.passed else 'FAIL'}  {inv.name}")

@@ -43,6 +43,14 @@ SETTINGS = {
     "UNIQUE_RESCHEDULE_DELAY": 1.0,
     "RETRY_BACKOFF": "soakapp.jobs.backoff",
 }
+# --defaults: every timing of the workers at the package's default (beats every 5 s,
+# ORPHAN_THRESHOLD 300 s and its check every 60 s, the lifeline's 10 s, SHUTDOWN_TIMEOUT
+# 25 s, the key guard every 60 s ...), as a production fleet runs. Kept from SETTINGS:
+# the queues and the concurrency (the load), MAX_ORPHANINGS (its default), the soak's
+# retry backoff (its flaky jobs come back in a second or two, not the default's
+# minutes) and the periodic tick (every-second entries need a tick under a second).
+# The 30 s SIGSTOP is then shorter than the threshold: a stall the fleet rides out.
+KEPT_AT_DEFAULTS = ("QUEUES", "CONCURRENCY", "MAX_ORPHANINGS", "RETRY_BACKOFF", "PERIODIC_TICK")
 PERIODIC = {
     "soak-tick": {"cron": "* * * * * *", "job": "soakapp.jobs.tick"},
     "soak-tick-ue": {
@@ -67,9 +75,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds between faults, uniform (default 2 6)",
     )
     p.add_argument("--drain", type=float, default=150, help="longest wait for the drain (s)")
+    p.add_argument(
+        "--defaults",
+        action="store_true",
+        help="run the workers at the package's default timings (beats, recovery, "
+        "shutdown, key guard), not the soak's short ones",
+    )
     p.add_argument("--workdir", help="directory for logs and traces (default: a new one in /tmp)")
     p.add_argument("--keep-redis", action="store_true", help="keep Redis's files at the end")
     return p.parse_args(argv)
+
+
+def worker_settings(defaults: bool) -> dict:
+    """The workers' COGWORKER settings: the soak's short timings, or the defaults."""
+    if not defaults:
+        return dict(SETTINGS)
+    return {k: SETTINGS[k] for k in KEPT_AT_DEFAULTS}
 
 
 def _setup_django(env: dict) -> None:
@@ -102,11 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     tracedir.mkdir(parents=True, exist_ok=True)
     journal = Journal()
     server = RedisServer(workdir)
+    settings = worker_settings(args.defaults)
+    # What the checks read of the workers' settings (their defaults where not set).
+    shutdown_timeout = settings.get("SHUTDOWN_TIMEOUT", 25)
+    active_ttl = settings.get("PERIODIC_ACTIVE_TTL", 60.0)
+    keyguard_interval = settings.get("KEYGUARD_INTERVAL", 60.0)
     env = {
         **os.environ,
         "COGWORKER_REDIS_URL": server.url,
         "COGWORKER_PREFIX": PREFIX,
-        "COGWORKER_SETTINGS_JSON": json.dumps(SETTINGS),
+        "COGWORKER_SETTINGS_JSON": json.dumps(settings),
         "COGWORKER_PERIODIC_JSON": json.dumps(PERIODIC),
         "COGWORKER_LOG_LEVEL": "DEBUG",  # the ticker's "enqueued as" lines
         "TESTPROJECT_EXTRA_APPS": "soakapp",
@@ -118,14 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
     env.pop("COGWORKER_TASKS_BACKEND", None)
-    fleet = Fleet(env, logdir, journal, SETTINGS["SHUTDOWN_TIMEOUT"])
+    fleet = Fleet(env, logdir, journal, shutdown_timeout)
     monitor = Monitor(fleet, server, journal)
     chaos: Chaos | None = None
     producer: Producer | None = None
     previous = signal.signal(signal.SIGTERM, _raise_stop)
     _say(
         f"soak for {args.seconds:.0f} s, seed {seed}, Redis on 127.0.0.1:{server.port}, "
-        f"logs in {logdir}"
+        f"{'the default timings' if args.defaults else 'short timings'}, logs in {logdir}"
     )
     try:
         server.start()
@@ -148,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             entries=list(PERIODIC),
             gap=tuple(args.gap),
             ends_at=ends_at,
+            # The key guard looks every KEYGUARD_INTERVAL: a wrong value waits that long.
+            watch_limit=max(60.0, 2 * keyguard_interval),
         )
         chaos.start()
         every = 30 if args.seconds <= 600 else 300
@@ -171,12 +199,16 @@ def main(argv: list[str] | None = None) -> int:
         entries = PeriodicEntries()
         wait_until(lambda: [entries.disable(name) for name in PERIODIC] or True, 30, 0.5)
         disabled_at = time.time()
-        drained = _drain(server, args.drain)
-        _say("drained" if drained else f"not drained after {args.drain:.0f} s; checking anyway")
+        drained_at = _drain(server, args.drain)
+        _say(
+            "drained"
+            if drained_at is not None
+            else f"not drained after {args.drain:.0f} s; checking anyway"
+        )
         monitor.stop()
         with server.client(timeout=10) as conn:
             state = check.read_redis(conn, PREFIX)
-        stop_codes = fleet.stop_all(SETTINGS["SHUTDOWN_TIMEOUT"] + 30)
+        stop_codes = fleet.stop_all(shutdown_timeout + 30)
         ctx = check.Context(
             records=producer.records,
             runs=check.load_runs(tracedir),
@@ -186,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
             entries={name: e.get("unique") == "until_executed" for name, e in PERIODIC.items()},
             disabled_at=disabled_at,
             soak_end=time.time(),
-            max_orphanings=SETTINGS["MAX_ORPHANINGS"],
-            active_ttl=SETTINGS["PERIODIC_ACTIVE_TTL"],
+            max_orphanings=settings["MAX_ORPHANINGS"],
+            active_ttl=active_ttl,
             stop_codes=stop_codes,
             claimed=monitor.claimed,
             entry_queues={name: "critical" for name in PERIODIC},  # soakapp's tick jobs
+            drained_at=drained_at,
         )
         invariants = check.check_all(ctx)
         for thread_error, who in ((chaos.error, "chaos"), (producer.error, "producer")):
@@ -235,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logs: {logdir}", file=sys.stderr, flush=True)
 
 
-def _drain(server: RedisServer, timeout: float) -> bool:
+def _drain(server: RedisServer, timeout: float) -> float | None:
     """Wait until no job is anywhere in Redis (queues, schedule, retry, in-progress
-    lists, unsettled) for DRAIN_QUIET seconds."""
+    lists, unsettled) for DRAIN_QUIET seconds; returns when that quiet began (epoch
+    seconds), None if it did not come within ``timeout``."""
     p = PREFIX
     quiet_since = None
     deadline = time.monotonic() + timeout
@@ -255,8 +289,8 @@ def _drain(server: RedisServer, timeout: float) -> bool:
         if busy:
             quiet_since = None
         elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= DRAIN_QUIET:
-            return True
+            quiet_since = time.time()
+        elif time.time() - quiet_since >= DRAIN_QUIET:
+            return quiet_since
         time.sleep(0.5)
-    return False
+    return None

@@ -1,5 +1,8 @@
 """Orphan recovery: the jobs of processes that died are run again by the living.
 
+(Over 400 lines: the threshold's pass and the lifeline judge the same processes on the
+same clocks and recover them by the same path, kept together.)
+
 Each of a dead process's jobs is moved back to its queue with ``orphan_count`` + 1 by
 one script per job that removes it from the dead process's list and pushes it only if
 it was still there, so two recoverers never requeue it twice. Past ``MAX_ORPHANINGS``
@@ -43,11 +46,14 @@ stamps (one round trip), and a process X is gone at once when
 (``beating_since``: since when this checker's own beats went through on time, so a
 ``CLIENT PAUSE WRITE`` that holds every beat judges nobody; the server's start, from
 ``INFO``'s uptime, so a restart that dropped every connection and restored old stamps
-judges nobody either), its presence still names its connections (a worker of an older
-release or behind a proxy names none: threshold only), that name is on no connection in
-``CLIENT LIST`` while this checker's own name is (else names don't show here: a proxy;
-nobody judged), and when the server closes idle clients (``timeout``), X is late by
-that much more too. Where it can't see (no names, a cluster, a partition that left X's
+judges nobody either; a listed process without a stamp, its stamp lost with the stamps'
+hash, is late from when this checker first saw it so), its presence named its
+connections when this checker first saw it stamped or listed (a worker of an older
+release or behind a proxy names none: threshold only; the name is kept while it is
+either, so a killed process whose presence lapsed before it could be judged, a Redis
+restart having moved the start of its lateness on, is still found), that name is on no connection in ``CLIENT LIST`` while this checker's
+own name is (else names don't show here: a proxy; nobody judged), and when the server
+closes idle clients (``timeout``), X is late by that much more too. Where it can't see (no names, a cluster, a partition that left X's
 sockets open on the server) the threshold rule above still holds.
 """
 
@@ -111,6 +117,12 @@ class OrphanRecovery:
         self._unreadable: set[str] = set()
         # The lifeline found this process's own name missing from CLIENT LIST (logged once).
         self._names_hidden = False
+        # Identity -> the name its connections carry ("" unnamed), as its presence said
+        # when this checker first saw it stamped or listed; kept while it is either. Presence
+        # lasts four beats, the lifeline needs two from the server's start: a process
+        # killed just before a Redis restart has lost its presence by the time it can be
+        # judged, and its name is still what to look for (the module docstring).
+        self._names: dict[str, str] = {}
 
     def _note_missing(self, conn: Any, ident: str, last: float, due: float, now: float) -> None:
         """Log once per silence when a process with an in-progress list has stopped
@@ -191,23 +203,41 @@ class OrphanRecovery:
         own = naming.current()
         if not own:
             return pause  # this process's connections carry no name: nothing to compare
-        pipe = conn.pipeline(transaction=False)
-        pipe.time()
-        pipe.hgetall(keys.last_beat())
-        try:
-            clock, beats = pipe.execute()
-        except redis.ResponseError:
-            return pause  # TIME refused (a proxy): names don't show there either
-        now = redis_seconds(clock)
+        read = self._watch(conn)
+        if read is None:
+            return pause
+        now, beats, listed = read
+        self._learn_names(conn, set(beats) | listed)
         watched = self._watched_since(now)
         if watched is None:
             return pause
         late = LATE_BEATS * conf.get().HEARTBEAT_INTERVAL
-        late_ones = self._late_ones(beats, now, watched, late)
+        late_ones = self._late_ones(beats, listed, now, watched, late)
         if late_ones:
             for ident in self._gone(conn, late_ones, now, late, own):
                 self._recover_gone(conn, ident, now - late_ones[ident])
         return pause
+
+    @staticmethod
+    def _watch(conn: Any) -> tuple[float, dict[str, Any], set[str]] | None:
+        """Redis's clock, the stamps (identity -> stamp) and the processes listed with
+        jobs in progress or periodic claims, in one round trip; None when the clock or
+        the stamps can't be read (``TIME`` refused by a proxy, where names don't show
+        either; a stamps hash of the wrong type, until the key guard moves it aside). A
+        listing set of the wrong type counts as empty (the threshold's pass logs it)."""
+        pipe = conn.pipeline(transaction=False)
+        pipe.time()
+        pipe.hgetall(keys.last_beat())
+        pipe.smembers(keys.inprogress_ids())
+        pipe.smembers(keys.periodic_claimers())
+        clock, beats, *listings = pipe.execute(raise_on_error=False)
+        if isinstance(clock, Exception) or isinstance(beats, Exception):
+            return None
+        listed: set[str] = set()
+        for members in listings:
+            if not isinstance(members, Exception):
+                listed |= {text(m) for m in members}
+        return redis_seconds(clock), {text(k): v for k, v in beats.items()}, listed
 
     def _watched_since(self, now: float) -> float | None:
         """Since when this process has both seen Redis answer without a break and got its
@@ -220,16 +250,24 @@ class OrphanRecovery:
         return max(since, beating)
 
     def _late_ones(
-        self, beats: dict[Any, Any], now: float, watched: float, late: float
+        self, beats: dict[str, Any], listed: set[str], now: float, watched: float, late: float
     ) -> dict[str, float]:
         """The other processes whose stamp is ``late`` old, counted from ``watched`` at the
-        earliest: identity -> the end of its last beat's second."""
+        earliest: identity -> the end of its last beat's second. A listed process without
+        a readable stamp (the stamps' hash was overwritten and moved aside, say: the live
+        stamp again at their next beat) is timed from when this checker first saw it so,
+        as the threshold's pass does."""
         found = {}
-        for key, value in beats.items():
-            ident, stamp = text(key), stamp_of(value)
-            if stamp is None or ident == self.identity:
+        for ident in set(beats) | listed:
+            if ident == self.identity:
                 continue
-            last = stamp + 1.0  # whole seconds, floored
+            stamp = stamp_of(beats.get(ident))
+            if stamp is not None:
+                last = stamp + 1.0  # whole seconds, floored
+            elif ident in listed:
+                last = self._unstamped.setdefault(ident, now)
+            else:
+                continue  # an unreadable stamp of a process with nothing to recover
             if now - max(last, watched) >= late:
                 found[ident] = last
         return found
@@ -238,7 +276,7 @@ class OrphanRecovery:
         self, conn: Any, late_ones: dict[str, float], now: float, late: float, own: str
     ) -> list[str]:
         """Which of the late processes (identity -> last beat) have no connection left."""
-        names = self._named(conn, sorted(late_ones))
+        names = self._named(sorted(late_ones))
         if not names:
             return []
         # Late relative to the server's own start too (a restart drops every connection
@@ -254,15 +292,28 @@ class OrphanRecovery:
             return []
         return [i for i, name in names.items() if name not in present]
 
-    @staticmethod
-    def _named(conn: Any, idents: list[str]) -> dict[str, str]:
-        """Those of ``idents`` whose presence names their connections: identity -> name
-        (a stamp left by a process that exited or expired long ago costs this read only;
-        a worker of an older release names nothing)."""
+    def _learn_names(self, conn: Any, seen: set[str]) -> None:
+        """The names of the processes stamped or listed that this checker has not seen
+        yet, from their presence (one round trip, only when there are such); a process
+        without presence is asked again on the next pass. Names of processes neither
+        stamped nor listed any more are forgotten."""
+        seen = seen - {self.identity}
+        for gone in set(self._names) - seen:
+            del self._names[gone]
+        new = sorted(seen - set(self._names))
+        if not new:
+            return
         pipe = conn.pipeline(transaction=False)
-        for ident in idents:
+        for ident in new:
             pipe.hget(keys.process(ident), "client")
-        return {i: text(n) for i, n in zip(idents, pipe.execute(), strict=True) if n}
+        for ident, name in zip(new, pipe.execute(), strict=True):
+            if name is not None:  # "" for a process that names nothing: kept so
+                self._names[ident] = text(name)
+
+    def _named(self, idents: list[str]) -> dict[str, str]:
+        """Those of ``idents`` whose presence named their connections: identity -> name
+        (a worker of an older release, or behind a proxy, names nothing)."""
+        return {i: self._names[i] for i in idents if self._names.get(i)}
 
     def _names_show(self, present: set[str], own: str) -> bool:
         """Whether CLIENT LIST shows this process's own name: where it doesn't (a proxy

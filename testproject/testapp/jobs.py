@@ -281,6 +281,17 @@ def tracked(seconds, token):
     _count(f"{token}:end")
 
 
+@job
+def tracked_busy(seconds, token):
+    """As ``tracked``, but busy on the CPU in pure Python (holding the interpreter lock
+    but for its switch interval) until ``seconds`` have passed on the wall clock."""
+    _count(f"{token}:start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
+    _count(f"{token}:end")
+
+
 @job(retry=False)
 def tracked_then_fail(seconds, token):
     """As ``tracked``, then fails (filed in dead: once per run that settles)."""

@@ -6,14 +6,19 @@ nobody look dead (worker/recovery.py, docs/reliability.md)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 from testapp import jobs as tj
 
 from cogworker_django.store import keys, naming
+from cogworker_django.worker.recovery import LATE_BEATS
 
 from ..helpers import wait_until
 
@@ -365,4 +370,228 @@ def test_a_run_that_ends_during_the_freeze_waits_for_the_fence(worker, prefix, r
     assert runs(r, prefix) == {"e0:start": 2, "e0:end": 2}
     assert r.zcard(keys.dead(keys.home_of("default"))) == 1, x.log()[-3000:]
     assert x.stop() == 0
+    assert rescuer.stop() == 0
+
+
+# A CPU-starved worker ------------------------------------------------------------------
+
+# Busy processes on the starved worker's CPU, each in a session of its own: where the
+# kernel groups threads by session (autogroup), each is a group of its own, of the
+# normal weight, against the worker's niced one.
+SPINNERS = 4
+SPIN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+class Starvation:
+    """Starve a worker process of CPU for real: every thread of it pinned to one CPU and
+    at the lowest priority (nice 19; its session's autogroup too where the kernel has
+    one), beside SPINNERS processes spinning on that CPU at the normal priority. Threads
+    it starts meanwhile inherit that from the thread that starts them, and each pass
+    (every 0.5 s) catches any other. ``end()`` kills the spinners and gives the worker
+    its CPUs and priority back (a priority raised back needs the privilege to: without
+    it the worker stays at nice 19, on an otherwise quiet machine)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.cpu = max(os.sched_getaffinity(0))
+        self.spinners: list[subprocess.Popen] = []
+        self._done = threading.Event()
+        self._pass = threading.Thread(target=self._hold, name="starve", daemon=True)
+
+    def _threads(self) -> list[int]:
+        try:
+            return [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
+        except OSError:
+            return []  # exited
+
+    def _set(self, cpus: set[int], nice: int) -> None:
+        for tid in self._threads():
+            try:
+                os.sched_setaffinity(tid, cpus)
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except OSError:
+                pass  # the thread ended, or (raising the priority back) no privilege
+        try:
+            with open(f"/proc/{self.pid}/autogroup", "w") as f:
+                f.write(str(nice))
+        except OSError:
+            pass  # no autogroup here: the threads' own nice is what counts
+
+    def _hold(self) -> None:
+        while not self._done.wait(0.5):
+            self._set({self.cpu}, 19)
+
+    def begin(self) -> None:
+        self._set({self.cpu}, 19)
+        self._pass.start()
+        for _ in range(SPINNERS):
+            self.spinners.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", SPIN, str(self.cpu)], start_new_session=True
+                )
+            )
+
+    def end(self) -> None:
+        self._done.set()
+        for p in self.spinners:
+            p.kill()
+            p.wait(10)
+        if self._pass.is_alive():
+            self._pass.join(5)
+        self._set(set(os.sched_getaffinity(0)), 0)
+
+
+def client_list_calls(r) -> int:
+    """CLIENT LIST commands the server has run: a lifeline pass reads it only once some
+    process is late (and named), to look for that process's connections."""
+    stats = r.info("commandstats")
+    return int(stats.get("cmdstat_client|list", {}).get("calls", 0))
+
+
+def test_a_cpu_starved_worker_is_not_taken_for_dead(worker, redis_server, configure):
+    """X runs four CPU-bound jobs at the defaults (lifeline on) beside two workers that
+    read its queue. X is then starved of CPU (its threads pinned to one CPU at nice 19,
+    four processes spinning there) for 25-40 s: its process gets a sliver of CPU, which
+    its own jobs mostly take, so its beats run more than two intervals late while its
+    presence still names its connections, and the watchers' lifeline looks for them in
+    CLIENT LIST (counted on this private server: the proof that X was judged). Its
+    connections are open, so nobody takes it for dead: each job starts and ends once,
+    and X beats again once fed."""
+    server = redis_server()
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"c{i}" for i in range(4)]
+    tj.tracked_busy.enqueue_many([(50, t) for t in tokens])
+    holding(r, x_ident, 4)
+    watchers = [worker(settings=DEFAULTS, redis_url=server.url) for _ in range(2)]
+    interval = DEFAULTS["HEARTBEAT_INTERVAL"]
+    late_enough = LATE_BEATS * interval + 1  # stamps are whole seconds, floored
+    judged_before = client_list_calls(r)
+    starvation = Starvation(x.pid)
+    starvation.begin()
+    began = time.monotonic()
+    late_named = 0.0  # X's lateness while its presence named its connections
+    try:
+        while time.monotonic() - began < 40:
+            stamp = r.hget(keys.last_beat(), x_ident)
+            assert stamp is not None, "X was taken for dead:\n" + "\n".join(
+                w.log()[-1500:] for w in watchers
+            )
+            if r.hget(keys.process(x_ident), "client") == naming.client_name(x_ident):
+                late_named = max(late_named, time.time() - float(stamp))
+            judged = client_list_calls(r) - judged_before
+            if time.monotonic() - began >= 25 and judged >= 2:
+                break
+            time.sleep(0.25)
+    finally:
+        starvation.end()
+    starved = time.monotonic() - began
+    judged = client_list_calls(r) - judged_before
+    # The starvation was real: X's beat ran late past the lifeline's two intervals while
+    # it was named, and the watchers looked for its connections.
+    assert late_named >= late_enough, (late_named, starved)
+    assert judged >= 1, (late_named, starved, judged)
+    wait_until(
+        lambda: all(runs(r, x.prefix).get(f"{t}:end") == 1 for t in tokens),
+        60,
+        message="X finished its jobs",
+    )
+    wait_until(lambda: r.exists(keys.process(x_ident)), 2 * interval, message="X beats again")
+    for w in (*watchers, x):
+        assert not re.search(TAKEN_FOR_DEAD, w.log()), w.log()[-3000:]
+    assert "was taken for dead" not in x.log(), x.log()[-3000:]
+    assert runs(r, x.prefix) == {
+        **{f"{t}:start": 1 for t in tokens},
+        **{f"{t}:end": 1 for t in tokens},
+    }
+    print(f"starved {starved:.0f}s; beat {late_named:.1f}s late; CLIENT LIST read {judged} times")
+    assert x.stop() == 0
+    for w in watchers:
+        assert w.stop() == 0
+
+
+def test_a_worker_killed_just_before_a_redis_restart_is_found_after_it(
+    worker, redis_server, configure
+):
+    """X is SIGKILLed just after a beat, and Redis (AOF) goes down 8 s later for 4 s: the
+    lifeline counts lateness from the server's start (a restart drops every connection),
+    so X can be judged only 10 s after Redis is back, by when X's presence (four beats
+    from its last) has lapsed. The rescuer looks for the name X's presence announced when
+    it first saw X: its jobs start again within seconds of that, not ORPHAN_THRESHOLD
+    (300 s) later."""
+    server = redis_server(extra=["--appendonly", "yes", "--appendfsync", "always"])
+    configure(REDIS_URL=server.url)
+    r = server.client()
+    x = worker(settings=DEFAULTS, redis_url=server.url)
+    x_ident = identity_of(x)
+    tokens = [f"r{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS, redis_url=server.url)
+    interval = DEFAULTS["HEARTBEAT_INTERVAL"]
+    # Just after a beat of X: its presence lapses about four intervals after the kill.
+    ttl = r.pttl(keys.process(x_ident))
+    wait_until(lambda: r.pttl(keys.process(x_ident)) > ttl, 2 * interval, 0.02)
+    x.signal(signal.SIGKILL)
+    x.wait()
+    lapses = time.monotonic() + r.pttl(keys.process(x_ident)) / 1000
+    time.sleep(8)
+    server.stop()
+    time.sleep(4)
+    server.start()
+    back = time.monotonic()
+    r = server.client()
+    # The lifeline's earliest judgement (two intervals after the server's start) comes
+    # after X's presence lapsed: its presence can't name X's connections then.
+    assert back + LATE_BEATS * interval > lapses
+    wait_until(
+        lambda: all(runs(r, x.prefix).get(f"{t}:start") == 2 for t in tokens),
+        30,
+        0.1,
+        message="the 4 jobs started again",
+    )
+    took = time.monotonic() - back
+    assert not r.exists(keys.process(x_ident))
+    assert re.search(rf"process {re.escape(x_ident)} is gone", rescuer.log()), rescuer.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, x.prefix).get(f"{t}:end") == 1 for t in tokens),
+        30,
+        message="the second runs finished",
+    )
+    print(f"restarted {took:.1f}s after Redis was back")
+    assert rescuer.stop() == 0
+
+
+def test_a_worker_killed_as_the_stamps_are_lost_is_found(worker, prefix, r):
+    """X is SIGKILLed and the stamps' hash is lost at once (overwritten with a wrong type
+    and moved aside by the key guard: gone, here deleted). The rescuer stamps again at its
+    next beat, X never does; X is still listed with its jobs, so the lifeline times it
+    from when it first saw it without a stamp and finds no connection of its: its jobs
+    start again within seconds, not ORPHAN_THRESHOLD (300 s) later."""
+    x, x_ident = start_pair(worker)
+    tokens = [f"u{i}" for i in range(4)]
+    tj.tracked.enqueue_many([(15, t) for t in tokens])
+    holding(r, x_ident, 4)
+    rescuer = worker(settings=DEFAULTS)
+    time.sleep(1)  # the rescuer has seen X (stamped, named) at least once
+    x.signal(signal.SIGKILL)
+    x.wait()
+    r.delete(keys.last_beat())
+    lost = time.monotonic()
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:start") == 2 for t in tokens),
+        25,
+        0.1,
+        message="the 4 jobs started again",
+    )
+    took = time.monotonic() - lost
+    assert re.search(rf"process {re.escape(x_ident)} is gone", rescuer.log()), rescuer.log()[-3000:]
+    wait_until(
+        lambda: all(runs(r, prefix).get(f"{t}:end") == 1 for t in tokens),
+        30,
+        message="the second runs finished",
+    )
+    print(f"restarted {took:.1f}s after the stamps were lost")
     assert rescuer.stop() == 0
