@@ -257,3 +257,32 @@ def test_every_seam_is_installed_where_this_table_says():
     assert found == SEAMS
     doc = (PACKAGE.parent / "docs" / "internals.md").read_text()
     assert all(f".{name}`" in doc for name in SEAMS)
+
+
+# Every lock of the run layer, where it is made, and what it guards (a Condition made on
+# one of them shares its site). A new one fails here: the run layer keeps one discipline
+# per piece of state (docs/internals.md, "The ledger").
+RUN_LAYER_LOCKS = {
+    "worker/ledger.py": "every fetched job's state, and the fetches out (its Condition too)",
+    "worker/dispatch.py": "which thread or slot gets which job, and the fetch connections",
+    "worker/heartbeat.py": "the clearance: since when Redis answered without a break",
+    "worker/keyguard.py": "the last quarantine stamp given, strictly increasing in the process",
+}
+
+
+def test_the_run_layer_makes_at_most_four_locks():
+    found: dict[str, int] = {}
+    for path in sorted((PACKAGE / "worker").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("Lock", "RLock")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "threading"
+            ):
+                name = path.relative_to(PACKAGE).as_posix()
+                found[name] = found.get(name, 0) + 1
+    assert found == dict.fromkeys(RUN_LAYER_LOCKS, 1)
+    assert len(found) <= 4
